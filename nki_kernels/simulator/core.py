@@ -1,0 +1,340 @@
+"""The simulator's data model: memories, the running program, HBM tensors and on-chip tiles.
+
+* ``Buffer``: a memory (HBM flavours, SBUF, PSUM).
+* ``Program``: the state of one SPMD program instance (its ids, the launch's
+  shared outputs, live SBUF/PSUM bytes per partition).
+* ``HBMTensor``: device memory; only reachable through ``nl.load`` / ``nl.store``
+  (``HBMTensor[...]`` gives an ``Access``).
+* ``Tile``: an SBUF/PSUM tensor whose partition dimension comes first (after
+  optional block dimensions); the operand and result of every compute op.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+
+import numpy as np
+
+from . import dtypes as dt
+from .errors import NKIError
+from .indexing import resolve
+
+PMAX = 128  # partitions of SBUF / PSUM (nl.tile_size.pmax)
+SBUF_BYTES_PER_PARTITION = 192 * 1024  # Trn1/Trn2 state buffer: 24 MiB over 128 partitions
+PSUM_BYTES_PER_PARTITION = 16 * 1024  # 8 banks x 2 KiB
+PSUM_BANK_BYTES = 2 * 1024
+
+
+class Buffer:
+    """A memory a tensor lives in (``nl.sbuf``, ``nl.psum``, ``nl.hbm``, ``nl.shared_hbm`` ...)."""
+
+    def __init__(self, name: str, on_chip: bool):
+        self.name = name
+        self.on_chip = on_chip
+
+    def __repr__(self):
+        return f"nl.{self.name}"
+
+    def __call__(self, *args, **kwargs):
+        # `nl.sbuf.view(...)`-style allocators are not modelled; calling a buffer is an error.
+        raise NKIError("buffer", f"{self!r} is a memory location, not a callable allocator")
+
+
+sbuf = Buffer("sbuf", True)
+psum = Buffer("psum", True)
+hbm = Buffer("hbm", False)
+shared_hbm = Buffer("shared_hbm", False)
+private_hbm = Buffer("private_hbm", False)
+
+
+class par_dim:
+    """Marks the partition dimension in a shape with leading block dimensions."""
+
+    def __init__(self, size: int):
+        self.size = int(size)
+
+    def __index__(self):
+        return self.size
+
+    def __int__(self):
+        return self.size
+
+    def __repr__(self):
+        return f"par_dim({self.size})"
+
+
+# --------------------------------------------------------------------------
+# The running program
+# --------------------------------------------------------------------------
+class Program:
+    """One SPMD program instance of a launch: its ids and its on-chip memory usage."""
+
+    def __init__(self, launch, pid: tuple):
+        self.launch = launch
+        self.pid = pid
+        self.shared_index = 0
+        self.sbuf_live = 0
+        self.psum_live = 0
+        self.sbuf_peak = 0
+        self.psum_peak = 0
+
+    def allocate(self, tile: "Tile") -> None:
+        nbytes = tile.bytes_per_partition()
+        if tile.buffer is psum:
+            self.psum_live += nbytes
+            self.psum_peak = max(self.psum_peak, self.psum_live)
+            if self.psum_live > PSUM_BYTES_PER_PARTITION:
+                self.psum_live -= nbytes
+                raise NKIError(
+                    "PSUM capacity",
+                    f"allocating a PSUM tile of shape {tile.shape} ({nbytes} B/partition) brings live PSUM "
+                    f"to {self.psum_live + nbytes} B/partition, over the {PSUM_BYTES_PER_PARTITION} B "
+                    "(8 banks x 2 KiB) per partition",
+                )
+        else:
+            self.sbuf_live += nbytes
+            self.sbuf_peak = max(self.sbuf_peak, self.sbuf_live)
+            if self.sbuf_live > SBUF_BYTES_PER_PARTITION:
+                self.sbuf_live -= nbytes
+                raise NKIError(
+                    "SBUF capacity",
+                    f"allocating an SBUF tile of shape {tile.shape} {tile.dtype} ({nbytes} B/partition) "
+                    f"brings live SBUF of this program to {self.sbuf_live + nbytes} B/partition, over "
+                    f"the {SBUF_BYTES_PER_PARTITION} B (192 KiB) per partition",
+                )
+
+    def release(self, buffer, nbytes: int) -> None:
+        if buffer is psum:
+            self.psum_live -= nbytes
+        else:
+            self.sbuf_live -= nbytes
+
+
+_tls = threading.local()
+
+
+def current() -> Program:
+    """The program being simulated on this thread (error outside a kernel launch)."""
+    prog = getattr(_tls, "program", None)
+    if prog is None:
+        raise NKIError("kernel context", "this NKI call is only valid inside a running kernel "
+                       "(launch it with kernel[grid](...))")
+    return prog
+
+
+def current_or_none():
+    """The running program or ``None``."""
+    return getattr(_tls, "program", None)
+
+
+def set_current(prog) -> None:
+    """Install ``prog`` as this thread's running program (``None`` clears it)."""
+    _tls.program = prog
+
+
+# --------------------------------------------------------------------------
+# HBM tensors
+# --------------------------------------------------------------------------
+class HBMTensor:
+    """A tensor in device memory (kernel inputs and ``nl.ndarray(..., buffer=nl.shared_hbm)``)."""
+
+    __array_ufunc__ = None  # arithmetic on HBM tensors is an NKI error, not NumPy math
+
+    def __init__(self, data: np.ndarray, buffer=hbm, name: str = "tensor"):
+        self.data = data
+        self.buffer = buffer
+        self.name = name
+        self._borrowers = weakref.WeakSet()
+        self.written = None  # optional per-element write tracking (diagnostics)
+
+    @property
+    def shape(self):
+        """Shape of the tensor."""
+        return tuple(self.data.shape)
+
+    @property
+    def dtype(self):
+        """Element dtype (a NumPy dtype; ml_dtypes for bf16/fp8)."""
+        return self.data.dtype
+
+    @property
+    def ndim(self):
+        """Number of dimensions."""
+        return self.data.ndim
+
+    def __len__(self):
+        return self.data.shape[0]
+
+    def reshape(self, *shape):
+        """A view of the same HBM memory with another shape (same number of elements)."""
+        if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+            shape = tuple(shape[0])
+        shape = tuple(int(s) for s in shape)
+        if int(np.prod(shape)) != self.data.size:
+            raise NKIError("reshape", f"cannot reshape {self.name} of shape {self.shape} into {shape}")
+        out = HBMTensor(self.data.reshape(shape), self.buffer, self.name)
+        out._borrowers = self._borrowers
+        return out
+
+    def __getitem__(self, key):
+        return Access(self, resolve(self.shape, key, self.name))
+
+    def materialize_borrowers(self):
+        """Give every tile still viewing this tensor its own copy before it is written."""
+        for tile in list(self._borrowers):
+            tile.own()
+        self._borrowers.clear()
+
+    def __repr__(self):
+        return f"HBMTensor({self.name}, shape={self.shape}, dtype={self.dtype}, buffer={self.buffer!r})"
+
+    def _no_compute(self, *_):
+        raise NKIError("compute on HBM", f"{self.name} of shape {self.shape} lives in HBM; load it into "
+                       "SBUF with nl.load before computing on it")
+
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _no_compute
+    __truediv__ = __rtruediv__ = __pow__ = __neg__ = _no_compute
+
+
+class Access:
+    """An indexed region of an HBM tensor, the argument of ``nl.load`` / ``nl.store``."""
+
+    __array_ufunc__ = None
+
+    def __init__(self, tensor: HBMTensor, index):
+        self.tensor = tensor
+        self.index = index
+
+    @property
+    def shape(self):
+        """Shape of the selected region."""
+        return tuple(self.index.out_shape)
+
+    @property
+    def dtype(self):
+        """Element dtype of the tensor."""
+        return self.tensor.dtype
+
+    @property
+    def buffer(self):
+        """Memory of the underlying tensor."""
+        return self.tensor.buffer
+
+    def _no_compute(self, *_):
+        raise NKIError("compute on HBM", f"{self.tensor.name}[...] of shape {self.shape} lives in HBM; "
+                       "load it into SBUF with nl.load before computing on it")
+
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _no_compute
+    __truediv__ = __rtruediv__ = __pow__ = __neg__ = _no_compute
+
+
+# --------------------------------------------------------------------------
+# On-chip tiles
+# --------------------------------------------------------------------------
+class Tile:
+    """An SBUF or PSUM tensor; the first dimension after ``pdim`` block dims is the partition."""
+
+    __array_ufunc__ = None  # NumPy defers to the Tile's own operators
+    __slots__ = ("data", "buffer", "pdim", "_program", "_nbytes", "_parent", "__weakref__")
+
+    def __init__(self, data: np.ndarray, buffer=sbuf, pdim: int = 0, parent: "Tile" = None):
+        self.data = data
+        self.buffer = buffer
+        self.pdim = pdim
+        self._parent = parent
+        self._program = None
+        self._nbytes = 0
+        if data.ndim > pdim and data.shape[pdim] > PMAX:
+            raise NKIError(
+                "partition dimension",
+                f"a {buffer.name} tile of shape {tuple(data.shape)} has partition dimension "
+                f"{data.shape[pdim]} > {PMAX} (nl.tile_size.pmax)",
+            )
+        if buffer is psum and self.bytes_per_partition() // max(1, self.blocks()) > PSUM_BANK_BYTES:
+            raise NKIError(
+                "PSUM bank",
+                f"a PSUM tile of shape {tuple(data.shape)} {data.dtype} needs "
+                f"{self.bytes_per_partition() // max(1, self.blocks())} B per partition, more than one "
+                f"{PSUM_BANK_BYTES} B bank (at most 512 fp32 elements; nl.tile_size.psum_fmax)",
+            )
+        if parent is None:
+            prog = current_or_none()
+            if prog is not None:
+                self._nbytes = self.bytes_per_partition()
+                prog.allocate(self)
+                self._program = prog
+
+    def __del__(self):
+        if self._program is not None:
+            self._program.release(self.buffer, self._nbytes)
+
+    # -- geometry ----------------------------------------------------------
+    @property
+    def shape(self):
+        """Shape of the tile (block dims, partition dim, free dims)."""
+        return tuple(self.data.shape)
+
+    @property
+    def dtype(self):
+        """Element dtype."""
+        return self.data.dtype
+
+    @property
+    def ndim(self):
+        """Number of dimensions."""
+        return self.data.ndim
+
+    def blocks(self) -> int:
+        """Number of tiles in the leading block dimensions."""
+        return int(np.prod(self.data.shape[: self.pdim])) if self.pdim else 1
+
+    def bytes_per_partition(self) -> int:
+        """Bytes this tile takes in each partition it spans."""
+        free = self.data.shape[self.pdim + 1:] if self.data.ndim > self.pdim else ()
+        return int(np.prod(free)) * self.data.dtype.itemsize * self.blocks()
+
+    # -- copy-on-write for tiles that view HBM -----------------------------
+    def own(self) -> None:
+        """Make ``data`` a private, writeable copy (tiles loaded without a copy view HBM)."""
+        if not self.data.flags.writeable:
+            self.data = self.data.copy()
+
+    # -- indexing ----------------------------------------------------------
+    def __getitem__(self, key):
+        idx = resolve(self.shape, key, f"{self.buffer.name} tile")
+        block_ints = isinstance(key, tuple) and self.pdim and len(key) <= self.pdim
+        if idx.basic is not None:
+            view = Tile(idx.view(self.data), self.buffer, 0, parent=self)
+        else:
+            view = Tile(idx.read(self.data, what=f"{self.buffer.name} tile"), self.buffer, 0, parent=self)
+        if block_ints:
+            view.pdim = 0
+        return view
+
+    def __setitem__(self, key, value):
+        from .language import _values  # late import: language builds on core
+
+        self.own()
+        idx = resolve(self.shape, key, f"{self.buffer.name} tile")
+        vals = _values(value, "value")
+        idx.write(self.data, dt.cast(vals, self.data.dtype), what=f"{self.buffer.name} tile")
+
+    def broadcast_to(self, shape):
+        """This tile broadcast to ``shape`` (size-1 dims repeat); same as ``nl.broadcast_to``."""
+        from .language import broadcast_to
+
+        return broadcast_to(self, shape)
+
+    def __repr__(self):
+        return f"Tile(shape={self.shape}, dtype={self.dtype}, buffer={self.buffer!r})"
+
+    def __bool__(self):
+        raise NKIError("control flow on tile", "a tile's value is only known on the device; Python "
+                       "`if`/`while` on a tile is not allowed (use nl.where or masks)")
+
+    def __len__(self):
+        return self.data.shape[0]
+
+    def __iter__(self):
+        raise NKIError("tile iteration", "tiles cannot be iterated in Python; index them or use nl ops")

@@ -1,0 +1,282 @@
+"""``nki.isa`` (``nisa``) on NumPy: one function per engine instruction.
+
+Semantics follow the neuronxcc.nki.isa reference
+(https://awsdocs-neuron.readthedocs-hosted.com/en/latest/general/nki/api/nki.isa.html).
+The Tensor engine contracts over the partition axis: ``nc_matmul(stationary,
+moving)`` computes ``stationary.T @ moving`` with K (partitions) <= 128,
+stationary free size <= 128 and moving free size <= 512, writing fp32 to PSUM.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import dtypes as dt
+from . import language as nl
+from . import profile as _prof
+from .core import PMAX, Access, HBMTensor, Tile, psum, sbuf
+from .errors import NKIError
+from .indexing import _full_mask
+
+
+class engine:
+    """Engine selectors accepted by ``engine=`` arguments."""
+
+    unknown = "unknown"
+    tensor = "Tensor"
+    vector = "Vector"
+    scalar = "Scalar"
+    gpsimd = "GpSimd"
+    sync = "Sync"
+
+
+unknown_engine = engine.unknown
+tensor_engine = engine.tensor
+vector_engine = engine.vector
+scalar_engine = engine.scalar
+gpsimd_engine = engine.gpsimd
+
+
+def _tile(x, name, op, buffers=(sbuf, psum)):
+    if not isinstance(x, Tile):
+        nl._values(x, name)
+        raise NKIError("operand type", f"nisa.{op}: {name} must be a tile, got {type(x).__name__}")
+    if x.buffer not in buffers:
+        allowed = " or ".join(b.name.upper() for b in buffers)
+        raise NKIError("operand memory", f"nisa.{op}: {name} (shape {x.shape}) is in {x.buffer.name.upper()}; "
+                       f"this operand must be in {allowed}")
+    return x
+
+
+def nc_matmul(stationary, moving, *, is_stationary_onezero=False, is_moving_onezero=False,
+              is_transpose=False, mask=None, **_ignored):
+    """``stationary.T @ moving`` on the Tensor engine; fp32 result tile in PSUM.
+
+    stationary is [K, M], moving is [K, N]: K <= 128 partitions (the contraction),
+    M <= 128 (``gemm_stationary_fmax``), N <= 512 (``gemm_moving_fmax``).
+    """
+    s = _tile(stationary, "stationary", "nc_matmul", (sbuf,))
+    m = _tile(moving, "moving", "nc_matmul", (sbuf,))
+    if s.ndim != 2 or m.ndim != 2:
+        raise NKIError("matmul operands", f"nc_matmul needs 2-D tiles, got stationary {s.shape} and moving {m.shape}")
+    k, mm = s.shape
+    k2, n = m.shape
+    if k != k2:
+        raise NKIError("matmul operands", f"contraction (partition) sizes differ: stationary {s.shape} vs "
+                       f"moving {m.shape}")
+    if k > PMAX:
+        raise NKIError("matmul operands", f"contraction size K={k} > {PMAX}")
+    if mm > nl.tile_size.gemm_stationary_fmax:
+        raise NKIError("matmul operands", f"stationary free size {mm} (shape {s.shape}) > "
+                       f"{nl.tile_size.gemm_stationary_fmax} (gemm_stationary_fmax)")
+    if n > nl.tile_size.gemm_moving_fmax:
+        raise NKIError("matmul operands", f"moving free size {n} (shape {m.shape}) > "
+                       f"{nl.tile_size.gemm_moving_fmax} (gemm_moving_fmax)")
+    a = dt.compute_view(s.data).astype(np.float32, copy=False)
+    b = dt.compute_view(m.data).astype(np.float32, copy=False)
+    return nl._result(a.T @ b, dt.float32, mask, buffer=psum, engine="Tensor")
+
+
+def nc_transpose(data, *, mask=None, dtype=None, engine=engine.unknown, **_ignored):
+    """Transpose a 2-D tile: Tensor engine (<= 128x128, result in PSUM) or Vector (<= 32x32, SBUF)."""
+    x = _tile(data, "data", "nc_transpose")
+    if x.ndim != 2:
+        raise NKIError("transpose", f"nc_transpose needs a 2-D tile, got {x.shape}")
+    on_vector = engine == "Vector"
+    limit = 32 if on_vector else PMAX
+    if x.shape[0] > limit or x.shape[1] > limit:
+        raise NKIError("transpose", f"nc_transpose on the {'Vector' if on_vector else 'Tensor'} engine takes "
+                       f"at most {limit}x{limit}, got {x.shape}")
+    out_dtype = nl._out_dtype(dtype, x)
+    return nl._result(nl._values(x, "data").T, out_dtype, mask, buffer=sbuf if on_vector else psum,
+                      engine="Vector" if on_vector else "Tensor")
+
+
+def _per_partition(v, x, name, op):
+    """A scalar or a [P, 1] tile broadcast along the free axes of ``x``."""
+    if v is None:
+        return None
+    if isinstance(v, Tile):
+        if v.shape[0] != x.shape[0] or int(np.prod(v.shape[1:])) != 1:
+            raise NKIError("operand shapes", f"nisa.{op}: {name} must be a scalar or a [{x.shape[0]}, 1] "
+                           f"per-partition tile, got shape {v.shape}")
+        return dt.compute_view(v.data).reshape((x.shape[0],) + (1,) * (x.ndim - 1))
+    return nl._values(v, name)
+
+
+def activation(op, data, *, bias=None, scale=1.0, reduce_op=None, reduce_res=None, mask=None, dtype=None,
+               **_ignored):
+    """``op(data * scale + bias)`` on the Scalar engine; bias/scale are scalars or [P, 1] tiles."""
+    x = _tile(data, "data", "activation")
+    fn = nl.np_function(op)
+    v = nl._values(x, "data")
+    s = _per_partition(scale, x, "scale", "activation")
+    b = _per_partition(bias, x, "bias", "activation")
+    v = v * s if not (np.isscalar(s) and s == 1.0) else v
+    if b is not None:
+        v = v + b
+    out = nl._result(fn(v), nl._out_dtype(dtype, x), mask, engine="Scalar")
+    if reduce_res is not None:
+        red = nl.np_function(reduce_op or nl.add)
+        axes = tuple(range(1, x.ndim))
+        vals = red.reduce(out.data.astype(np.float32), axis=axes, keepdims=True) if isinstance(red, np.ufunc) \
+            else red(out.data, axis=axes, keepdims=True)
+        reduce_res[...] = Tile(np.asarray(vals, np.float32), sbuf, parent=out)
+    return out
+
+
+def activation_reduce(op, data, *, reduce_op, reduce_res, bias=None, scale=1.0, mask=None, dtype=None,
+                      **_ignored):
+    """``activation`` that also reduces each partition's results into ``reduce_res``."""
+    return activation(op, data, bias=bias, scale=scale, reduce_op=reduce_op, reduce_res=reduce_res,
+                      mask=mask, dtype=dtype)
+
+
+_REDUCERS = {np.add: np.sum, np.maximum: np.max, np.minimum: np.min, np.multiply: np.prod}
+
+
+def _reducer(op):
+    fn = nl.np_function(op)
+    if fn in _REDUCERS:
+        return _REDUCERS[fn]
+    if isinstance(fn, np.ufunc):
+        return fn.reduce
+    raise NKIError("op", f"{op!r} cannot be used as a reduction")
+
+
+def tensor_reduce(op, data, axis, *, mask=None, dtype=None, negate=False, keepdims=False, **_ignored):
+    """Reduce free ``axis`` of a tile with ``op`` (nl.add / nl.maximum / ...) on the Vector engine."""
+    x = _tile(data, "data", "tensor_reduce")
+    axes = nl._axes(x, axis, "tensor_reduce")
+    res = _reducer(op)(nl._values(x, "data"), axis=axes, keepdims=keepdims)
+    if negate:
+        res = -res
+    return nl._result(res, nl._out_dtype(dtype, x), mask)
+
+
+def tensor_partition_reduce(op, data, *, mask=None, dtype=None, **_ignored):
+    """Reduce across the partition axis with ``op``; result has one partition (GpSimd engine)."""
+    x = _tile(data, "data", "tensor_partition_reduce")
+    res = _reducer(op)(nl._values(x, "data"), axis=(0,), keepdims=True)
+    return nl._result(res, nl._out_dtype(dtype, x), mask, engine="GpSimd")
+
+
+def tensor_tensor(data1, data2, op, *, dtype=None, mask=None, **_ignored):
+    """Element-wise ``op(data1, data2)`` of two tiles of the same partition size (Vector engine)."""
+    a = _tile(data1, "data1", "tensor_tensor")
+    b = _tile(data2, "data2", "tensor_tensor")
+    if a.shape[0] != b.shape[0]:
+        raise NKIError("operand shapes", f"nisa.tensor_tensor: partition sizes differ: {a.shape} vs {b.shape}")
+    if a.buffer is psum and b.buffer is psum:
+        raise NKIError("operand memory", "nisa.tensor_tensor: data1 and data2 cannot both be in PSUM")
+    nl._broadcast_check("tensor_tensor", a, b)
+    fn = nl.np_function(op)
+    return nl._result(fn(nl._values(a, "data1"), nl._values(b, "data2")), nl._out_dtype(dtype, a, b), mask)
+
+
+def tensor_scalar(data, op0, operand0, reverse0=False, *, op1=None, operand1=None, reverse1=False,
+                  dtype=None, mask=None, **_ignored):
+    """``(data op0 operand0) op1 operand1`` with scalar or [P, 1] operands (Vector/Scalar/GpSimd)."""
+    x = _tile(data, "data", "tensor_scalar")
+    v = nl._values(x, "data")
+
+    def apply(v, op, operand, reverse, name):
+        fn = nl.np_function(op)
+        o = _per_partition(operand, x, name, "tensor_scalar")
+        return fn(o, v) if reverse else fn(v, o)
+
+    v = apply(v, op0, operand0, reverse0, "operand0")
+    if op1 is not None:
+        v = apply(v, op1, operand1, reverse1, "operand1")
+    return nl._result(v, nl._out_dtype(dtype, x), mask)
+
+
+def tensor_copy(src, *, mask=None, dtype=None, engine=engine.unknown, **_ignored):
+    """Copy a tile within on-chip memory, casting to ``dtype``."""
+    x = _tile(src, "src", "tensor_copy")
+    return nl._result(np.array(x.data), nl._out_dtype(dtype, x), mask)
+
+
+def iota(expr, dtype, *, mask=None, **_ignored):
+    """A tile holding the values of an index expression (``nl.arange`` arithmetic), GpSimd engine."""
+    vals = np.asarray(expr)
+    if vals.ndim == 1:
+        vals = vals[:, None]
+    return nl._result(vals, dt.as_dtype(dtype), mask, engine="GpSimd")
+
+
+def memset(shape, value, dtype, *, mask=None, engine=engine.unknown, **_ignored):
+    """A new SBUF tile of ``shape`` filled with ``value``."""
+    shape, _ = nl._parse_shape(shape)
+    return nl._result(np.full(shape, value, dt.as_dtype(dtype)), dt.as_dtype(dtype), mask)
+
+
+def dma_copy(*, dst, src, mask=None, dst_rmw_op=None, **_ignored):
+    """Copy ``src`` into ``dst`` through DMA (any memory to any memory); ``dst_rmw_op`` accumulates."""
+    if isinstance(dst, (Access, HBMTensor)):
+        if dst_rmw_op is not None:
+            acc = nl._as_access(dst, "dst", "nisa.dma_copy")
+            cur = Tile(acc.index.read(acc.tensor.data, mask), sbuf)
+            src = nl._make_binary("rmw", nl.np_function(dst_rmw_op))(cur, nl.load(src) if not isinstance(
+                src, Tile) else src)
+        if isinstance(src, (Access, HBMTensor)):
+            src = nl.load(src, mask=mask)
+        nl.store(dst, src, mask=mask)
+        return None
+    if not isinstance(dst, Tile):
+        raise NKIError("operand type", f"nisa.dma_copy: dst must be a tensor, got {type(dst).__name__}")
+    val = nl.load(src, mask=mask) if isinstance(src, (Access, HBMTensor)) else src
+    if dst_rmw_op is not None:
+        val = nl._make_binary("rmw", nl.np_function(dst_rmw_op))(dst, val)
+    dst[...] = val
+    return None
+
+
+def affine_select(pred, on_true_tile, on_false_value, *, dtype=None, mask=None, **_ignored):
+    """Select ``on_true_tile`` where the affine predicate (index expression) holds, else a scalar."""
+    x = _tile(on_true_tile, "on_true_tile", "affine_select")
+    cond = np.broadcast_to(np.asarray(pred), x.shape)
+    return nl._result(np.where(cond, nl._values(x, "on_true_tile"), on_false_value),
+                      nl._out_dtype(dtype, x), mask, engine="GpSimd")
+
+
+def tensor_tensor_scan(data0, data1, initial, op0, op1, reverse0=False, reverse1=False, *, dtype=None,
+                       mask=None, **_ignored):
+    """Inclusive scan along the free axis: ``r[i] = (data0[i] op0 r[i-1]) op1 data1[i]``."""
+    a = nl._values(_tile(data0, "data0", "tensor_tensor_scan"), "data0").astype(np.float32)
+    b = nl._values(_tile(data1, "data1", "tensor_tensor_scan"), "data1").astype(np.float32)
+    f0, f1 = nl.np_function(op0), nl.np_function(op1)
+    init = _per_partition(initial, data0, "initial", "tensor_tensor_scan")
+    prev = np.broadcast_to(np.asarray(init, np.float32), a.shape[:1] + (1,) * (a.ndim - 1))[..., 0]
+    out = np.empty_like(a)
+    for i in range(a.shape[-1]):
+        t = f0(prev, a[..., i]) if not reverse0 else f0(a[..., i], prev)
+        prev = f1(t, b[..., i]) if not reverse1 else f1(b[..., i], t)
+        out[..., i] = prev
+    return nl._result(out, nl._out_dtype(dtype, data0, data1), mask)
+
+
+def bn_stats(data, *, mask=None, dtype=None, **_ignored):
+    """Per-partition [mean, mean, var, var, count-free] statistics of <= 512 elements (Vector engine).
+
+    Returns a [P, 6] tile (``count, mean, M2`` pairs in the docs' layout are modelled as
+    ``[mean, var]`` repeated), to be combined by :func:`bn_aggr`.
+    """
+    x = _tile(data, "data", "bn_stats")
+    v = nl._values(x, "data").reshape(x.shape[0], -1).astype(np.float32)
+    if v.shape[1] > nl.tile_size.bn_stats_fmax:
+        raise NKIError("bn_stats", f"free size {v.shape[1]} > {nl.tile_size.bn_stats_fmax} (bn_stats_fmax)")
+    mean, var = v.mean(1, keepdims=True), v.var(1, keepdims=True)
+    n = np.full_like(mean, v.shape[1])
+    return nl._result(np.concatenate([n, mean, var, n, mean, var], 1), nl._out_dtype(dtype, x), mask)
+
+
+def bn_aggr(data, *, mask=None, dtype=None, **_ignored):
+    """Combine :func:`bn_stats` outputs (concatenated along the free axis) into [P, 2] mean/variance."""
+    x = _tile(data, "data", "bn_aggr")
+    s = nl._values(x, "data").reshape(x.shape[0], -1, 3).astype(np.float64)
+    n, mean, var = s[..., 0], s[..., 1], s[..., 2]
+    tot = n.sum(1, keepdims=True)
+    m = (n * mean).sum(1, keepdims=True) / tot
+    v = (n * (var + (mean - m) ** 2)).sum(1, keepdims=True) / tot
+    return nl._result(np.concatenate([m, v], 1), nl._out_dtype(dtype, x), mask)

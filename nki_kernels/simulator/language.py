@@ -1,0 +1,615 @@
+"""``nki.language`` (``nl``) on NumPy: memory, indexing, element-wise math, reductions.
+
+Semantics follow the neuronxcc.nki.language reference
+(https://awsdocs-neuron.readthedocs-hosted.com/en/latest/general/nki/api/nki.language.html):
+ops take SBUF/PSUM tiles (never HBM tensors), compute in fp32 and write a new
+tile whose dtype is ``dtype=`` or the highest-precision input dtype; reductions
+run over free axes only; ``mask=`` leaves masked-off elements untouched.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from . import dtypes as dt
+from . import profile as _prof
+from .core import (Access, Buffer, HBMTensor, PMAX, Tile, current, hbm, par_dim, private_hbm, psum,
+                   sbuf, shared_hbm)
+from .dtypes import (bfloat16, bool_, float8_e4m3, float8_e5m2, float16, float32, int8, int16, int32,
+                     tfloat32, uint8, uint16, uint32)
+from .errors import NKIError
+from .indexing import _full_mask
+
+__all__ = [n for n in dir() if not n.startswith("_")]
+
+
+class tile_size:
+    """Hardware tile limits (``nl.tile_size``)."""
+
+    pmax = PMAX
+    psum_fmax = 512
+    gemm_stationary_fmax = 128
+    gemm_moving_fmax = 512
+    bn_stats_fmax = 512
+    psum_max_size = 16 * 1024 // 4 // 1  # fp32 elements per partition over all 8 banks
+    total_available_sbuf_size = 192 * 1024
+
+
+# ---------------------------------------------------------------------------
+# operands and results
+# ---------------------------------------------------------------------------
+def _values(x, name: str):
+    """The array an engine reads for operand ``x`` (fp32 for low-precision tiles)."""
+    if isinstance(x, Tile):
+        return dt.compute_view(x.data)
+    if isinstance(x, (Access, HBMTensor)):
+        t = x.tensor if isinstance(x, Access) else x
+        raise NKIError("compute on HBM", f"operand {name} ({t.name}, shape {x.shape}) is in HBM; "
+                       "load it into SBUF with nl.load first")
+    if isinstance(x, (bool, int, float, np.generic, np.ndarray)):
+        return x
+    raise NKIError("operand type", f"operand {name} of type {type(x).__name__} is not a tile or scalar")
+
+
+def _dtype_of(x):
+    return x.dtype if isinstance(x, Tile) else None
+
+
+def _result(values, dtype, mask=None, buffer=sbuf, engine="Vector") -> Tile:
+    """Write computed ``values`` into a new tile of ``dtype`` (masked-off elements stay zero)."""
+    values = np.asarray(values)
+    m = _full_mask(mask, values.shape) if mask is not None else None
+    out = dt.cast(values, dtype)
+    if m is not None:
+        out = np.where(m, out, np.zeros((), out.dtype))
+    elif out.base is not None or not out.flags.writeable:
+        out = out.copy()  # a result must own its memory, never alias an operand
+    _prof.instruction(engine, out)
+    return Tile(out, buffer)
+
+
+def _out_dtype(dtype, *operands):
+    d = dt.as_dtype(dtype)
+    return d if d is not None else dt.promote(*(_dtype_of(o) for o in operands))
+
+
+def _broadcast_check(name, *operands):
+    shapes = [np.shape(o.data) if isinstance(o, Tile) else np.shape(o) for o in operands]
+    try:
+        return np.broadcast_shapes(*shapes)
+    except ValueError:
+        raise NKIError("operand shapes", f"nl.{name}: operand shapes {shapes} do not broadcast "
+                       "(free dims must match or be 1; partition dims must match)") from None
+
+
+# ---------------------------------------------------------------------------
+# element-wise ops
+# ---------------------------------------------------------------------------
+def _erf(x):
+    # Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7), enough for fp32 activations.
+    x = np.asarray(x, dtype=np.float32)
+    s = np.sign(x)
+    a = np.abs(x)
+    t = 1.0 / (1.0 + 0.3275911 * a)
+    y = 1.0 - (((((1.061405429 * t - 1.453152027) * t) + 1.421413741) * t - 0.284496736) * t
+               + 0.254829592) * t * np.exp(-a * a)
+    return (s * y).astype(np.float32)
+
+
+def _sigmoid(x):
+    return 0.5 * (np.tanh(0.5 * x) + 1.0)
+
+
+_UNARY = {
+    "exp": np.exp, "log": np.log, "sqrt": np.sqrt, "rsqrt": lambda x: 1.0 / np.sqrt(x),
+    "square": np.square, "abs": np.abs, "negative": np.negative, "reciprocal": lambda x: 1.0 / x,
+    "sign": np.sign, "tanh": np.tanh, "sigmoid": _sigmoid, "relu": lambda x: np.maximum(x, 0),
+    "gelu": lambda x: 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0))),
+    "gelu_apprx_tanh": lambda x: 0.5 * x * (1.0 + np.tanh(0.7978845608 * (x + 0.044715 * x ** 3))),
+    "silu": lambda x: x * _sigmoid(x), "softplus": lambda x: np.logaddexp(0, x), "erf": _erf,
+    "sin": np.sin, "cos": np.cos, "tan": np.tan, "arctan": np.arctan, "ceil": np.ceil,
+    "floor": np.floor, "trunc": np.trunc, "mish": lambda x: x * np.tanh(np.logaddexp(0, x)),
+    "logical_not": lambda x: (np.asarray(x) == 0), "invert": np.invert,
+    "erf_dx": lambda x: 2.0 / math.sqrt(math.pi) * np.exp(-np.square(x)),
+    "identity": lambda x: np.array(x, copy=True),
+}
+
+_BINARY = {
+    "add": np.add, "subtract": np.subtract, "multiply": np.multiply, "divide": np.divide,
+    "power": np.power, "maximum": np.maximum, "minimum": np.minimum, "fmod": np.fmod,
+    "mod": np.mod, "equal": np.equal, "not_equal": np.not_equal, "greater": np.greater,
+    "greater_equal": np.greater_equal, "less": np.less, "less_equal": np.less_equal,
+    "logical_and": lambda a, b: (np.asarray(a) != 0) & (np.asarray(b) != 0),
+    "logical_or": lambda a, b: (np.asarray(a) != 0) | (np.asarray(b) != 0),
+    "logical_xor": lambda a, b: (np.asarray(a) != 0) ^ (np.asarray(b) != 0),
+    "bitwise_and": np.bitwise_and, "bitwise_or": np.bitwise_or, "bitwise_xor": np.bitwise_xor,
+    "left_shift": np.left_shift, "right_shift": np.right_shift,
+}
+
+
+def _make_unary(name, fn):
+    def op(x, *, dtype=None, mask=None, **_ignored):
+        return _result(fn(_values(x, "x")), _out_dtype(dtype, x), mask, engine="Scalar")
+
+    op.__name__ = op.__qualname__ = name
+    op.__doc__ = f"Element-wise ``{name}`` of a tile (``nl.{name}``); fp32 compute, output in ``dtype``."
+    op._np = fn
+    return op
+
+
+def _make_binary(name, fn):
+    def op(x, y, *, dtype=None, mask=None, **_ignored):
+        a, b = _values(x, "x"), _values(y, "y")
+        _broadcast_check(name, x, y)
+        return _result(fn(a, b), _out_dtype(dtype, x, y), mask)
+
+    op.__name__ = op.__qualname__ = name
+    op.__doc__ = (f"Element-wise ``{name}`` of two tiles or a tile and a scalar (``nl.{name}``), "
+                  "broadcasting size-1 dims; output in ``dtype`` or the widest input dtype.")
+    op._np = fn
+    return op
+
+
+for _n, _f in _UNARY.items():
+    globals()[_n] = _make_unary(_n, _f)
+for _n, _f in _BINARY.items():
+    globals()[_n] = _make_binary(_n, _f)
+
+
+def np_function(op):
+    """The NumPy function behind an ``nl`` op or a NumPy ufunc given as ``op=``."""
+    if hasattr(op, "_np"):
+        return op._np
+    if isinstance(op, np.ufunc) or op in (np.add, np.subtract, np.multiply, np.maximum, np.minimum):
+        return op
+    if callable(op) and getattr(op, "__name__", None) in _BINARY:
+        return _BINARY[op.__name__]
+    if callable(op) and getattr(op, "__name__", None) in _UNARY:
+        return _UNARY[op.__name__]
+    raise NKIError("op", f"{op!r} is not an NKI operator (use nl.add, nl.exp, np.add, ...)")
+
+
+def where(condition, x, y, *, dtype=None, mask=None, **_ignored):
+    """Element-wise select: ``x`` where ``condition`` is non-zero, else ``y`` (``nl.where``)."""
+    c = _values(condition, "condition")
+    a, b = _values(x, "x"), _values(y, "y")
+    _broadcast_check("where", condition, x, y)
+    return _result(np.where(np.asarray(c) != 0, a, b), _out_dtype(dtype, x, y), mask)
+
+
+# ---------------------------------------------------------------------------
+# reductions (free axes only)
+# ---------------------------------------------------------------------------
+def _axes(x, axis, name):
+    nd = x.ndim if isinstance(x, Tile) else np.ndim(x)
+    axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+    axes = tuple(int(a) + nd if int(a) < 0 else int(a) for a in axes)
+    pdim = x.pdim if isinstance(x, Tile) else 0
+    for a in axes:
+        if a == pdim:
+            raise NKIError("partition reduction", f"nl.{name}: axis {a} is the partition dimension of a tile "
+                           f"of shape {getattr(x, 'shape', np.shape(x))}; reductions run over free axes only "
+                           "(use a matmul against ones, a transpose, or nisa.tensor_partition_reduce)")
+        if not 0 <= a < nd:
+            raise NKIError("axis", f"nl.{name}: axis {a} out of range for a tile of rank {nd}")
+    return axes
+
+
+def _make_reduce(name, fn, out_float=False):
+    def op(x, axis, *, dtype=None, mask=None, keepdims=False, **_ignored):
+        axes = _axes(x, axis, name)
+        v = _values(x, "x")
+        m = _full_mask(mask, np.shape(v)) if mask is not None else None
+        if m is not None:
+            ident = {"sum": 0, "mean": 0, "prod": 1, "max": -np.inf, "min": np.inf, "all": 1, "any": 0}
+            v = np.where(m, v, ident.get(name, 0))
+        res = fn(v, axis=axes, keepdims=keepdims)
+        d = dt.as_dtype(dtype) or (dt.float32 if out_float and not dt.is_float(x.dtype) else x.dtype)
+        return _result(res, d, engine="Vector")
+
+    op.__name__ = op.__qualname__ = name
+    op.__doc__ = (f"``{name}`` over free ``axis`` (int or list) of a tile (``nl.{name}``); the partition "
+                  "axis cannot be reduced.")
+    op._np = fn
+    return op
+
+
+sum = _make_reduce("sum", np.sum)  # noqa: A001 - NKI's name
+mean = _make_reduce("mean", np.mean, out_float=True)
+max = _make_reduce("max", np.max)  # noqa: A001
+min = _make_reduce("min", np.min)  # noqa: A001
+prod = _make_reduce("prod", np.prod)
+all = _make_reduce("all", lambda v, axis, keepdims: np.all(v != 0, axis=axis, keepdims=keepdims))  # noqa: A001
+any = _make_reduce("any", lambda v, axis, keepdims: np.any(v != 0, axis=axis, keepdims=keepdims))  # noqa: A001
+var = _make_reduce("var", np.var, out_float=True)
+
+
+def softmax(x, axis, *, dtype=None, compute_dtype=None, mask=None, **_ignored):
+    """Softmax over free ``axis`` of a tile (``nl.softmax``)."""
+    axes = _axes(x, axis, "softmax")
+    v = _values(x, "x").astype(np.float32, copy=False)
+    e = np.exp(v - np.max(v, axis=axes, keepdims=True))
+    return _result(e / np.sum(e, axis=axes, keepdims=True), _out_dtype(dtype, x), mask, engine="Scalar")
+
+
+# ---------------------------------------------------------------------------
+# matmul / transpose (Tensor engine)
+# ---------------------------------------------------------------------------
+def _need_tile(x, name, op):
+    if not isinstance(x, Tile):
+        _values(x, name)  # raises the HBM / type error
+        raise NKIError("operand type", f"{op}: operand {name} must be a tile, got {type(x).__name__}")
+    return x
+
+
+def matmul(x, y, *, transpose_x=False, mask=None, **_ignored):
+    """``x @ y`` on the Tensor engine (``nl.matmul``); result in PSUM, fp32.
+
+    Without ``transpose_x`` x is [M, K] (M <= 128, K <= 128); with it x is
+    [K, M]. y is [K, N] with N <= 512: K is the partition (contraction) axis.
+    """
+    from .isa import nc_matmul
+
+    x = _need_tile(x, "x", "nl.matmul")
+    y = _need_tile(y, "y", "nl.matmul")
+    stationary = x if transpose_x else transpose(x)
+    return nc_matmul(stationary, y, mask=mask)
+
+
+def transpose(x, *, dtype=None, mask=None, **_ignored):
+    """Swap the partition and free axes of a 2-D tile (``nl.transpose``); both <= 128."""
+    x = _need_tile(x, "x", "nl.transpose")
+    if x.ndim != 2:
+        raise NKIError("transpose", f"nl.transpose needs a 2-D tile, got shape {x.shape}")
+    if x.shape[1] > PMAX:
+        raise NKIError("transpose", f"nl.transpose of a tile of shape {x.shape}: the free size "
+                       f"{x.shape[1]} becomes the partition size and must be <= {PMAX}")
+    return _result(_values(x, "x").T, _out_dtype(dtype, x), mask, engine="Tensor")
+
+
+# ---------------------------------------------------------------------------
+# memory
+# ---------------------------------------------------------------------------
+def _parse_shape(shape):
+    if isinstance(shape, (int, np.integer, par_dim)):
+        shape = (shape,)
+    pdims = [i for i, s in enumerate(shape) if isinstance(s, par_dim)]
+    if len(pdims) > 1:
+        raise NKIError("par_dim", f"shape {shape} marks more than one partition dimension")
+    return tuple(int(s) for s in shape), (pdims[0] if pdims else 0)
+
+
+def _allocate(shape, dtype, buffer, fill=None, name=""):
+    shape, pdim = _parse_shape(shape)
+    dtype = dt.as_dtype(dtype) if dtype is not None else dt.float32
+    buffer = sbuf if buffer is None else buffer
+    if not isinstance(buffer, Buffer):
+        raise NKIError("buffer", f"buffer={buffer!r} is not an NKI memory (nl.sbuf, nl.psum, nl.hbm, "
+                       "nl.shared_hbm, nl.private_hbm)")
+    if not buffer.on_chip:
+        from .launch import allocate_hbm
+
+        return allocate_hbm(shape, dtype, buffer, fill, name)
+    data = np.empty(shape, dtype) if fill is None else np.full(shape, fill, dtype)
+    if fill is not None:
+        _prof.instruction("GpSimd", data)
+    return Tile(data, buffer, pdim)
+
+
+def ndarray(shape, dtype, *, buffer=None, name="", **_ignored):
+    """Allocate an uninitialised tensor in ``buffer`` (default SBUF; HBM for kernel outputs)."""
+    return _allocate(shape, dtype, buffer, None, name)
+
+
+def zeros(shape, dtype, *, buffer=None, name="", **_ignored):
+    """A tensor of zeros (``nl.zeros``)."""
+    return _allocate(shape, dtype, buffer, 0, name)
+
+
+def ones(shape, dtype, *, buffer=None, name="", **_ignored):
+    """A tensor of ones (``nl.ones``)."""
+    return _allocate(shape, dtype, buffer, 1, name)
+
+
+def full(shape, fill_value, dtype, *, buffer=None, name="", **_ignored):
+    """A tensor filled with ``fill_value`` (``nl.full``)."""
+    return _allocate(shape, dtype, buffer, fill_value, name)
+
+
+def _like(a, dtype, buffer, fill):
+    buf = buffer if buffer is not None else getattr(a, "buffer", sbuf)
+    return _allocate(a.shape, dtype if dtype is not None else a.dtype, buf, fill)
+
+
+def zeros_like(a, dtype=None, *, buffer=None, name="", **_ignored):
+    """Zeros with the shape (and dtype, buffer unless given) of ``a``."""
+    return _like(a, dtype, buffer, 0)
+
+
+def ones_like(a, dtype=None, *, buffer=None, name="", **_ignored):
+    """Ones with the shape (and dtype, buffer unless given) of ``a``."""
+    return _like(a, dtype, buffer, 1)
+
+
+def full_like(a, fill_value, dtype=None, *, buffer=None, name="", **_ignored):
+    """``fill_value`` with the shape (and dtype, buffer unless given) of ``a``."""
+    return _like(a, dtype, buffer, fill_value)
+
+
+def empty_like(a, dtype=None, *, buffer=None, name="", **_ignored):
+    """Uninitialised tensor with the shape (and dtype, buffer unless given) of ``a``."""
+    return _like(a, dtype, buffer, None)
+
+
+def _as_access(x, name, op):
+    if isinstance(x, HBMTensor):
+        return x[...]
+    if isinstance(x, Access):
+        return x
+    if isinstance(x, Tile):
+        raise NKIError("memory", f"{op}: {name} is a {x.buffer.name} tile; {op} moves data between HBM "
+                       "and SBUF, so it needs an HBM tensor here")
+    raise NKIError("operand type", f"{op}: {name} must be an HBM tensor, got {type(x).__name__}")
+
+
+def load(src, *, mask=None, dtype=None, **_ignored):
+    """DMA an HBM region into a new SBUF tile (``nl.load``); masked-off elements are not read."""
+    acc = _as_access(src, "src", "nl.load")
+    data = acc.index.read(acc.tensor.data, mask, what=acc.tensor.name)
+    d = dt.as_dtype(dtype)
+    if d is not None and d != data.dtype:
+        data = dt.cast(data, d)
+    elif np.shares_memory(data, acc.tensor.data):
+        # Zero-copy load: the tile views HBM until either side is written (copy-on-write).
+        data = data.view()
+        data.flags.writeable = False
+    _prof.dma(acc.tensor, data, "read", acc, mask)
+    tile = Tile(data, sbuf)
+    if not data.flags.writeable:
+        acc.tensor._borrowers.add(tile)
+    return tile
+
+
+def store(dst, value, *, mask=None, **_ignored):
+    """DMA an SBUF/PSUM tile (or scalar) into an HBM region, rounding to its dtype (``nl.store``)."""
+    if isinstance(dst, Tile):
+        raise NKIError("store destination", f"nl.store destination is a {dst.buffer.name} tile of shape "
+                       f"{dst.shape}; stores write HBM tensors only (assign tiles with t[...] = value)")
+    acc = _as_access(dst, "dst", "nl.store")
+    if isinstance(value, (Access, HBMTensor)):
+        raise NKIError("store value", "nl.store value is an HBM tensor; load it into SBUF first")
+    vals = _values(value, "value")
+    if isinstance(value, Tile):
+        try:
+            np.broadcast_shapes(value.shape, acc.shape)
+        except ValueError:
+            raise NKIError("store shape", f"nl.store of a tile of shape {value.shape} into "
+                           f"{acc.tensor.name}{list(acc.shape)} (shapes differ)") from None
+    t = acc.tensor
+    if t._borrowers:
+        t.materialize_borrowers()
+    _prof.dma(t, np.broadcast_to(vals, acc.shape), "write", acc, mask)
+    acc.index.write(t.data, dt.cast(vals, t.dtype), mask, what=t.name)
+
+
+def load_transpose2d(src, *, mask=None, dtype=None, **_ignored):
+    """Load a 2-D HBM region transposed: its free axis becomes the partition axis."""
+    acc = _as_access(src, "src", "nl.load_transpose2d")
+    if len(acc.shape) != 2:
+        raise NKIError("load_transpose2d", f"needs a 2-D region, got shape {acc.shape}")
+    data = acc.index.read(acc.tensor.data, mask, what=acc.tensor.name).T
+    d = dt.as_dtype(dtype) or data.dtype
+    _prof.dma(acc.tensor, data, "read", acc, mask)
+    return Tile(np.ascontiguousarray(dt.cast(data, d)), sbuf)
+
+
+def copy(x, *, dtype=None, mask=None, **_ignored):
+    """Copy a tile (SBUF or PSUM) into a new SBUF tile, optionally casting."""
+    x = _need_tile(x, "x", "nl.copy")
+    return _result(np.array(x.data), _out_dtype(dtype, x), mask)
+
+
+def broadcast_to(x, shape, **_ignored):
+    """Broadcast size-1 dims of a tile to ``shape`` (``nl.broadcast_to`` / ``tile.broadcast_to``)."""
+    x = _need_tile(x, "x", "nl.broadcast_to")
+    shape = tuple(int(s) for s in shape)
+    try:
+        data = np.broadcast_to(x.data, shape)
+    except ValueError:
+        raise NKIError("broadcast", f"cannot broadcast a tile of shape {x.shape} to {shape} "
+                       "(only size-1 dims broadcast)") from None
+    return Tile(data, x.buffer)
+
+
+def expand_dims(x, axis, **_ignored):
+    """Insert a size-1 free axis (``nl.expand_dims``)."""
+    x = _need_tile(x, "x", "nl.expand_dims")
+    return Tile(np.expand_dims(x.data, axis), x.buffer, parent=x)
+
+
+def device_print(prefix, x, **_ignored):
+    """Print a tile's values (``nl.device_print``; the simulator prints them right away)."""
+    print(prefix, x.data if isinstance(x, Tile) else x)
+
+
+def dropout(x, rate, *, dtype=None, mask=None, **_ignored):
+    """Zero elements with probability ``rate`` (``nl.dropout``; NumPy's global RNG)."""
+    keep = np.random.random_sample(x.shape) >= float(np.asarray(_values(rate, "rate")).reshape(-1)[0])
+    return _result(np.where(keep, _values(x, "x"), 0), _out_dtype(dtype, x), mask)
+
+
+# ---------------------------------------------------------------------------
+# index expressions and SPMD
+# ---------------------------------------------------------------------------
+def arange(*args):
+    """Index values ``start, start+step, ...`` as a 1-D integer array (``nl.arange``)."""
+    return np.arange(*args, dtype=np.int64)
+
+
+class _Grid:
+    """Open index grid returned by ``nl.mgrid[...]``: iterable, with ``.p`` / ``.x`` for 2-D."""
+
+    def __init__(self, arrays):
+        self._arrays = arrays
+
+    def __iter__(self):
+        return iter(self._arrays)
+
+    def __len__(self):
+        return len(self._arrays)
+
+    def __getitem__(self, i):
+        return self._arrays[i]
+
+    @property
+    def p(self):
+        """The partition index (first axis)."""
+        return self._arrays[0]
+
+    @property
+    def x(self):
+        """The free index (second axis)."""
+        return self._arrays[1]
+
+
+class _MGrid:
+    def __getitem__(self, key):
+        key = key if isinstance(key, tuple) else (key,)
+        return _Grid(tuple(a.astype(np.int64) for a in np.ogrid[key]))
+
+
+mgrid = _MGrid()
+
+
+class nc:
+    """A NeuronCore count inside ``nl.spmd_dim`` (``nl.nc(2)``)."""
+
+    def __init__(self, n: int):
+        self.n = int(n)
+
+    def __int__(self):
+        return self.n
+
+
+class spmd_dim:
+    """A grid axis split across NeuronCores: its size is the product of its parts."""
+
+    def __init__(self, *parts):
+        self.parts = parts
+        self.size = int(np.prod([int(p) for p in parts]))
+        self.cores = int(np.prod([p.n for p in parts if isinstance(p, nc)])) if parts else 1
+
+    def __int__(self):
+        return self.size
+
+    def __index__(self):
+        return self.size
+
+
+def program_id(axis: int = 0):
+    """This program's index along grid ``axis`` (``nl.program_id``)."""
+    prog = current()
+    if not 0 <= axis < len(prog.pid):
+        raise NKIError("program_id", f"axis {axis} is outside the launch grid {prog.launch.grid}")
+    return prog.pid[axis]
+
+
+def num_programs(axes=None):
+    """Number of programs along ``axes`` (all axes when ``None``) (``nl.num_programs``)."""
+    grid = current().launch.grid
+    if axes is None:
+        return int(np.prod(grid)) if grid else 1
+    if isinstance(axes, (tuple, list)):
+        return int(np.prod([grid[a] for a in axes]))
+    return grid[axes]
+
+
+def program_ndim():
+    """Number of dimensions of the launch grid (``nl.program_ndim``)."""
+    return len(current().launch.grid)
+
+
+def _loop(kind):
+    def make(*args, **_ignored):
+        r = range(*args)
+        return _KINDS[kind](r.start, r.stop, r.step)
+
+    make.__name__ = f"{kind}_range"
+    make.__doc__ = {
+        "affine": "Loop with independent iterations (``nl.affine_range``); accumulations allowed.",
+        "sequential": "Loop whose iterations run in order (``nl.sequential_range``).",
+        "static": "Loop unrolled at trace time (``nl.static_range``).",
+    }[kind]
+    return make
+
+
+class _Range:
+    def __init__(self, start, stop, step, kind):
+        self._r = range(start, stop, step)
+        self.kind = kind
+
+    def __iter__(self):
+        from . import diagnostics as _diag
+
+        return _diag.loop_iter(self._r, self.kind)
+
+    def __len__(self):
+        return len(self._r)
+
+
+_KINDS = {k: (lambda k: (lambda a, b, c: _Range(a, b, c, k)))(k) for k in ("affine", "sequential", "static")}
+affine_range = _loop("affine")
+sequential_range = _loop("sequential")
+static_range = _loop("static")
+
+
+def loop_reduce(x, op, loop_indices, *, dtype=None, mask=None, **_ignored):
+    """Element-wise accumulation across loop iterations (``nl.loop_reduce``): returns ``op(x)``."""
+    return copy(x, dtype=dtype, mask=mask)
+
+
+# ---------------------------------------------------------------------------
+# Python operators on tiles
+# ---------------------------------------------------------------------------
+def _install_operators():
+    g = globals()
+    pairs = {"add": "add", "sub": "subtract", "mul": "multiply", "truediv": "divide", "pow": "power",
+             "lt": "less", "le": "less_equal", "gt": "greater", "ge": "greater_equal",
+             "and": "logical_and", "or": "logical_or", "xor": "logical_xor", "mod": "mod"}
+    for dunder, opname in pairs.items():
+        fn = g[opname]
+        setattr(Tile, f"__{dunder}__", (lambda f: lambda self, other: f(self, other))(fn))
+        if dunder not in ("lt", "le", "gt", "ge"):
+            setattr(Tile, f"__r{dunder}__", (lambda f: lambda self, other: f(other, self))(fn))
+    Tile.__eq__ = lambda self, other: g["equal"](self, other)
+    Tile.__ne__ = lambda self, other: g["not_equal"](self, other)
+    Tile.__hash__ = object.__hash__
+    Tile.__neg__ = lambda self: g["negative"](self)
+    Tile.__abs__ = lambda self: g["abs"](self)
+    Tile.__invert__ = lambda self: g["invert"](self)
+
+    def _inplace(opname):
+        fn = _BINARY[opname]
+
+        def iop(self, other):
+            # In-place accumulation (e.g. `psum_tile += nc_matmul(...)`): fp32 math, round on write.
+            self.own()
+            res = fn(dt.compute_view(self.data), _values(other, "other"))
+            _prof.instruction("Vector" if self.buffer is sbuf else "Tensor", self.data)
+            self.data[...] = dt.cast(res, self.data.dtype)
+            return self
+
+        return iop
+
+    for dunder, opname in (("iadd", "add"), ("isub", "subtract"), ("imul", "multiply"),
+                           ("itruediv", "divide")):
+        setattr(Tile, f"__{dunder}__", _inplace(opname))
+
+
+_install_operators()
+
+__all__ = sorted(n for n in globals() if not n.startswith("_") and n not in ("annotations", "math", "np", "dt",
+                                                                                 "Access", "HBMTensor", "Tile",
+                                                                                 "current", "Buffer"))

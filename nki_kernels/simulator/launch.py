@@ -1,0 +1,244 @@
+"""``nki.jit``, SPMD grids and the simulator's launch loop; dispatch by argument type.
+
+``kernel[grid](*args)`` runs one Python call of the kernel per program of the
+grid. What a call does depends on its arguments, as with the official
+``nki.jit``: NumPy arrays run the simulator and return NumPy arrays; JAX arrays
+or tracers go through ``jax_ops.nki_call``; torch tensors through
+``torch_ops.nki_call``.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import itertools
+from collections import namedtuple
+
+import numpy as np
+
+from . import dtypes as dt
+from .core import HBMTensor, Program, set_current, current_or_none, shared_hbm
+from .errors import NKIError
+
+ShapeDtype = namedtuple("ShapeDtype", ["shape", "dtype"])
+
+
+def normalize_grid(grid) -> tuple:
+    """A launch grid as a tuple of ints (ints, tuples and ``nl.spmd_dim`` accepted)."""
+    if grid is None:
+        return ()
+    if not isinstance(grid, (tuple, list)):
+        grid = (grid,)
+    out = []
+    for g in grid:
+        n = int(g)
+        if n < 1:
+            raise NKIError("grid", f"launch grid {tuple(grid)} has a dimension of size {n} (< 1)")
+        out.append(n)
+    return tuple(out)
+
+
+class Kernel:
+    """A function decorated with ``@nki.jit``: index it with a grid, then call it."""
+
+    def __init__(self, func, **options):
+        self.func = func
+        self.options = options
+        self.signature = inspect.signature(func)
+        functools.update_wrapper(self, func)
+
+    def __getitem__(self, grid):
+        return Launch(self, normalize_grid(grid))
+
+    def __call__(self, *args, **kwargs):
+        return Launch(self, ())(*args, **kwargs)
+
+    def __repr__(self):
+        return f"<nki kernel {self.func.__module__}.{self.func.__qualname__}>"
+
+
+class Launch:
+    """A kernel bound to a grid (``kernel[grid]``); calling it launches every program."""
+
+    def __init__(self, kernel: Kernel, grid: tuple):
+        self.kernel = kernel
+        self.grid = grid
+
+    def __call__(self, *args, **kwargs):
+        fw = _framework(args, kwargs)
+        if fw == "jax":
+            import jax_ops
+
+            return _call_framework(jax_ops.nki_call, self, args, kwargs)
+        if fw == "torch":
+            import torch_ops
+
+            return _call_framework(torch_ops.nki_call, self, args, kwargs)
+        return simulate(self.kernel, self.grid, *args, **kwargs)
+
+
+def _framework(args, kwargs) -> str:
+    for a in itertools.chain(args, kwargs.values()):
+        mod = type(a).__module__
+        if mod.startswith(("jax", "jaxlib")):
+            return "jax"
+        if mod.startswith("torch"):
+            return "torch"
+    return "numpy"
+
+
+def _is_tensor(x) -> bool:
+    return hasattr(x, "shape") and hasattr(x, "dtype") and not isinstance(x, (np.generic,))
+
+
+def _call_framework(nki_call, launch, args, kwargs):
+    """Split arguments into tensors (positional, in order) and static keywords for ``nki_call``."""
+    bound = launch.kernel.signature.bind(*args, **kwargs)
+    tensors, static = [], {}
+    for name, value in bound.arguments.items():
+        if _is_tensor(value):
+            if static:
+                raise NKIError("kernel arguments", f"tensor argument {name!r} follows a static argument; "
+                               "put tensor parameters first in the kernel signature")
+            tensors.append(value)
+        else:
+            static[name] = value
+    return nki_call(launch.kernel, *tensors, grid=launch.grid, **static)
+
+
+def is_kernel(obj) -> bool:
+    """True for ``@nki.jit`` kernels (and kernels bound to a grid)."""
+    return isinstance(obj, (Kernel, Launch))
+
+
+def _bind(kernel: Kernel, arrays, static):
+    """Map positional arrays to the kernel parameters not given as static keywords."""
+    params = [p for p in kernel.signature.parameters.values() if p.name not in static]
+    if len(arrays) > len(params):
+        raise NKIError("kernel arguments", f"{kernel.func.__qualname__} takes {len(params)} tensor arguments "
+                       f"besides {sorted(static)}, got {len(arrays)}")
+    kw = dict(static)
+    for p, a in zip(params, arrays):
+        kw[p.name] = a
+    return kw
+
+
+def _wrap(value, name):
+    if isinstance(value, np.ndarray):
+        d = value.dtype
+        if d not in dt.SUPPORTED and d not in (dt.float64, dt.int64):
+            raise NKIError("dtype", f"kernel argument {name!r} has dtype {d}, which NKI does not support")
+        return HBMTensor(value, name=name)
+    return value
+
+
+class _LaunchState:
+    """Per-launch state shared by the programs: the grid and the shared HBM outputs."""
+
+    def __init__(self, kernel, grid):
+        self.kernel = kernel
+        self.grid = grid
+        self.shared = []  # k-th shared_hbm allocation of every program is the same tensor
+        self.programs = 0
+
+
+def allocate_hbm(shape, dtype, buffer, fill, name):
+    """Allocate an HBM tensor; inside a launch, shared_hbm tensors are shared by all programs."""
+    prog = current_or_none()
+    if prog is not None and buffer is shared_hbm:
+        launch = prog.launch
+        i = prog.shared_index
+        prog.shared_index += 1
+        if i < len(launch.shared):
+            t = launch.shared[i]
+            if t.shape != tuple(shape) or t.dtype != dtype:
+                raise NKIError("shared_hbm", f"program {prog.pid} allocates shared_hbm tensor #{i} as "
+                               f"{tuple(shape)} {dtype}, other programs as {t.shape} {t.dtype}")
+            return t
+        data = np.empty(shape, dtype) if fill is None else np.full(shape, fill, dtype)
+        t = HBMTensor(data, buffer, name or f"out{i}")
+        launch.shared.append(t)
+        return t
+    data = np.empty(shape, dtype) if fill is None else np.full(shape, fill, dtype)
+    return HBMTensor(data, buffer, name or "hbm")
+
+
+def _unwrap(result):
+    if isinstance(result, HBMTensor):
+        return result.data
+    if isinstance(result, (tuple, list)):
+        return type(result)(_unwrap(r) for r in result)
+    return result
+
+
+def run_programs(kernel: Kernel, grid: tuple, kwargs: dict, pids=None):
+    """Run the kernel once per program id of ``grid`` (or of ``pids``); returns the last result."""
+    state = _LaunchState(kernel, grid)
+    result = None
+    outer = current_or_none()
+    try:
+        for pid in (pids if pids is not None else itertools.product(*(range(g) for g in grid))):
+            prog = Program(state, tuple(pid))
+            set_current(prog)
+            result = kernel.func(**kwargs)
+            state.programs += 1
+    finally:
+        set_current(outer)
+    return result, state
+
+
+def simulate(kernel, grid, *arrays, **static):
+    """Run ``kernel`` on the simulator over ``grid`` with NumPy inputs; returns NumPy output(s)."""
+    if isinstance(kernel, Launch):
+        kernel, grid = kernel.kernel, kernel.grid if grid in (None, ()) else normalize_grid(grid)
+    if not isinstance(kernel, Kernel):
+        raise TypeError(f"kernel must be an @nki.jit kernel, got {type(kernel).__name__}")
+    grid = normalize_grid(grid)
+    kw = _bind(kernel, arrays, static)
+    kw = {k: _wrap(v, k) for k, v in kw.items()}
+    result, _ = run_programs(kernel, grid, kw)
+    return _unwrap(result)
+
+
+def eval_shape(kernel, grid, *specs, **static):
+    """Output ``ShapeDtype``(s) of a launch, found by tracing only its first program on zero inputs."""
+    if isinstance(kernel, Launch):
+        kernel, grid = kernel.kernel, kernel.grid
+    grid = normalize_grid(grid)
+    arrays = [np.broadcast_to(np.zeros((), dt.as_dtype(s.dtype)), tuple(s.shape)) for s in specs]
+    kw = {k: _wrap(v, k) for k, v in _bind(kernel, arrays, static).items()}
+    result, _ = run_programs(kernel, grid, kw, pids=[(0,) * len(grid)])
+
+    def spec(r):
+        if isinstance(r, HBMTensor):
+            return ShapeDtype(r.shape, r.dtype)
+        if isinstance(r, (tuple, list)):
+            return tuple(spec(x) for x in r)
+        raise NKIError("kernel result", f"kernel returned {type(r).__name__}; NKI kernels return HBM tensors")
+
+    return spec(result)
+
+
+def jit(func=None, **options):
+    """Decorate an NKI kernel (``@nki.jit`` / ``@nki.jit(mode=...)``)."""
+    if func is None:
+        return lambda f: Kernel(f, **options)
+    if isinstance(func, Kernel):
+        return func
+    return Kernel(func, **options)
+
+
+def simulate_kernel(kernel, *args, **kwargs):
+    """Run ``kernel[grid]`` (or a kernel) on NumPy arrays in the simulator (official signature)."""
+    if isinstance(kernel, Launch):
+        return simulate(kernel.kernel, kernel.grid, *args, **kwargs)
+    if isinstance(kernel, Kernel):
+        return simulate(kernel, (), *args, **kwargs)
+    if callable(kernel):
+        return simulate(Kernel(kernel), (), *args, **kwargs)
+    raise TypeError(f"simulate_kernel needs an NKI kernel, got {type(kernel).__name__}")
+
+
+def baremetal(func=None, **options):
+    """``@nki.baremetal``: on the simulator, a kernel that runs on NumPy arrays."""
+    return jit(func, **options)

@@ -1,0 +1,26 @@
+"""The simulator's ``neuronxcc.nki`` module: ``jit``, ``simulate_kernel``, ``baremetal``,
+``benchmark``, and the ``language`` / ``isa`` / ``typing`` submodules."""
+
+from .. import isa, language  # noqa: F401 - re-exported as nki.language / nki.isa
+from ..launch import baremetal, jit, simulate_kernel  # noqa: F401
+from . import typing  # noqa: F401
+
+
+def benchmark(func=None, **options):
+    """``@nki.benchmark``: run the kernel on the simulator and attach its profile report.
+
+    The report is the simulator's model (DMA bytes, per-engine instruction
+    counts, an estimated Trainium time), not a hardware measurement; see
+    :func:`nki_kernels.simulator.profile`.
+    """
+    from ..launch import Kernel
+    from ..profiler import BenchmarkKernel
+
+    if func is None:
+        return lambda f: BenchmarkKernel(Kernel(getattr(f, "func", f)), **options)
+    return BenchmarkKernel(Kernel(getattr(func, "func", func)), **options)
+
+
+def profile(func=None, **options):
+    """``@nki.profile``: same as :func:`benchmark` on the simulator."""
+    return benchmark(func, **options)

@@ -1,0 +1,27 @@
+"""Instruction and DMA accounting hooks (no-ops unless a profile is being recorded).
+
+The full profiler (:func:`nki_kernels.simulator.profile`) installs a recorder
+here; the hot path pays one attribute check per instruction otherwise.
+"""
+
+from __future__ import annotations
+
+_recorder = None
+
+
+def instruction(engine: str, out) -> None:
+    """Record one engine instruction producing ``out``."""
+    if _recorder is not None:
+        _recorder.instruction(engine, out)
+
+
+def dma(tensor, data, direction: str, access, mask) -> None:
+    """Record one DMA transfer of ``data`` to or from HBM ``tensor``."""
+    if _recorder is not None:
+        _recorder.dma(tensor, data, direction, access, mask)
+
+
+def set_recorder(rec) -> None:
+    """Install (or with ``None`` remove) the active recorder."""
+    global _recorder
+    _recorder = rec
