@@ -1,0 +1,73 @@
+"""nki-ops kernels: NKI kernels in the official language and their public callers.
+
+The callers reshape any-rank inputs to the kernels' 2-D layout, pick the SPMD
+grid and launch. They are framework-neutral: with NumPy arrays the kernel runs
+on the simulator (or real hardware through ``neuronxcc``), with JAX arrays it
+becomes a ``jax_ops.nki_call``, with torch tensors a ``torch_ops.nki_call``.
+"""
+
+from __future__ import annotations
+
+import math
+
+from . import validation as _v
+from .add import add_grid, tensor_add_kernel
+from .rmsnorm import rms_norm_bwd_kernel, rms_norm_fwd_kernel, row_grid
+
+ADD_DTYPES = ("float32", "bfloat16", "float16", "int32", "int16", "int8", "uint8")
+
+__all__ = ["tensor_add", "rms_norm", "rms_norm_backward", "tensor_add_kernel", "rms_norm_fwd_kernel",
+           "rms_norm_bwd_kernel", "add_grid", "row_grid"]
+
+
+def _as_2d(x):
+    shape = tuple(x.shape)
+    if len(shape) == 2:
+        return x
+    last = shape[-1] if shape else 1
+    return x.reshape((math.prod(shape[:-1]) if len(shape) > 1 else 1, last))
+
+
+def tensor_add(a, b):
+    """Element-wise ``a + b`` of two equal-shape, equal-dtype arrays with the NKI add kernel."""
+    _v.require_array(a, "a")
+    _v.require_array(b, "b")
+    _v.require_same(a, b, "a", "b")
+    _v.require_dtype(a, "a", ADD_DTYPES)
+    shape = tuple(a.shape)
+    if math.prod(shape) == 0:
+        return a + b
+    a2, b2 = _as_2d(a), _as_2d(b)
+    out = tensor_add_kernel[add_grid(a2.shape)](a2, b2)
+    return out.reshape(shape)
+
+
+def rms_norm(x, weight, eps=1e-6):
+    """RMSNorm over the last axis: ``x * rsqrt(mean(x**2, -1) + eps) * weight``, in x's dtype."""
+    _v.require_rmsnorm_args(x, weight, eps)
+    _v.require_same(weight, weight, "weight", "weight")
+    if _v.dtype_name(weight) != _v.dtype_name(x):
+        raise TypeError(f"weight has dtype {_v.dtype_name(weight)} but x has dtype {_v.dtype_name(x)}; "
+                        "they must be equal")
+    if math.prod(x.shape) == 0:
+        return x * 1
+    x2 = _as_2d(x)
+    y = rms_norm_fwd_kernel[row_grid(x2.shape[0])](x2, weight, eps=float(eps))
+    return y.reshape(tuple(x.shape))
+
+
+def rms_norm_backward(dy, x, weight, eps=1e-6):
+    """Gradients ``(dx, dweight)`` of :func:`rms_norm` for the upstream gradient ``dy``."""
+    _v.require_rmsnorm_args(x, weight, eps)
+    _v.require_array(dy, "dy")
+    _v.require_same(dy, x, "dy", "x")
+    if _v.dtype_name(weight) != _v.dtype_name(x):
+        raise TypeError(f"weight has dtype {_v.dtype_name(weight)} but x has dtype {_v.dtype_name(x)}; "
+                        "they must be equal")
+    x2, dy2 = _as_2d(x), _as_2d(dy)
+    grid = row_grid(x2.shape[0])
+    _, rstd = rms_norm_fwd_kernel[grid](x2, weight, eps=float(eps), return_rstd=True)
+    dx, dw_partial = rms_norm_bwd_kernel[grid](dy2, x2, weight, rstd)
+    dw = dw_partial.sum(0)
+    dw = dw.astype(weight.dtype) if hasattr(dw, "astype") else dw.to(weight.dtype)
+    return dx.reshape(tuple(x.shape)), dw

@@ -26,6 +26,9 @@ class Index:
     __slots__ = ("shape", "out_shape", "basic", "perm", "arrays")
 
     def __init__(self, shape, out_shape, basic=None, perm=None, arrays=None):
+        if basic is not None and basic and all(isinstance(b, int) for b in basic):
+            # All-int NumPy indexing returns a scalar copy, not a view: select a 1-element slice.
+            basic = basic[:-1] + (slice(basic[-1], basic[-1] + 1),)
         self.shape = shape
         self.out_shape = out_shape
         self.basic = basic  # tuple usable as a NumPy basic index, or None

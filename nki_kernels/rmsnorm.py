@@ -1,0 +1,113 @@
+"""RMSNorm forward and backward kernels: rows tiled by 128 on a 1-D SPMD grid.
+
+``y = x * rsqrt(mean(x**2, -1) + eps) * w`` over the last axis of a 2-D ``x``.
+Each program owns 128 rows and keeps them resident in SBUF; the hidden axis is
+processed in chunks of ``CHUNK`` so the fp32 temporaries stay small (hidden
+sizes up to ~32K fp32 fit SBUF). Statistics are accumulated in fp32 whatever
+the input dtype; outputs are written in the input dtype.
+
+The backward kernel produces ``dx`` and one fp32 partial ``dw`` per program
+(a partition-axis sum done on the Tensor engine as ``ones.T @ (dy * xhat)``);
+the caller sums the partials.
+"""
+
+from __future__ import annotations
+
+from .backend import nisa, nki, nl
+
+P = 128  # rows per program (nl.tile_size.pmax)
+CHUNK = 2048  # hidden elements per compute step
+MM_F = 512  # moving free size of one matmul (nl.tile_size.gemm_moving_fmax)
+
+
+def _chunks(d):
+    return [(lo, min(d, lo + CHUNK)) for lo in range(0, d, CHUNK)]
+
+
+@nki.jit
+def rms_norm_fwd_kernel(x, w, eps=1e-6, return_rstd=False):
+    """RMSNorm of 2-D ``x`` [N, D] with weight ``w`` [D]; grid ``row_grid(N)``.
+
+    Returns ``y`` [N, D] (x.dtype), or ``(y, rstd)`` with the per-row reciprocal
+    RMS ``rstd`` [N, 1] float32 when ``return_rstd``.
+    """
+    n, d = x.shape
+    y = nl.ndarray((n, d), dtype=x.dtype, buffer=nl.shared_hbm)
+    rstd_out = nl.ndarray((n, 1), dtype=nl.float32, buffer=nl.shared_hbm) if return_rstd else None
+
+    ip = nl.program_id(0) * P + nl.arange(P)[:, None]
+    iw = nl.arange(d)[None, :]
+    rows = ip < n
+
+    x_tile = nl.load(x[ip, iw], mask=rows)
+    w_tile = nl.load(w.reshape((1, d))[nl.arange(1)[:, None], iw])
+    w_bcast = w_tile.broadcast_to((P, d))
+
+    sum_sq = nl.zeros((P, 1), dtype=nl.float32)
+    for lo, hi in _chunks(d):
+        sq = nl.square(x_tile[:, lo:hi], dtype=nl.float32)
+        sum_sq += nl.sum(sq, axis=[1], keepdims=True)
+    rstd = nl.rsqrt(nl.add(nl.multiply(sum_sq, 1.0 / d), eps))
+
+    for lo, hi in _chunks(d):
+        normed = nl.multiply(x_tile[:, lo:hi], rstd, dtype=nl.float32)
+        out = nl.multiply(normed, w_bcast[:, lo:hi], dtype=x.dtype)
+        nl.store(y[ip, lo + nl.arange(hi - lo)[None, :]], value=out, mask=rows)
+
+    if return_rstd:
+        nl.store(rstd_out[ip, nl.arange(1)[None, :]], value=rstd, mask=rows)
+        return y, rstd_out
+    return y
+
+
+@nki.jit
+def rms_norm_bwd_kernel(dy, x, w, rstd):
+    """Gradients of RMSNorm for 2-D ``x`` [N, D]; grid ``row_grid(N)``.
+
+    ``rstd`` [N, 1] float32 comes from the forward. Returns ``dx`` [N, D]
+    (x.dtype) and ``dw_partial`` [G, D] float32, one row per program, whose sum
+    over axis 0 is ``dw``. With ``xhat = x * rstd`` and ``g = dy * w``:
+    ``dx = rstd * (g - xhat * mean(g * xhat, -1))`` and ``dw = sum_rows(dy * xhat)``.
+    """
+    n, d = x.shape
+    dx = nl.ndarray((n, d), dtype=x.dtype, buffer=nl.shared_hbm)
+    dw_partial = nl.ndarray((nl.num_programs(0), d), dtype=nl.float32, buffer=nl.shared_hbm)
+
+    ip = nl.program_id(0) * P + nl.arange(P)[:, None]
+    iw = nl.arange(d)[None, :]
+    rows = ip < n
+
+    x_tile = nl.load(x[ip, iw], mask=rows)
+    dy_tile = nl.load(dy[ip, iw], mask=rows)
+    r = nl.load(rstd[ip, nl.arange(1)[None, :]], mask=rows)
+    w_bcast = nl.load(w.reshape((1, d))[nl.arange(1)[:, None], iw]).broadcast_to((P, d))
+    # Rows past N hold no data; zero their contribution to dw explicitly
+    # (masked-off SBUF lanes are undefined on hardware).
+    row_ok = nl.less(nisa.iota(ip, dtype=nl.int32), n, dtype=nl.float32)
+    ones = nl.full((P, 1), 1.0, dtype=nl.float32)
+
+    dot = nl.zeros((P, 1), dtype=nl.float32)
+    for lo, hi in _chunks(d):
+        g = nl.multiply(dy_tile[:, lo:hi], w_bcast[:, lo:hi], dtype=nl.float32)
+        xhat = nl.multiply(x_tile[:, lo:hi], r, dtype=nl.float32)
+        dot += nl.sum(nl.multiply(g, xhat), axis=[1], keepdims=True)
+    mean_dot = nl.multiply(dot, 1.0 / d)
+
+    for lo, hi in _chunks(d):
+        g = nl.multiply(dy_tile[:, lo:hi], w_bcast[:, lo:hi], dtype=nl.float32)
+        xhat = nl.multiply(x_tile[:, lo:hi], r, dtype=nl.float32)
+        dx_c = nl.multiply(nl.subtract(g, nl.multiply(xhat, mean_dot)), r, dtype=x.dtype)
+        nl.store(dx[ip, lo + nl.arange(hi - lo)[None, :]], value=dx_c, mask=rows)
+
+        contrib = nl.where(row_ok, nl.multiply(dy_tile[:, lo:hi], xhat, dtype=nl.float32), 0.0)
+        for mlo in range(lo, hi, MM_F):
+            mhi = min(hi, mlo + MM_F)
+            part = nisa.nc_matmul(ones, contrib[:, mlo - lo:mhi - lo])
+            nl.store(dw_partial[nl.program_id(0) + nl.arange(1)[:, None], mlo + nl.arange(mhi - mlo)[None, :]],
+                     value=part)
+    return dx, dw_partial
+
+
+def row_grid(n_rows: int) -> tuple:
+    """The 1-D launch grid covering ``n_rows`` rows, 128 per program."""
+    return (max(1, -(-int(n_rows) // P)),)
