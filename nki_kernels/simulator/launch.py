@@ -112,15 +112,26 @@ def is_kernel(obj) -> bool:
 
 
 def _bind(kernel: Kernel, arrays, static):
-    """Map positional arrays to the kernel parameters not given as static keywords."""
-    params = [p for p in kernel.signature.parameters.values() if p.name not in static]
-    if len(arrays) > len(params):
-        raise NKIError("kernel arguments", f"{kernel.func.__qualname__} takes {len(params)} tensor arguments "
-                       f"besides {sorted(static)}, got {len(arrays)}")
-    kw = dict(static)
-    for p, a in zip(params, arrays):
-        kw[p.name] = a
-    return kw
+    """Map positional arrays to the kernel parameters not given as static keywords.
+
+    Returns ``(args, kwargs)`` where every tensor is wrapped as an HBM tensor named
+    after its parameter.
+    """
+    args, arrays = [], list(arrays)
+    for p in kernel.signature.parameters.values():
+        if p.name in static or p.kind in (p.KEYWORD_ONLY, p.VAR_KEYWORD):
+            continue
+        if p.kind == p.VAR_POSITIONAL:
+            args += [_wrap(a, f"{p.name}{i}") for i, a in enumerate(arrays)]
+            arrays = []
+            break
+        if not arrays:
+            break
+        args.append(_wrap(arrays.pop(0), p.name))
+    if arrays:
+        raise NKIError("kernel arguments", f"{kernel.func.__qualname__} got {len(args) + len(arrays)} positional "
+                       f"arguments besides {sorted(static)}; it takes {len(args)}")
+    return args, {k: _wrap(v, k) for k, v in static.items()}
 
 
 def _wrap(value, name):
@@ -171,17 +182,19 @@ def _unwrap(result):
     return result
 
 
-def run_programs(kernel: Kernel, grid: tuple, kwargs: dict, pids=None):
+def run_programs(kernel: Kernel, grid: tuple, args: list, kwargs: dict, pids=None):
     """Run the kernel once per program id of ``grid`` (or of ``pids``); returns the last result."""
     state = _LaunchState(kernel, grid)
     result = None
     outer = current_or_none()
     try:
-        for pid in (pids if pids is not None else itertools.product(*(range(g) for g in grid))):
-            prog = Program(state, tuple(pid))
-            set_current(prog)
-            result = kernel.func(**kwargs)
-            state.programs += 1
+        # Masked-off lanes hold garbage that may overflow; that is not the user's bug.
+        with np.errstate(all="ignore"):
+            for pid in (pids if pids is not None else itertools.product(*(range(g) for g in grid))):
+                prog = Program(state, tuple(pid))
+                set_current(prog)
+                result = kernel.func(*args, **kwargs)
+                state.programs += 1
     finally:
         set_current(outer)
     return result, state
@@ -194,9 +207,8 @@ def simulate(kernel, grid, *arrays, **static):
     if not isinstance(kernel, Kernel):
         raise TypeError(f"kernel must be an @nki.jit kernel, got {type(kernel).__name__}")
     grid = normalize_grid(grid)
-    kw = _bind(kernel, arrays, static)
-    kw = {k: _wrap(v, k) for k, v in kw.items()}
-    result, _ = run_programs(kernel, grid, kw)
+    args, kw = _bind(kernel, arrays, static)
+    result, _ = run_programs(kernel, grid, args, kw)
     return _unwrap(result)
 
 
@@ -206,8 +218,8 @@ def eval_shape(kernel, grid, *specs, **static):
         kernel, grid = kernel.kernel, kernel.grid
     grid = normalize_grid(grid)
     arrays = [np.broadcast_to(np.zeros((), dt.as_dtype(s.dtype)), tuple(s.shape)) for s in specs]
-    kw = {k: _wrap(v, k) for k, v in _bind(kernel, arrays, static).items()}
-    result, _ = run_programs(kernel, grid, kw, pids=[(0,) * len(grid)])
+    args, kw = _bind(kernel, arrays, static)
+    result, _ = run_programs(kernel, grid, args, kw, pids=[(0,) * len(grid)])
 
     def spec(r):
         if isinstance(r, HBMTensor):
