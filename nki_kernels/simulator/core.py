@@ -313,11 +313,11 @@ class Tile:
         return view
 
     def __setitem__(self, key, value):
-        from .language import _values  # late import: language builds on core
+        from .language import _fit, _values  # late import: language builds on core
 
         self.own()
         idx = resolve(self.shape, key, f"{self.buffer.name} tile")
-        vals = _values(value, "value")
+        vals = _fit(_values(value, "value"), idx.out_shape, "tile assignment", f"{self.buffer.name} tile[...]")
         idx.write(self.data, dt.cast(vals, self.data.dtype), what=f"{self.buffer.name} tile")
 
     def broadcast_to(self, shape):
