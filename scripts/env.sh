@@ -1,0 +1,35 @@
+# Shared by demo.sh and test.sh: create the virtual environments this project runs in.
+#   .venv      numpy, ml_dtypes, JAX (CPU), torch 2.13.0 (CPU build), test tools
+#   .venv-xla  torch 2.9.0 + torch-xla 2.9.0 (PJRT_DEVICE=CPU), test tools
+# Each is rebuilt only when pyproject.toml or this file changes (a stamp records their hash).
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+PYTHON="${PYTHON:-python3}"
+STAMP_KEY="$(cat "$ROOT/pyproject.toml" "$ROOT/scripts/env.sh" | sha256sum | cut -c1-16)"
+
+_fresh() {  # _fresh DIR: true when DIR's stamp matches
+  [ -x "$1/bin/python" ] && [ "$(cat "$1/.stamp" 2>/dev/null)" = "$STAMP_KEY" ]
+}
+
+ensure_main_env() {
+  local venv="$ROOT/.venv"
+  _fresh "$venv" && return 0
+  echo ">> setting up $venv (numpy, JAX, torch 2.13.0 CPU, test tools)"
+  rm -rf "$venv"
+  "$PYTHON" -m venv "$venv"
+  # torch by exact version first: the CPU build; a looser spec pulls a CUDA build.
+  "$venv/bin/pip" install -q --disable-pip-version-check "torch==2.13.0"
+  "$venv/bin/pip" install -q --disable-pip-version-check -e "$ROOT[jax,torch,test]"
+  echo "$STAMP_KEY" > "$venv/.stamp"
+}
+
+ensure_xla_env() {
+  local venv="$ROOT/.venv-xla"
+  _fresh "$venv" && return 0
+  echo ">> setting up $venv (torch 2.9.0 + torch-xla 2.9.0 on PJRT_DEVICE=CPU)"
+  rm -rf "$venv"
+  "$PYTHON" -m venv "$venv"
+  "$venv/bin/pip" install -q --disable-pip-version-check "torch==2.9.0" "torch-xla==2.9.0"
+  "$venv/bin/pip" install -q --disable-pip-version-check -e "$ROOT[test]"
+  echo "$STAMP_KEY" > "$venv/.stamp"
+}
