@@ -16,7 +16,7 @@ from __future__ import annotations
 from .backend import nisa, nki, nl
 
 P = 128  # rows per program (nl.tile_size.pmax)
-CHUNK = 2048  # hidden elements per compute step
+CHUNK = 1024  # hidden elements per compute step: fp32 temporaries of 512 KiB stay in L2
 MM_F = 512  # moving free size of one matmul (nl.tile_size.gemm_moving_fmax)
 
 

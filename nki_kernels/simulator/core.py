@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import math
 import threading
 import weakref
 
@@ -251,7 +252,7 @@ class Tile:
                 f"a {buffer.name} tile of shape {tuple(data.shape)} has partition dimension "
                 f"{data.shape[pdim]} > {PMAX} (nl.tile_size.pmax)",
             )
-        if buffer is psum and self.bytes_per_partition() // max(1, self.blocks()) > PSUM_BANK_BYTES:
+        if buffer is psum and self.bytes_per_partition() // self.blocks() > PSUM_BANK_BYTES:
             raise NKIError(
                 "PSUM bank",
                 f"a PSUM tile of shape {tuple(data.shape)} {data.dtype} needs "
@@ -287,12 +288,12 @@ class Tile:
 
     def blocks(self) -> int:
         """Number of tiles in the leading block dimensions."""
-        return int(np.prod(self.data.shape[: self.pdim])) if self.pdim else 1
+        return math.prod(self.data.shape[: self.pdim]) if self.pdim else 1
 
     def bytes_per_partition(self) -> int:
         """Bytes this tile takes in each partition it spans."""
-        free = self.data.shape[self.pdim + 1:] if self.data.ndim > self.pdim else ()
-        return int(np.prod(free)) * self.data.dtype.itemsize * self.blocks()
+        shape = self.data.shape
+        return math.prod(shape[self.pdim + 1:]) * self.data.itemsize * (math.prod(shape[:self.pdim]) if self.pdim else 1)
 
     # -- copy-on-write for tiles that view HBM -----------------------------
     def own(self) -> None:
@@ -304,7 +305,7 @@ class Tile:
     def __getitem__(self, key):
         idx = resolve(self.shape, key, f"{self.buffer.name} tile")
         block_ints = isinstance(key, tuple) and self.pdim and len(key) <= self.pdim
-        if idx.basic is not None:
+        if idx.is_view:
             view = Tile(idx.view(self.data), self.buffer, 0, parent=self)
         else:
             view = Tile(idx.read(self.data, what=f"{self.buffer.name} tile"), self.buffer, 0, parent=self)

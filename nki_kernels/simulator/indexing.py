@@ -1,97 +1,121 @@
-"""Resolve NKI index expressions (ints, slices, affine ``nl.arange`` arrays) against a shape.
+"""Resolve NKI index expressions (ints, slices, affine ``nl.arange`` expressions) against a shape.
 
 An index expression is what a kernel writes inside ``tensor[...]``: ints,
-slices, and integer arrays built from ``nl.arange`` / ``nl.mgrid`` /
-``program_id`` arithmetic, broadcast against each other (``[:, None]``). The
-resolved :class:`Index` knows the shape of the tile it selects and reads or
-writes it either as a NumPy *view* (when every array is an arithmetic
-progression along its own axis, which is what affine index expressions are) or
-by gathering/scattering (anything else, and masked edges).
+slices and affine expressions of ``nl.arange`` / ``nl.mgrid`` / ``program_id``
+broadcast against each other (``[:, None]``). The resolved :class:`Index` knows
+the shape of the tile it selects and reads or writes it
+
+* as a NumPy view: basic slicing (+ transpose) when each tile axis walks one
+  tensor axis, or a strided view (``as_strided``) when an axis walks several
+  (e.g. ``p * i1 + i2`` in pooling) -- no index values are ever materialised;
+* by gathering / scattering explicit index arrays when the expression is not
+  affine, when a mask leaves out elements, or when it reaches out of bounds
+  (which is an error unless masked).
 """
 
 from __future__ import annotations
 
 import numpy as np
+from numpy.lib.stride_tricks import as_strided
 
 from .errors import NKIError
-
-
-def _is_int(x) -> bool:
-    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
+from .index_expr import AffineExpr, Mask, _is_int
 
 
 class Index:
     """A resolved index into an array of ``shape``; ``out_shape`` is the selected tile's shape."""
 
-    __slots__ = ("shape", "out_shape", "basic", "perm", "arrays")
+    __slots__ = ("shape", "out_shape", "basic", "perm", "strided", "comps", "_arrays_cache")
 
-    def __init__(self, shape, out_shape, basic=None, perm=None, arrays=None):
-        if basic is not None and basic and all(isinstance(b, int) for b in basic):
-            # All-int NumPy indexing returns a scalar copy, not a view: select a 1-element slice.
-            basic = basic[:-1] + (slice(basic[-1], basic[-1] + 1),)
+    def __init__(self, shape, out_shape, comps, basic=None, perm=None, strided=None):
         self.shape = shape
-        self.out_shape = out_shape
-        self.basic = basic  # tuple usable as a NumPy basic index, or None
-        self.perm = perm  # axes permutation applied to the basic view, or None
-        self.arrays = arrays  # broadcast integer arrays (gather path)
+        self.out_shape = tuple(out_shape)
+        self.comps = comps  # per tensor axis: int or AffineExpr right-aligned to the tile's rank
+        self.basic = basic  # NumPy basic index (view path 1), or None
+        self.perm = perm  # axes permutation applied after basic indexing
+        self.strided = strided  # (start, coef matrix) for as_strided (view path 2), or None
+        self._arrays_cache = None
+
+    @property
+    def is_view(self) -> bool:
+        """True when the region can be addressed as a NumPy view."""
+        return self.basic is not None or self.strided is not None
 
     # -- reading / writing -------------------------------------------------
     def view(self, data: np.ndarray) -> np.ndarray:
-        """The selected region as a view of ``data`` (basic path only)."""
-        v = data[self.basic]
-        if self.perm is not None:
-            v = v.transpose(self.perm)
-        return v.reshape(self.out_shape)
+        """The selected region as a view of ``data`` (view paths only)."""
+        if self.basic is not None:
+            v = data[self.basic]
+            if self.perm is not None:
+                v = v.transpose(self.perm)
+            return v.reshape(self.out_shape) if v.shape != self.out_shape else v
+        start, coefs = self.strided
+        sub = data[tuple(slice(s, s + 1) for s in start)]
+        strides = [sum(c[ax] * st for c, st in zip(coefs, data.strides)) for ax in range(len(self.out_shape))]
+        return as_strided(sub, self.out_shape, strides, writeable=data.flags.writeable)
 
     def read(self, data: np.ndarray, mask=None, what="tensor") -> np.ndarray:
         """Values at the index (masked-off elements are zero); a view when possible."""
-        mask = _full_mask(mask, self.out_shape)
-        if mask is None and self.basic is not None:
+        mask = full_mask(mask, self.out_shape)
+        if mask is None and self.is_view:
             return self.view(data)
-        arrays = self._arrays()
-        out = np.zeros(self.out_shape, data.dtype)
+        arrays = self.arrays()
         if mask is None:
-            self._check_bounds(arrays, None, what)
+            self._check_bounds(arrays, what)
             return data[arrays]
+        out = np.zeros(self.out_shape, data.dtype)
         sel = tuple(np.broadcast_to(a, self.out_shape)[mask] for a in arrays)
-        self._check_bounds(sel, None, what)
+        self._check_bounds(sel, what)
         out[mask] = data[sel]
         return out
 
-    def write(self, data: np.ndarray, values: np.ndarray, mask=None, what="tensor") -> None:
+    def write(self, data: np.ndarray, values, mask=None, what="tensor") -> None:
         """Write ``values`` (already of the destination dtype, broadcastable) at the index."""
-        mask = _full_mask(mask, self.out_shape)
-        if mask is None and self.basic is not None:
+        mask = full_mask(mask, self.out_shape)
+        if mask is None and self.is_view and (self.basic is not None or not self._overlaps(data)):
             self.view(data)[...] = values
             return
-        arrays = self._arrays()
+        arrays = self.arrays()
         values = np.broadcast_to(values, self.out_shape)
         if mask is None:
-            self._check_bounds(arrays, None, what)
+            self._check_bounds(arrays, what)
             data[arrays] = values
             return
         sel = tuple(np.broadcast_to(a, self.out_shape)[mask] for a in arrays)
-        self._check_bounds(sel, None, what)
+        self._check_bounds(sel, what)
         data[sel] = values[mask]
 
     def element_indices(self, mask=None):
         """Flat indices (into ``shape``) of the elements this index touches, honouring the mask."""
-        arrays = tuple(np.broadcast_to(a, self.out_shape) for a in self._arrays())
-        mask = _full_mask(mask, self.out_shape)
+        arrays = tuple(np.broadcast_to(a, self.out_shape) for a in self.arrays())
+        mask = full_mask(mask, self.out_shape)
         if mask is not None:
             arrays = tuple(a[mask] for a in arrays)
         return np.ravel_multi_index(tuple(a.ravel() for a in arrays), self.shape)
 
-    # -- helpers -----------------------------------------------------------
-    def _arrays(self):
-        if self.arrays is None:
-            # Materialise the basic index as explicit arrays (used only on the slow path).
-            grids = np.indices(self.shape, sparse=True)
-            self.arrays = tuple(self.view(g) for g in np.broadcast_arrays(*grids))
-        return self.arrays
+    def arrays(self):
+        """Explicit index arrays, one per tensor axis, broadcastable to ``out_shape``."""
+        if self._arrays_cache is None:
+            self._arrays_cache = tuple(np.asarray(c) if isinstance(c, (AffineExpr, np.ndarray)) else
+                                       np.asarray(c, dtype=np.int64) for c in self.comps)
+        return self._arrays_cache
 
-    def _check_bounds(self, arrays, _mask, what):
+    # -- helpers -----------------------------------------------------------
+    def _overlaps(self, data) -> bool:
+        """Whether two tile elements of the strided view alias one tensor element."""
+        start, coefs = self.strided
+        steps = sorted((abs(sum(c[ax] * st for c, st in zip(coefs, data.strides))), n)
+                       for ax, n in enumerate(self.out_shape) if n > 1)
+        extent = data.itemsize
+        for step, n in steps:
+            if step < extent:
+                return True
+            extent = step * (n - 1) + extent
+        return False
+
+    def _check_bounds(self, arrays, what):
         for axis, (a, dim) in enumerate(zip(arrays, self.shape)):
+            a = np.asarray(a)
             if a.size and (a.min() < 0 or a.max() >= dim):
                 bad = a[(a < 0) | (a >= dim)]
                 raise NKIError(
@@ -101,12 +125,18 @@ class Index:
                 )
 
 
-def _full_mask(mask, out_shape):
+def full_mask(mask, out_shape):
+    """``None`` when ``mask`` selects everything, else a boolean array of ``out_shape``."""
     if mask is None:
         return None
-    m = np.asarray(mask)
-    if m.dtype != np.bool_:
-        m = m.astype(bool)
+    if isinstance(mask, Mask):
+        if mask.all_true():
+            return None
+        m = np.asarray(mask)
+    else:
+        m = np.asarray(mask)
+        if m.dtype != np.bool_:
+            m = m.astype(bool)
     try:
         m = np.broadcast_to(m, out_shape)
     except ValueError:
@@ -118,24 +148,27 @@ def _full_mask(mask, out_shape):
     return m
 
 
-def _progression(a: np.ndarray):
-    """(start, step) if ``a`` varies along exactly one axis as an arithmetic progression."""
+_full_mask = full_mask  # used by language/isa
+
+
+def _as_expr(a: np.ndarray):
+    """An integer array as an AffineExpr when it is an arithmetic progression along one axis."""
     axes = [ax for ax, s in enumerate(a.shape) if s != 1]
+    if not axes:
+        return AffineExpr(a.shape, int(a.reshape(-1)[0]) if a.size else 0, (0,) * a.ndim)
     if len(axes) != 1:
         return None
     v = a.reshape(-1)
     start = int(v[0])
     step = int(v[1] - v[0]) if v.size > 1 else 1
-    if step == 0:
-        return None
     if v.size > 2 and not np.array_equal(v, start + step * np.arange(v.size)):
         return None
-    return axes[0], start, step
+    coefs = [0] * a.ndim
+    coefs[axes[0]] = step
+    return AffineExpr(a.shape, start, coefs)
 
 
-def resolve(shape, key, what="tensor") -> Index:
-    """Resolve ``key`` (what a kernel wrote in ``t[...]``) against an array of ``shape``."""
-    shape = tuple(int(s) for s in shape)
+def _normalize(shape, key, what):
     if not isinstance(key, tuple):
         key = (key,)
     if any(k is Ellipsis for k in key):
@@ -145,85 +178,181 @@ def resolve(shape, key, what="tensor") -> Index:
     if len(key) > len(shape):
         raise NKIError("index rank", f"{len(key)} indices given for {what} of rank {len(shape)} {shape}")
     key = key + (slice(None),) * (len(shape) - len(key))
-
     comps = []
     for axis, (k, dim) in enumerate(zip(key, shape)):
         if _is_int(k) or (isinstance(k, np.ndarray) and k.ndim == 0):
             k = int(k)
-            if k < 0:
-                k += dim
+            k = k + dim if k < 0 else k
             if not 0 <= k < dim:
                 raise NKIError("out-of-bounds access",
                                f"index {k} on axis {axis} of {what} with shape {shape} is outside [0, {dim})")
             comps.append(k)
         elif isinstance(k, slice):
-            start, stop, step = k.start, k.stop, k.step
-            step = 1 if step is None else int(step)
-            start = 0 if start is None else int(start) + (dim if int(start) < 0 else 0)
-            stop = dim if stop is None else int(stop) + (dim if int(stop) < 0 else 0)
+            step = 1 if k.step is None else int(k.step)
+            start = 0 if k.start is None else int(k.start) + (dim if int(k.start) < 0 else 0)
+            stop = dim if k.stop is None else int(k.stop) + (dim if int(k.stop) < 0 else 0)
             if step <= 0 or start > stop:
                 raise NKIError("index type", f"slice {start}:{stop}:{step} on axis {axis} of {what} "
                                "must have a positive step and start <= stop")
             comps.append(slice(start, stop, step))
-        elif isinstance(k, np.ndarray) and np.issubdtype(k.dtype, np.integer):
+        elif isinstance(k, AffineExpr):
             comps.append(k)
+        elif isinstance(k, np.ndarray) and np.issubdtype(k.dtype, np.integer):
+            comps.append(_as_expr(k) or k)
         elif hasattr(k, "data") and hasattr(k, "buffer"):
-            raise NKIError("dynamic index",
-                           f"indexing {what} with a tile's values (dynamic/indirect access) is not supported "
-                           "by the simulator")
+            raise NKIError("dynamic index", f"indexing {what} with a tile's values (dynamic/indirect access) "
+                           "is not supported by the simulator")
         else:
             raise NKIError("index type", f"cannot index {what} with {type(k).__name__} {k!r}")
+    return comps
 
-    arrays = [c for c in comps if isinstance(c, np.ndarray)]
-    in_bounds = all(c.stop <= dim for c, dim in zip(comps, shape) if isinstance(c, slice))
-    if not arrays and in_bounds:
+
+def resolve(shape, key, what="tensor") -> Index:
+    """Resolve ``key`` (what a kernel wrote in ``t[...]``) against an array of ``shape``."""
+    shape = tuple(int(s) for s in shape)
+    if type(key) is tuple and len(key) == len(shape):
+        idx = _resolve_simple(shape, key)
+        if idx is not None:
+            return idx
+    comps = _normalize(shape, key, what)
+
+    exprs = [c for c in comps if isinstance(c, (AffineExpr, np.ndarray))]
+    if not exprs and all(c.stop <= dim for c, dim in zip(comps, shape) if isinstance(c, slice)):
         out_shape = tuple(len(range(c.start, c.stop, c.step)) for c in comps if isinstance(c, slice))
-        return Index(shape, out_shape, basic=tuple(comps))
+        basic = tuple(comps)
+        if basic and all(isinstance(b, int) for b in basic):
+            # All-int NumPy indexing returns a scalar copy, not a view: select a 1-element slice.
+            basic = basic[:-1] + (slice(basic[-1], basic[-1] + 1),)
+        idx = Index(shape, out_shape, None, basic=basic)
+        idx.comps = _slices_as_exprs(comps, out_shape)
+        return idx
 
-    # Mixed slices and arrays: a slice takes its own axis among the non-int positions.
+    # Slices mixed with expressions: each slice takes its own axis among the non-int positions.
     nonint = [i for i, c in enumerate(comps) if not isinstance(c, int)]
-    rank = max([a.ndim for a in arrays] + [len(nonint)])
+    rank = max([e.ndim for e in exprs] + [len(nonint)])
     for j, i in enumerate(nonint):
         c = comps[i]
         if isinstance(c, slice):
             shp = [1] * rank
+            coefs = [0] * rank
             ax = rank - len(nonint) + j
             shp[ax] = len(range(c.start, c.stop, c.step))
-            comps[i] = np.arange(c.start, c.stop, c.step).reshape(shp)
-    try:
-        out_shape = np.broadcast_shapes(*(c.shape for c in comps if isinstance(c, np.ndarray)))
-    except ValueError:
-        raise NKIError("index shape", f"index arrays of shapes "
-                       f"{[c.shape for c in comps if isinstance(c, np.ndarray)]} do not broadcast") from None
+            coefs[ax] = c.step
+            comps[i] = AffineExpr(shp, c.start, coefs)
+    out_shape = _broadcast([c.shape for c in comps if not isinstance(c, int)], rank)
     rank = len(out_shape)
+    aligned = []
+    for c in comps:
+        if isinstance(c, AffineExpr) and c.ndim < rank:
+            s, k = c.right_aligned(rank)
+            c = AffineExpr(s, c.offset, k)
+        elif isinstance(c, np.ndarray) and c.ndim < rank:
+            c = c.reshape((1,) * (rank - c.ndim) + c.shape)
+        aligned.append(c)
 
-    basic, used_axes, ok = [], [], True
-    for axis, c in enumerate(comps):
+    if any(isinstance(c, np.ndarray) for c in aligned):
+        return Index(shape, out_shape, aligned)  # not affine: gather/scatter
+    for c, dim in zip(aligned, shape):
+        if isinstance(c, AffineExpr):
+            lo, hi = c.bounds()
+            if lo < 0 or hi >= dim:
+                return Index(shape, out_shape, aligned)  # out of bounds: the gather path checks the mask
+
+    # Affine and in bounds: a view. Basic slicing when every tile axis walks one tensor axis.
+    basic, used = [], []
+    for c in aligned:
         if isinstance(c, int):
             basic.append(c)
             continue
-        if c.size == 1:
-            basic.append(int(c.reshape(-1)[0]))
+        axes = [ax for ax, k in enumerate(c.coefs) if k]
+        if not axes:
+            basic.append(c.offset)
+        elif len(axes) == 1 and c.coefs[axes[0]] > 0 and axes[0] not in used:
+            ax, step = axes[0], c.coefs[axes[0]]
+            used.append(ax)
+            basic.append(slice(c.offset, c.offset + step * (out_shape[ax] - 1) + 1, step))
+        else:
+            basic = None
+            break
+    if basic is not None:
+        if all(isinstance(b, int) for b in basic):
+            basic = basic[:-1] + [slice(basic[-1], basic[-1] + 1)]
+        order = sorted(range(len(used)), key=lambda i: used[i])
+        perm = None if order == list(range(len(order))) else tuple(order)
+        return Index(shape, out_shape, aligned, basic=tuple(basic), perm=perm)
+    start = tuple(c if isinstance(c, int) else c.offset for c in aligned)
+    coefs = tuple((0,) * rank if isinstance(c, int) else c.coefs for c in aligned)
+    return Index(shape, out_shape, aligned, strided=(start, coefs))
+
+
+def _resolve_simple(shape, key):
+    """Fast path for the common case: ints and same-rank affine expressions that each walk
+    their own tile axis, in bounds. Returns ``None`` to defer to the general resolver."""
+    rank = -1
+    shapes = []
+    for k in key:
+        if type(k) is AffineExpr:
+            if rank == -1:
+                rank = len(k.shape)
+            elif len(k.shape) != rank:
+                return None
+            shapes.append(k.shape)
+        elif type(k) is not int:
+            return None
+    if rank == -1:
+        return None
+    out_shape = _broadcast(shapes, rank)
+    basic, used = [], []
+    for k, dim in zip(key, shape):
+        if type(k) is int:
+            if not 0 <= k < dim:
+                return None
+            basic.append(k)
             continue
-        prog = _progression(c)
-        if prog is None:
-            ok = False
-            break
-        ax, start, step = prog
-        ax += rank - c.ndim
-        n = c.shape[ax - (rank - c.ndim)]
-        last = start + step * (n - 1)
-        if ax in used_axes or min(start, last) < 0 or max(start, last) >= shape[axis]:
-            ok = False  # out of bounds or two arrays on one axis: the gather path checks/handles it
-            break
-        used_axes.append(ax)
-        stop = start + step * n
-        basic.append(slice(start, stop if stop >= 0 else None, step))
-    fancy = tuple(c if isinstance(c, np.ndarray) else np.asarray(c) for c in comps)
-    if not ok:
-        return Index(shape, out_shape, arrays=fancy)
-    order = sorted(range(len(used_axes)), key=lambda i: used_axes[i])
-    perm = None if order == list(range(len(order))) else tuple(order)
-    idx = Index(shape, out_shape, basic=tuple(basic), perm=perm)
-    idx.arrays = None
-    return idx
+        ax = k.axis
+        if ax == -1:
+            if not 0 <= k.offset < dim:
+                return None
+            basic.append(k.offset)
+            continue
+        if ax < 0 or ax in used:
+            return None
+        step = k.coefs[ax]
+        last = k.offset + step * (out_shape[ax] - 1)
+        if k.offset < 0 or last >= dim:
+            return None
+        used.append(ax)
+        basic.append(slice(k.offset, last + 1, step))
+    if not used:
+        return None
+    perm = None
+    if used != sorted(used):
+        perm = tuple(sorted(range(len(used)), key=used.__getitem__))
+    return Index(shape, out_shape, list(key), basic=tuple(basic), perm=perm)
+
+
+def _broadcast(shapes, rank):
+    """Broadcast shape of ``shapes`` (a faster ``np.broadcast_shapes`` for short tuples)."""
+    out = [1] * rank
+    for shp in shapes:
+        off = rank - len(shp)
+        for i, n in enumerate(shp):
+            cur = out[off + i]
+            if n != cur and n != 1:
+                if cur != 1:
+                    raise NKIError("index shape", f"index expressions of shapes {shapes} do not broadcast")
+                out[off + i] = n
+    return tuple(out)
+
+
+def _slices_as_exprs(comps, out_shape):
+    rank, j, out = len(out_shape), 0, []
+    for c in comps:
+        if isinstance(c, int):
+            out.append(c)
+            continue
+        shp, coefs = [1] * rank, [0] * rank
+        shp[j], coefs[j] = out_shape[j], c.step
+        out.append(AffineExpr(shp, c.start, coefs))
+        j += 1
+    return out

@@ -20,6 +20,7 @@ from .core import (Access, Buffer, HBMTensor, PMAX, Tile, current, hbm, par_dim,
 from .dtypes import (bfloat16, bool_, float8_e4m3, float8_e5m2, float16, float32, int8, int16, int32,
                      tfloat32, uint8, uint16, uint32)
 from .errors import NKIError
+from .index_expr import AffineExpr, Mask  # noqa: F401 - Mask is part of nl's surface
 from .indexing import _full_mask
 
 __all__ = [n for n in dir() if not n.startswith("_")]
@@ -363,10 +364,10 @@ def load(src, *, mask=None, dtype=None, **_ignored):
     """DMA an HBM region into a new SBUF tile (``nl.load``); masked-off elements are not read."""
     acc = _as_access(src, "src", "nl.load")
     data = acc.index.read(acc.tensor.data, mask, what=acc.tensor.name)
-    d = dt.as_dtype(dtype)
+    d = dt.as_dtype(dtype) if dtype is not None else None
     if d is not None and d != data.dtype:
         data = dt.cast(data, d)
-    elif np.shares_memory(data, acc.tensor.data):
+    elif data.base is not None:
         # Zero-copy load: the tile views HBM until either side is written (copy-on-write).
         data = data.view()
         data.flags.writeable = False
@@ -459,8 +460,9 @@ def dropout(x, rate, *, dtype=None, mask=None, **_ignored):
 # index expressions and SPMD
 # ---------------------------------------------------------------------------
 def arange(*args):
-    """Index values ``start, start+step, ...`` as a 1-D integer array (``nl.arange``)."""
-    return np.arange(*args, dtype=np.int64)
+    """Index values ``start, start+step, ...`` as a 1-D affine index expression (``nl.arange``)."""
+    r = range(*(int(a) for a in args))
+    return AffineExpr((len(r),), r.start, (r.step,))
 
 
 class _Grid:
@@ -492,7 +494,13 @@ class _Grid:
 class _MGrid:
     def __getitem__(self, key):
         key = key if isinstance(key, tuple) else (key,)
-        return _Grid(tuple(a.astype(np.int64) for a in np.ogrid[key]))
+        out = []
+        for ax, k in enumerate(key):
+            r = range(0 if k.start is None else k.start, k.stop, 1 if k.step is None else k.step)
+            shape, coefs = [1] * len(key), [0] * len(key)
+            shape[ax], coefs[ax] = len(r), r.step
+            out.append(AffineExpr(shape, r.start, coefs))
+        return _Grid(tuple(out))
 
 
 mgrid = _MGrid()

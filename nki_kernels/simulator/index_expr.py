@@ -1,0 +1,255 @@
+"""Symbolic affine index expressions and masks: what ``nl.arange`` / ``nl.mgrid`` build.
+
+NKI index expressions are affine in the iteration variables:
+``program_id * 128 + nl.arange(128)[:, None]``. Keeping them symbolic
+(``offset + sum(coef[axis] * i[axis])`` over a broadcast shape) lets the simulator
+turn an access into a strided NumPy view without looking at index values, and
+decide "this mask is all true" from the expression's range. Anything non-affine
+(``i * j``, ``i // 2``, NumPy functions) materialises to an ordinary integer array,
+which the gather path of :mod:`indexing` handles.
+"""
+
+from __future__ import annotations
+
+import operator
+
+import numpy as np
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
+
+
+class AffineExpr:
+    """``offset + sum(coefs[k] * i_k)`` for ``i`` ranging over ``shape`` (broadcastable: size-1 axes)."""
+
+    __array_ufunc__ = None  # NumPy defers to our operators, which materialise when needed
+    __slots__ = ("shape", "offset", "coefs", "axis")
+
+    def __init__(self, shape, offset, coefs):
+        self.shape = shape = tuple(shape)
+        self.offset = int(offset)
+        self.coefs = coefs = tuple(int(c) if s != 1 else 0 for c, s in zip(coefs, shape))
+        # The one axis this expression walks forward along (-1: constant, -2: several/backward):
+        # lets the resolver turn it into a slice without further analysis.
+        nz = [ax for ax, c in enumerate(coefs) if c]
+        self.axis = -1 if not nz else (nz[0] if len(nz) == 1 and coefs[nz[0]] > 0 else -2)
+
+    # -- array protocol ------------------------------------------------------
+    @property
+    def ndim(self):
+        """Number of axes."""
+        return len(self.shape)
+
+    @property
+    def size(self):
+        """Number of elements."""
+        return int(np.prod(self.shape)) if self.shape else 1
+
+    @property
+    def dtype(self):
+        """Index expressions are int64."""
+        return np.dtype(np.int64)
+
+    def __len__(self):
+        return self.shape[0]
+
+    def __array__(self, dtype=None, copy=None):
+        out = np.full((1,) * len(self.shape), self.offset, dtype=np.int64)
+        for ax, (n, c) in enumerate(zip(self.shape, self.coefs)):
+            if n != 1 and c:
+                shp = [1] * len(self.shape)
+                shp[ax] = n
+                out = out + (np.arange(n, dtype=np.int64) * c).reshape(shp)
+        out = np.broadcast_to(out, self.shape)
+        return out if dtype is None else out.astype(dtype)
+
+    def bounds(self):
+        """(min, max) of the expression over its shape."""
+        lo = hi = self.offset
+        for n, c in zip(self.shape, self.coefs):
+            span = c * (n - 1)
+            lo += min(0, span)
+            hi += max(0, span)
+        return lo, hi
+
+    def right_aligned(self, rank):
+        """(shape, coefs) padded on the left with size-1 axes to ``rank``."""
+        pad = rank - len(self.shape)
+        return (1,) * pad + self.shape, (0,) * pad + self.coefs
+
+    # -- structure -------------------------------------------------------------
+    def __getitem__(self, key):
+        key = key if isinstance(key, tuple) else (key,)
+        if all(k is None or (isinstance(k, slice) and k == slice(None)) for k in key):
+            shape, coefs, it = [], [], iter(zip(self.shape, self.coefs))
+            for k in key:
+                if k is None:
+                    shape.append(1)
+                    coefs.append(0)
+                else:
+                    n, c = next(it)
+                    shape.append(n)
+                    coefs.append(c)
+            for n, c in it:
+                shape.append(n)
+                coefs.append(c)
+            return AffineExpr(shape, self.offset, coefs)
+        if len(key) == 1 and isinstance(key[0], slice) and len(self.shape) == 1:
+            r = range(self.shape[0])[key[0]]
+            return AffineExpr((len(r),), self.offset + self.coefs[0] * r.start, (self.coefs[0] * r.step,))
+        return np.asarray(self)[key]
+
+    def reshape(self, *shape):
+        """Materialised reshape (index expressions are rarely reshaped)."""
+        return np.asarray(self).reshape(*shape)
+
+    # -- arithmetic ---------------------------------------------------------------
+    def _combine(self, other, sign):
+        if _is_int(other):
+            return AffineExpr(self.shape, self.offset + sign * int(other), self.coefs)
+        if isinstance(other, AffineExpr):
+            rank = max(len(self.shape), len(other.shape))
+            s1, c1 = self.right_aligned(rank)
+            s2, c2 = other.right_aligned(rank)
+            try:
+                shape = np.broadcast_shapes(s1, s2)
+            except ValueError:
+                raise IndexError(f"index expressions of shapes {self.shape} and {other.shape} "
+                                 "do not broadcast") from None
+            return AffineExpr(shape, self.offset + sign * other.offset,
+                              [a + sign * b for a, b in zip(c1, c2)])
+        return None
+
+    def __add__(self, other):
+        res = self._combine(other, 1)
+        return res if res is not None else np.asarray(self) + np.asarray(other)
+
+    __radd__ = __add__
+
+    def __sub__(self, other):
+        res = self._combine(other, -1)
+        return res if res is not None else np.asarray(self) - np.asarray(other)
+
+    def __rsub__(self, other):
+        return (-self) + other
+
+    def __neg__(self):
+        return AffineExpr(self.shape, -self.offset, [-c for c in self.coefs])
+
+    def __pos__(self):
+        return self
+
+    def __mul__(self, other):
+        if _is_int(other):
+            k = int(other)
+            return AffineExpr(self.shape, self.offset * k, [c * k for c in self.coefs])
+        return np.asarray(self) * np.asarray(other)
+
+    __rmul__ = __mul__
+
+    def _materialised(op, reflected=False):
+        def fn(self, other):
+            a, b = np.asarray(self), np.asarray(other)
+            return op(b, a) if reflected else op(a, b)
+
+        return fn
+
+    __floordiv__ = _materialised(operator.floordiv)
+    __rfloordiv__ = _materialised(operator.floordiv, True)
+    __mod__ = _materialised(operator.mod)
+    __rmod__ = _materialised(operator.mod, True)
+    __truediv__ = _materialised(operator.truediv)
+    __pow__ = _materialised(operator.pow)
+    __and__ = _materialised(operator.and_)
+    __or__ = _materialised(operator.or_)
+
+    # -- comparisons build masks ------------------------------------------------------
+    def _cmp(self, other, op):
+        if _is_int(other) or isinstance(other, (float, np.floating)):
+            return Mask(((self, op, other),))
+        return Mask.dense(op(np.asarray(self), np.asarray(other)))
+
+    def __lt__(self, o):
+        return self._cmp(o, operator.lt)
+
+    def __le__(self, o):
+        return self._cmp(o, operator.le)
+
+    def __gt__(self, o):
+        return self._cmp(o, operator.gt)
+
+    def __ge__(self, o):
+        return self._cmp(o, operator.ge)
+
+    def __eq__(self, o):
+        return Mask.dense(np.asarray(self) == np.asarray(o))
+
+    def __ne__(self, o):
+        return Mask.dense(np.asarray(self) != np.asarray(o))
+
+    __hash__ = object.__hash__
+
+    def __repr__(self):
+        return f"AffineExpr(shape={self.shape}, offset={self.offset}, coefs={self.coefs})"
+
+
+class Mask:
+    """A conjunction of ``expr <op> bound`` terms (kept symbolic), or a dense boolean array."""
+
+    __array_ufunc__ = None
+    __slots__ = ("terms", "array")
+
+    def __init__(self, terms=(), array=None):
+        self.terms = tuple(terms)
+        self.array = array
+
+    @classmethod
+    def dense(cls, array):
+        """A mask given by explicit values."""
+        return cls((), np.asarray(array, dtype=bool))
+
+    def all_true(self) -> bool:
+        """True when every element is selected (decided from the expressions' ranges)."""
+        if self.array is not None and not self.array.all():
+            return False
+        for expr, op, bound in self.terms:
+            lo, hi = expr.bounds()
+            if not (op(lo, bound) and op(hi, bound)):
+                return False
+        return True
+
+    @property
+    def shape(self):
+        """Broadcast shape of the mask."""
+        shapes = [e.shape for e, _, _ in self.terms] + ([self.array.shape] if self.array is not None else [])
+        return np.broadcast_shapes(*shapes) if shapes else ()
+
+    def __array__(self, dtype=None, copy=None):
+        out = self.array if self.array is not None else np.ones((), bool)
+        for expr, op, bound in self.terms:
+            out = out & op(np.asarray(expr), bound)
+        return out if dtype is None else out.astype(dtype)
+
+    def __and__(self, other):
+        if isinstance(other, Mask):
+            arr = self.array if other.array is None else (
+                other.array if self.array is None else self.array & other.array)
+            return Mask(self.terms + other.terms, arr)
+        return Mask.dense(np.asarray(self) & np.asarray(other))
+
+    __rand__ = __and__
+
+    def __or__(self, other):
+        return Mask.dense(np.asarray(self) | np.asarray(other))
+
+    __ror__ = __or__
+
+    def __invert__(self):
+        return Mask.dense(~np.asarray(self))
+
+    def __bool__(self):
+        raise TypeError("an NKI mask is an element-wise condition; pass it as mask=, not to `if`")
+
+    def __repr__(self):
+        return f"Mask(terms={len(self.terms)}, dense={self.array is not None})"
