@@ -198,11 +198,12 @@ class Mask:
     """A conjunction of ``expr <op> bound`` terms (kept symbolic), or a dense boolean array."""
 
     __array_ufunc__ = None
-    __slots__ = ("terms", "array")
+    __slots__ = ("terms", "array", "_all")
 
     def __init__(self, terms=(), array=None):
         self.terms = tuple(terms)
         self.array = array
+        self._all = None
 
     @classmethod
     def dense(cls, array):
@@ -211,13 +212,11 @@ class Mask:
 
     def all_true(self) -> bool:
         """True when every element is selected (decided from the expressions' ranges)."""
-        if self.array is not None and not self.array.all():
-            return False
-        for expr, op, bound in self.terms:
-            lo, hi = expr.bounds()
-            if not (op(lo, bound) and op(hi, bound)):
-                return False
-        return True
+        if self._all is None:
+            self._all = (self.array is None or bool(self.array.all())) and all(
+                op(lo, bound) and op(hi, bound) for lo, hi, op, bound in
+                ((*expr.bounds(), op, bound) for expr, op, bound in self.terms))
+        return self._all
 
     @property
     def shape(self):

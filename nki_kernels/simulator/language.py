@@ -148,7 +148,8 @@ def _make_unary(name, fn):
 def _make_binary(name, fn):
     def op(x, y, *, dtype=None, mask=None, **_ignored):
         a, b = _values(x, "x"), _values(y, "y")
-        _broadcast_check(name, x, y)
+        if np.shape(a) != np.shape(b):
+            _broadcast_check(name, x, y)
         return _result(fn(a, b), _out_dtype(dtype, x, y), mask)
 
     op.__name__ = op.__qualname__ = name
