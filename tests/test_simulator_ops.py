@@ -333,3 +333,44 @@ def test_inputs_are_not_modified_and_zero_copy_loads_are_copy_on_write():
     np.testing.assert_array_equal(a, X)
     np.testing.assert_array_equal(got[1:], X[1:])
     np.testing.assert_array_equal(got[0], 0)
+
+
+def test_deferred_results_see_operands_as_they_were():
+    # Element-wise results may be computed late (straight into a store); writes in between
+    # must not leak into them.
+    src = RNG.standard_normal((64, 96)).astype(np.float32)
+
+    @nki.jit
+    def k(x):
+        out = nl.ndarray((3, 64, 96), dtype=x.dtype, buffer=nl.shared_hbm)
+        t = nl.load(x)
+        c = t + 1.0
+        d = t * 2.0  # a second deferred op forces the first
+        t[...] = nl.zeros((64, 96), dtype=nl.float32)  # write an operand after both ops
+        nl.store(out[0], value=c)
+        nl.store(out[1], value=d)
+        nl.store(out[2], value=c * 3.0)  # c is still usable after being stored
+        return out
+
+    got = k(src)
+    np.testing.assert_allclose(got[0], src + 1, rtol=1e-6)
+    np.testing.assert_allclose(got[1], src * 2, rtol=1e-6)
+    np.testing.assert_allclose(got[2], (src + 1) * 3, rtol=1e-6)
+
+
+def test_deferred_store_into_the_tensor_it_reads():
+    src = RNG.standard_normal((128, 64)).astype(np.float32)
+
+    @nki.jit
+    def k(x):
+        out = nl.ndarray((128, 64), dtype=x.dtype, buffer=nl.shared_hbm)
+        nl.store(out, value=nl.load(x))
+        kept = nl.load(out)
+        shifted = nl.load(out[0:64, :]) + 1.0
+        nl.store(out[64:128, :], value=shifted)  # overwrites rows `kept` still views
+        nl.store(out[0:64, :], value=kept[64:128, :] * 1.0)
+        return out
+
+    got = k(src)
+    np.testing.assert_allclose(got[64:], src[:64] + 1, rtol=1e-6)
+    np.testing.assert_allclose(got[:64], src[64:], rtol=1e-6)

@@ -79,6 +79,7 @@ class Program:
         self.psum_live = 0
         self.sbuf_peak = 0
         self.psum_peak = 0
+        self.pending = None  # weakref to the tile whose op is deferred
 
     def allocate(self, tile: "Tile") -> None:
         nbytes = tile.bytes_per_partition()
@@ -105,6 +106,13 @@ class Program:
                     f"the {SBUF_BYTES_PER_PARTITION} B (192 KiB) per partition",
                 )
 
+    def defer(self, tile) -> None:
+        """Make ``tile`` the program's one pending deferred op (computing the previous one)."""
+        prev = self.pending() if self.pending is not None else None
+        if prev is not None and prev._thunk is not None:
+            prev.force()
+        self.pending = weakref.ref(tile)
+
     def release(self, buffer, nbytes: int) -> None:
         if buffer is psum:
             self.psum_live -= nbytes
@@ -122,6 +130,16 @@ def current() -> Program:
         raise NKIError("kernel context", "this NKI call is only valid inside a running kernel "
                        "(launch it with kernel[grid](...))")
     return prog
+
+
+def flush_pending() -> None:
+    """Compute the running program's deferred op, if any (before anything is written)."""
+    prog = getattr(_tls, "program", None)
+    if prog is not None and prog.pending is not None:
+        tile = prog.pending()
+        prog.pending = None
+        if tile is not None and tile._thunk is not None:
+            tile.force()
 
 
 def current_or_none():
@@ -183,6 +201,7 @@ class HBMTensor:
 
     def materialize_borrowers(self):
         """Give every tile still viewing this tensor its own copy before it is written."""
+        flush_pending()
         for tile in list(self._borrowers):
             tile.own()
         self._borrowers.clear()
@@ -234,29 +253,38 @@ class Access:
 # On-chip tiles
 # --------------------------------------------------------------------------
 class Tile:
-    """An SBUF or PSUM tensor; the first dimension after ``pdim`` block dims is the partition."""
+    """An SBUF or PSUM tensor; the first dimension after ``pdim`` block dims is the partition.
+
+    A tile's values may be *deferred*: an element-wise op records ``fn(*args)``
+    instead of computing it, so that a following ``nl.store`` can compute
+    straight into HBM (``fn(*args, out=view)``) instead of into a tile and then
+    copying. Reading ``data`` computes it; every write path first forces the
+    program's pending tile, so operands are never changed under a deferred op.
+    """
 
     __array_ufunc__ = None  # NumPy defers to the Tile's own operators
-    __slots__ = ("data", "buffer", "pdim", "_program", "_nbytes", "_parent", "__weakref__")
+    __slots__ = ("_data", "_thunk", "buffer", "pdim", "_program", "_nbytes", "_parent", "__weakref__")
 
-    def __init__(self, data: np.ndarray, buffer=sbuf, pdim: int = 0, parent: "Tile" = None):
-        self.data = data
+    def __init__(self, data, buffer=sbuf, pdim: int = 0, parent: "Tile" = None, thunk=None):
+        self._data = data
+        self._thunk = thunk  # (ufunc, args, shape, dtype) while deferred
         self.buffer = buffer
         self.pdim = pdim
         self._parent = parent
         self._program = None
         self._nbytes = 0
-        if data.ndim > pdim and data.shape[pdim] > PMAX:
+        shape = self.shape
+        if len(shape) > pdim and shape[pdim] > PMAX:
             raise NKIError(
                 "partition dimension",
-                f"a {buffer.name} tile of shape {tuple(data.shape)} has partition dimension "
-                f"{data.shape[pdim]} > {PMAX} (nl.tile_size.pmax)",
+                f"a {buffer.name} tile of shape {shape} has partition dimension "
+                f"{shape[pdim]} > {PMAX} (nl.tile_size.pmax)",
             )
         if buffer is psum and self.bytes_per_partition() // self.blocks() > PSUM_BANK_BYTES:
             raise NKIError(
                 "PSUM bank",
-                f"a PSUM tile of shape {tuple(data.shape)} {data.dtype} needs "
-                f"{self.bytes_per_partition() // max(1, self.blocks())} B per partition, more than one "
+                f"a PSUM tile of shape {shape} {self.dtype} needs "
+                f"{self.bytes_per_partition() // self.blocks()} B per partition, more than one "
                 f"{PSUM_BANK_BYTES} B bank (at most 512 fp32 elements; nl.tile_size.psum_fmax)",
             )
         if parent is None:
@@ -265,39 +293,65 @@ class Tile:
                 self._nbytes = self.bytes_per_partition()
                 prog.allocate(self)
                 self._program = prog
+                if thunk is not None:
+                    prog.defer(self)
 
     def __del__(self):
         if self._program is not None:
             self._program.release(self.buffer, self._nbytes)
 
+    # -- values ------------------------------------------------------------
+    @property
+    def data(self) -> np.ndarray:
+        """The tile's values as a NumPy array (computing a deferred op now)."""
+        if self._thunk is not None:
+            self.force()
+        return self._data
+
+    @data.setter
+    def data(self, value):
+        self._thunk = None
+        self._data = value
+
+    def force(self, out=None):
+        """Compute a deferred op (into ``out`` when given); returns the values."""
+        fn, args, _, dtype = self._thunk
+        self._thunk = None
+        self._data = fn(*args) if out is None else fn(*args, out=out)
+        return self._data
+
     # -- geometry ----------------------------------------------------------
     @property
     def shape(self):
         """Shape of the tile (block dims, partition dim, free dims)."""
-        return tuple(self.data.shape)
+        return self._thunk[2] if self._thunk is not None else tuple(self._data.shape)
 
     @property
     def dtype(self):
         """Element dtype."""
-        return self.data.dtype
+        return self._thunk[3] if self._thunk is not None else self._data.dtype
 
     @property
     def ndim(self):
         """Number of dimensions."""
-        return self.data.ndim
+        return len(self.shape)
 
     def blocks(self) -> int:
         """Number of tiles in the leading block dimensions."""
-        return math.prod(self.data.shape[: self.pdim]) if self.pdim else 1
+        return math.prod(self.shape[: self.pdim]) if self.pdim else 1
 
     def bytes_per_partition(self) -> int:
         """Bytes this tile takes in each partition it spans."""
-        shape = self.data.shape
-        return math.prod(shape[self.pdim + 1:]) * self.data.itemsize * (math.prod(shape[:self.pdim]) if self.pdim else 1)
+        shape = self.shape
+        return math.prod(shape[self.pdim + 1:]) * self.dtype.itemsize * (math.prod(shape[:self.pdim]) if self.pdim else 1)
 
     # -- copy-on-write for tiles that view HBM -----------------------------
     def own(self) -> None:
-        """Make ``data`` a private, writeable copy (tiles loaded without a copy view HBM)."""
+        """Make ``data`` a private, writeable copy (tiles loaded without a copy view HBM).
+
+        Called before every write to the tile; it also computes the program's
+        pending deferred op, whose operands might include this tile."""
+        flush_pending()
         if not self.data.flags.writeable:
             self.data = self.data.copy()
 

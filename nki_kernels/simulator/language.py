@@ -135,9 +135,25 @@ _BINARY = {
 }
 
 
+def _deferred(fn, args, dtype, mask, engine):
+    """A tile whose ufunc ``fn(*args)`` runs later (maybe straight into a store), or ``None``.
+
+    Only plain cases defer: a NumPy ufunc, no mask, no profile being recorded,
+    and an output dtype equal to what NumPy produces (so no rounding step).
+    """
+    if not isinstance(fn, np.ufunc) or _prof._recorder is not None:
+        return None
+    shape = np.broadcast_shapes(*(np.shape(a) for a in args))
+    if np.result_type(*args) != dtype or len(shape) < 1 or _full_mask(mask, shape) is not None:
+        return None
+    return Tile(None, sbuf, thunk=(fn, args, shape, dtype))
+
+
 def _make_unary(name, fn):
     def op(x, *, dtype=None, mask=None, **_ignored):
-        return _result(fn(_values(x, "x")), _out_dtype(dtype, x), mask, engine="Scalar")
+        a, out_dtype = _values(x, "x"), _out_dtype(dtype, x)
+        lazy = _deferred(fn, (a,), out_dtype, mask, "Scalar")
+        return lazy if lazy is not None else _result(fn(a), out_dtype, mask, engine="Scalar")
 
     op.__name__ = op.__qualname__ = name
     op.__doc__ = f"Element-wise ``{name}`` of a tile (``nl.{name}``); fp32 compute, output in ``dtype``."
@@ -150,7 +166,9 @@ def _make_binary(name, fn):
         a, b = _values(x, "x"), _values(y, "y")
         if np.shape(a) != np.shape(b):
             _broadcast_check(name, x, y)
-        return _result(fn(a, b), _out_dtype(dtype, x, y), mask)
+        out_dtype = _out_dtype(dtype, x, y)
+        lazy = _deferred(fn, (a, b), out_dtype, mask, "Vector")
+        return lazy if lazy is not None else _result(fn(a, b), out_dtype, mask)
 
     op.__name__ = op.__qualname__ = name
     op.__doc__ = (f"Element-wise ``{name}`` of two tiles or a tile and a scalar (``nl.{name}``), "
@@ -387,12 +405,38 @@ def store(dst, value, *, mask=None, **_ignored):
     acc = _as_access(dst, "dst", "nl.store")
     if isinstance(value, (Access, HBMTensor)):
         raise NKIError("store value", "nl.store value is an HBM tensor; load it into SBUF first")
+    if isinstance(value, Tile) and value._thunk is not None and _store_deferred(acc, value, mask):
+        return
     vals = _fit(_values(value, "value"), acc.shape, "nl.store", f"{acc.tensor.name}{list(acc.shape)}")
     t = acc.tensor
     if t._borrowers:
         t.materialize_borrowers()
     _prof.dma(t, np.broadcast_to(vals, acc.shape), "write", acc, mask)
     acc.index.write(t.data, dt.cast(vals, t.dtype), mask, what=t.name)
+
+
+def _store_deferred(acc, value: Tile, mask) -> bool:
+    """Compute a deferred tile straight into its HBM destination when nothing else is needed."""
+    t = acc.tensor
+    idx = acc.index
+    if (value.dtype != t.dtype or value.shape != acc.shape or not idx.is_view
+            or _full_mask(mask, acc.shape) is not None or not t.data.flags.writeable):
+        return False
+    view = idx.view(t.data)
+    if idx.basic is None and idx._overlaps(t.data):
+        return False
+    prog = current()
+    prog.pending = None  # computed right here; other borrowers of t get copies first
+    if t._borrowers:
+        t.materialize_borrowers()
+    value.force(out=view)
+    _prof.dma(t, view, "write", acc, mask)
+    # The tile keeps viewing what it wrote (copy-on-write if t is written again).
+    ro = view.view()
+    ro.flags.writeable = False
+    value._data = ro
+    t._borrowers.add(value)
+    return True
 
 
 def _fit(vals, shape, op, dst):
