@@ -54,8 +54,30 @@ class Index:
         strides = [sum(c[ax] * st for c, st in zip(coefs, data.strides)) for ax in range(len(self.out_shape))]
         return as_strided(sub, self.out_shape, strides, writeable=data.flags.writeable)
 
+    def _boxed(self, mask):
+        """For a mask that selects a box (ragged edge tiles), the box and the index restricted to it."""
+        box = mask_box(mask, self.out_shape) if isinstance(mask, Mask) else None
+        if box is None or any(not isinstance(c, (int, AffineExpr)) for c in self.comps):
+            return None, None
+        lo = [b.start for b in box]
+        sub = []
+        for c in self.comps:
+            if isinstance(c, int):
+                sub.append(c)
+            else:
+                off = c.offset + sum(k * l for k, l in zip(c.coefs, lo))
+                sub.append(AffineExpr([b.stop - b.start if n != 1 else 1 for b, n in zip(box, c.shape)], off, c.coefs))
+        return box, resolve(self.shape, tuple(sub))
+
     def read(self, data: np.ndarray, mask=None, what="tensor") -> np.ndarray:
         """Values at the index (masked-off elements are zero); a view when possible."""
+        if mask is not None:
+            box, sub = self._boxed(mask)
+            if sub is not None:
+                out = np.zeros(self.out_shape, data.dtype)
+                if all(b.stop > b.start for b in box):
+                    out[box] = sub.read(data, None, what)
+                return out
         mask = full_mask(mask, self.out_shape)
         if mask is None and self.is_view:
             return self.view(data)
@@ -71,6 +93,12 @@ class Index:
 
     def write(self, data: np.ndarray, values, mask=None, what="tensor") -> None:
         """Write ``values`` (already of the destination dtype, broadcastable) at the index."""
+        if mask is not None:
+            box, sub = self._boxed(mask)
+            if sub is not None:
+                if all(b.stop > b.start for b in box):
+                    sub.write(data, np.broadcast_to(values, self.out_shape)[box], None, what)
+                return
         mask = full_mask(mask, self.out_shape)
         if mask is None and self.is_view and (self.basic is not None or not self._overlaps(data)):
             self.view(data)[...] = values
@@ -149,6 +177,40 @@ def full_mask(mask, out_shape):
 
 
 _full_mask = full_mask  # used by language/isa
+
+
+def mask_box(mask: Mask, out_shape):
+    """The box of tile positions a symbolic mask selects, as slices per axis, or ``None``.
+
+    Works when every term compares an expression walking a single axis forward
+    (``ix < n``, ``iy >= k``) with a number -- the masks of ragged edge tiles.
+    """
+    if mask.array is not None or mask.all_true():
+        return None
+    rank = len(out_shape)
+    lo, hi = [0] * rank, list(out_shape)
+    for expr, op, bound in mask.terms:
+        if expr.axis == -2 or len(expr.shape) > rank:
+            return None
+        if expr.axis == -1:  # constant: all or nothing
+            if not op(expr.offset, bound):
+                return [slice(0, 0)] * rank
+            continue
+        ax = expr.axis + rank - len(expr.shape)
+        c, off = expr.coefs[expr.axis], expr.offset
+        name = op.__name__
+        # offset + c*i  (op)  bound, with c > 0
+        if name in ("lt", "le"):
+            limit = (bound - off) / c
+            top = int(np.ceil(limit)) if name == "lt" else int(np.floor(limit)) + 1
+            hi[ax] = min(hi[ax], max(top, 0))
+        elif name in ("gt", "ge"):
+            limit = (bound - off) / c
+            bottom = int(np.floor(limit)) + 1 if name == "gt" else int(np.ceil(limit))
+            lo[ax] = max(lo[ax], min(bottom, out_shape[ax]))
+        else:
+            return None
+    return tuple(slice(a, max(a, b)) for a, b in zip(lo, hi))
 
 
 def _as_expr(a: np.ndarray):

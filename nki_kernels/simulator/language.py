@@ -21,7 +21,7 @@ from .dtypes import (bfloat16, bool_, float8_e4m3, float8_e5m2, float16, float32
                      tfloat32, uint8, uint16, uint32)
 from .errors import NKIError
 from .index_expr import AffineExpr, Mask  # noqa: F401 - Mask is part of nl's surface
-from .indexing import _full_mask
+from .indexing import _full_mask, mask_box
 
 __all__ = [n for n in dir() if not n.startswith("_")]
 
@@ -61,9 +61,14 @@ def _dtype_of(x):
 def _result(values, dtype, mask=None, buffer=sbuf, engine="Vector") -> Tile:
     """Write computed ``values`` into a new tile of ``dtype`` (masked-off elements stay zero)."""
     values = np.asarray(values)
-    m = _full_mask(mask, values.shape) if mask is not None else None
+    box = mask_box(mask, values.shape) if isinstance(mask, Mask) else None
+    m = _full_mask(mask, values.shape) if mask is not None and box is None else None
     out = dt.cast(values, dtype)
-    if m is not None:
+    if box is not None:
+        kept = np.zeros(out.shape, out.dtype)
+        kept[box] = out[box]
+        out = kept
+    elif m is not None:
         out = np.where(m, out, np.zeros((), out.dtype))
     elif out.base is not None or not out.flags.writeable:
         out = out.copy()  # a result must own its memory, never alias an operand
