@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 import tracemalloc
 
 import numpy as np
@@ -20,19 +19,9 @@ from rich.progress import track
 from rich.table import Table
 
 import nki_kernels as K
+from bench_simulator import best_of
 from nki_kernels.simulator import language as nl
 from nki_kernels.simulator import nki
-
-
-def best_of(fn, repeat):
-    """Best wall time in seconds of ``fn()`` over ``repeat`` runs after one warm-up."""
-    fn()
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
 
 
 def ratio_row(name, workload, ours, ref, target, repeat):
@@ -165,7 +154,7 @@ def main():
                       "-" if r["target"] is None else f"<= {r['target']} {r['unit']}",
                       "[green]pass[/green]" if ok else "[red]fail[/red]")
         r["pass"] = ok
-    Console().print(table)
+    Console(width=160).print(table)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=2)

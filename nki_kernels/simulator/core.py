@@ -155,10 +155,21 @@ def set_current(prog) -> None:
 # --------------------------------------------------------------------------
 # HBM tensors
 # --------------------------------------------------------------------------
-class HBMTensor:
-    """A tensor in device memory (kernel inputs and ``nl.ndarray(..., buffer=nl.shared_hbm)``)."""
+class _InHBM:
+    """Arithmetic on something in HBM is an NKI error (engines only read SBUF/PSUM), not NumPy math."""
 
-    __array_ufunc__ = None  # arithmetic on HBM tensors is an NKI error, not NumPy math
+    __array_ufunc__ = None
+
+    def _no_compute(self, *_):
+        raise NKIError("compute on HBM", f"{self._label()} of shape {self.shape} lives in HBM; load it into "
+                       "SBUF with nl.load before computing on it")
+
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _no_compute
+    __truediv__ = __rtruediv__ = __pow__ = __neg__ = _no_compute
+
+
+class HBMTensor(_InHBM):
+    """A tensor in device memory (kernel inputs and ``nl.ndarray(..., buffer=nl.shared_hbm)``)."""
 
     def __init__(self, data: np.ndarray, buffer=hbm, name: str = "tensor"):
         self.data = data
@@ -209,18 +220,12 @@ class HBMTensor:
     def __repr__(self):
         return f"HBMTensor({self.name}, shape={self.shape}, dtype={self.dtype}, buffer={self.buffer!r})"
 
-    def _no_compute(self, *_):
-        raise NKIError("compute on HBM", f"{self.name} of shape {self.shape} lives in HBM; load it into "
-                       "SBUF with nl.load before computing on it")
-
-    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _no_compute
-    __truediv__ = __rtruediv__ = __pow__ = __neg__ = _no_compute
+    def _label(self):
+        return self.name
 
 
-class Access:
+class Access(_InHBM):
     """An indexed region of an HBM tensor, the argument of ``nl.load`` / ``nl.store``."""
-
-    __array_ufunc__ = None
 
     def __init__(self, tensor: HBMTensor, index):
         self.tensor = tensor
@@ -241,12 +246,8 @@ class Access:
         """Memory of the underlying tensor."""
         return self.tensor.buffer
 
-    def _no_compute(self, *_):
-        raise NKIError("compute on HBM", f"{self.tensor.name}[...] of shape {self.shape} lives in HBM; "
-                       "load it into SBUF with nl.load before computing on it")
-
-    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _no_compute
-    __truediv__ = __rtruediv__ = __pow__ = __neg__ = _no_compute
+    def _label(self):
+        return f"{self.tensor.name}[...]"
 
 
 # --------------------------------------------------------------------------
