@@ -17,6 +17,8 @@ import weakref
 
 import numpy as np
 
+from . import config as _config
+from . import diagnostics as _diag
 from . import dtypes as dt
 from .errors import NKIError
 from .indexing import resolve
@@ -86,25 +88,31 @@ class Program:
         if tile.buffer is psum:
             self.psum_live += nbytes
             self.psum_peak = max(self.psum_peak, self.psum_live)
-            if self.psum_live > PSUM_BYTES_PER_PARTITION:
-                self.psum_live -= nbytes
-                raise NKIError(
+            if self.psum_live > PSUM_BYTES_PER_PARTITION and _config.enabled("capacity"):
+                err = NKIError(
                     "PSUM capacity",
-                    f"allocating a PSUM tile of shape {tile.shape} ({nbytes} B/partition) brings live PSUM "
-                    f"to {self.psum_live + nbytes} B/partition, over the {PSUM_BYTES_PER_PARTITION} B "
-                    "(8 banks x 2 KiB) per partition",
+                    f"allocating a PSUM tile of shape {tile.shape} {tile.dtype} ({nbytes} "
+                    f"B/partition) in program {self.pid} brings live PSUM to {self.psum_live} B/partition "
+                    f"(peak {self.psum_peak}), over the {PSUM_BYTES_PER_PARTITION} B (8 banks x 2 KiB) per "
+                    "partition; a tile is live until its last reference is dropped",
                 )
+                if _config.get("capacity") == "error":
+                    self.psum_live -= nbytes
+                _config.report("capacity", err)
         else:
             self.sbuf_live += nbytes
             self.sbuf_peak = max(self.sbuf_peak, self.sbuf_live)
-            if self.sbuf_live > SBUF_BYTES_PER_PARTITION:
-                self.sbuf_live -= nbytes
-                raise NKIError(
+            if self.sbuf_live > SBUF_BYTES_PER_PARTITION and _config.enabled("capacity"):
+                err = NKIError(
                     "SBUF capacity",
-                    f"allocating an SBUF tile of shape {tile.shape} {tile.dtype} ({nbytes} B/partition) "
-                    f"brings live SBUF of this program to {self.sbuf_live + nbytes} B/partition, over "
-                    f"the {SBUF_BYTES_PER_PARTITION} B (192 KiB) per partition",
+                    f"allocating an SBUF tile of shape {tile.shape} {tile.dtype} ({nbytes} "
+                    f"B/partition) brings live SBUF of program {self.pid} to {self.sbuf_live} B/partition "
+                    f"(peak {self.sbuf_peak}), over the {SBUF_BYTES_PER_PARTITION} B (192 KiB) per partition; "
+                    "a tile is live until its last reference is dropped",
                 )
+                if _config.get("capacity") == "error":
+                    self.sbuf_live -= nbytes
+                _config.report("capacity", err)
 
     def defer(self, tile) -> None:
         """Make ``tile`` the program's one pending deferred op (computing the previous one)."""
@@ -264,7 +272,7 @@ class Tile:
     """
 
     __array_ufunc__ = None  # NumPy defers to the Tile's own operators
-    __slots__ = ("_data", "_thunk", "buffer", "pdim", "_program", "_nbytes", "_parent", "__weakref__")
+    __slots__ = ("_data", "_thunk", "buffer", "pdim", "_program", "_nbytes", "_parent", "_diag", "__weakref__")
 
     def __init__(self, data, buffer=sbuf, pdim: int = 0, parent: "Tile" = None, thunk=None):
         self._data = data
@@ -274,6 +282,7 @@ class Tile:
         self._parent = parent
         self._program = None
         self._nbytes = 0
+        self._diag = _diag.on_new_tile(self) if _diag.loops else None  # diagnostics state (TileInfo)
         shape = self.shape
         if len(shape) > pdim and shape[pdim] > PMAX:
             raise NKIError(
@@ -366,6 +375,8 @@ class Tile:
             view = Tile(idx.read(self.data, what=f"{self.buffer.name} tile"), self.buffer, 0, parent=self)
         if block_ints:
             view.pdim = 0
+        if self._diag is not None or _diag.loops:
+            _diag.on_view(self, view, idx)
         return view
 
     def __setitem__(self, key, value):
@@ -375,6 +386,8 @@ class Tile:
         idx = resolve(self.shape, key, f"{self.buffer.name} tile")
         vals = _fit(_values(value, "value"), idx.out_shape, "tile assignment", f"{self.buffer.name} tile[...]")
         idx.write(self.data, dt.cast(vals, self.data.dtype), what=f"{self.buffer.name} tile")
+        if self._diag is not None or _diag.loops:
+            _diag.on_write(self, idx, value)
 
     def broadcast_to(self, shape):
         """This tile broadcast to ``shape`` (size-1 dims repeat); same as ``nl.broadcast_to``."""

@@ -1,8 +1,676 @@
-"""Hooks for the checks that need to see the loop structure of a kernel."""
+"""Checks that need more than one op to see: SPMD races, loop-carried dependencies, uninitialised reads.
+
+Each check is a rule of :mod:`.config` (``race``, ``loop_carried``, ``uninit``;
+``capacity`` and ``operand`` are checked where the op runs) reported as an
+:class:`NKIError` naming the rule, the tensors, the regions and the kernel
+``file:line``, or as a warning, or not at all.
+
+Cost model of the checks (the default mode must stay cheap):
+
+* HBM accesses are logged per launch as ``(program, tensor, index, mask,
+  line)`` -- no boxes, no element lists. At the end of the launch only tensors
+  that were written are analysed: accesses become boxes (exact for basic
+  slices and ragged-edge masks, bounding boxes otherwise) and a sort-and-sweep
+  over the boxes finds overlapping pairs from different programs; pairs whose
+  bounding boxes overlap but are not exact compare element indices.
+* Loads from an HBM tensor allocated uninitialised (``nl.ndarray`` in HBM)
+  build a bool "written" mask on first use, replaying the launch's writes.
+* Tiles carry a small :class:`TileInfo` only when allocated with
+  ``nl.ndarray`` (uninitialised) or created inside an ``affine_range``;
+  outside affine loops an op pays one attribute test per operand.
+"""
 
 from __future__ import annotations
 
+import itertools
+import math
+import os
+import sys
+
+import numpy as np
+
+from . import config
+from .errors import NKIError
+from .index_expr import Mask
+
+_current_or_none = None  # core.current_or_none, bound on first use (core imports this module)
+
+_SIM_DIR = os.path.dirname(os.path.abspath(__file__))
+_is_sim_file = {}
+
+loops = []  # active affine_range frames, innermost last
+
+
+# ---------------------------------------------------------------------------
+# kernel source locations
+# ---------------------------------------------------------------------------
+def where(depth: int = 1):
+    """``(file, line, function)`` of the innermost frame outside the simulator (cheap, cached per file)."""
+    f = sys._getframe(depth)
+    while f is not None:
+        fn = f.f_code.co_filename
+        sim = _is_sim_file.get(fn)
+        if sim is None:
+            sim = _is_sim_file[fn] = os.path.abspath(fn).startswith(_SIM_DIR)
+        if not sim:
+            return (fn, f.f_lineno, f.f_code.co_name)
+        f = f.f_back
+    return ("<unknown>", 0, "?")
+
+
+def fmt_where(w) -> str:
+    """``file:line in function`` for a :func:`where` tuple."""
+    return f"{w[0]}:{w[1]} in {w[2]}"
+
+
+# ---------------------------------------------------------------------------
+# regions: what an index (and mask) selects, as a box plus exact elements on demand
+# ---------------------------------------------------------------------------
+class Region:
+    """The elements an :class:`~.indexing.Index` (with ``mask``) selects in an array of ``shape``.
+
+    ``lo``/``hi`` bound a box (half-open per axis); ``exact`` says the box is
+    exactly the selection. :meth:`elements` gives flat element indices.
+    """
+
+    __slots__ = ("shape", "lo", "hi", "exact", "index", "mask", "_elems")
+
+    def __init__(self, shape, lo, hi, exact, index=None, mask=None):
+        self.shape = tuple(shape)
+        self.lo, self.hi, self.exact = tuple(lo), tuple(hi), exact
+        self.index, self.mask = index, mask
+        self._elems = None
+
+    @classmethod
+    def whole(cls, shape):
+        """All of an array of ``shape``."""
+        return cls(shape, (0,) * len(shape), tuple(shape), True)
+
+    @classmethod
+    def of(cls, index, mask=None):
+        """The region of a resolved index, honouring ``mask``."""
+        from .indexing import full_mask
+
+        if mask is not None:
+            box, sub = index._boxed(mask)
+            if sub is not None:
+                if not all(b.stop > b.start for b in box):
+                    return cls(index.shape, (0,) * len(index.shape), (0,) * len(index.shape), True)
+                index, mask = sub, None
+            elif full_mask(mask, index.out_shape) is None:
+                mask = None
+        shape = index.shape
+        if index.basic is not None and mask is None:
+            lo, hi, exact = [], [], True
+            for b, dim in zip(index.basic, shape):
+                if type(b) is int or isinstance(b, (np.integer,)):
+                    lo.append(int(b))
+                    hi.append(int(b) + 1)
+                    continue
+                if b.start is None or b.stop is None or b.step is None:
+                    b = slice(*b.indices(dim))
+                n = len(range(b.start, b.stop, b.step))
+                if n == 0:
+                    return cls(shape, (0,) * len(shape), (0,) * len(shape), True)
+                lo.append(b.start)
+                hi.append(b.start + b.step * (n - 1) + 1)
+                exact = exact and (b.step == 1 or n == 1)
+            return cls(shape, lo, hi, exact, None if exact else index)
+        # Strided views, gathers and general masks: a bounding box, elements when needed.
+        lo, hi = [], []
+        for c, dim in zip(index.comps, shape):
+            if isinstance(c, (int, np.integer)):
+                lo.append(int(c))
+                hi.append(int(c) + 1)
+            elif hasattr(c, "bounds"):
+                a, b = c.bounds()
+                lo.append(max(0, a))
+                hi.append(min(dim, b + 1))
+            else:
+                a = np.asarray(c)
+                lo.append(max(0, int(a.min())) if a.size else 0)
+                hi.append(min(dim, int(a.max()) + 1) if a.size else 0)
+        return cls(shape, lo, hi, False, index, mask)
+
+    def empty(self) -> bool:
+        """Whether the region selects nothing."""
+        return any(h <= l for l, h in zip(self.lo, self.hi))
+
+    def elements(self) -> np.ndarray:
+        """Sorted unique flat indices of the selected elements."""
+        if self._elems is None:
+            if self.exact:
+                grids = np.ix_(*(np.arange(l, h) for l, h in zip(self.lo, self.hi)))
+                self._elems = np.ravel_multi_index(grids, self.shape).ravel()
+            else:
+                from .indexing import full_mask
+
+                m = self.mask
+                e = self.index.element_indices(m if full_mask(m, self.index.out_shape) is not None else None) \
+                    if m is not None else self.index.element_indices()
+                self._elems = np.unique(e)
+        return self._elems
+
+    def box_overlaps(self, other) -> bool:
+        """Whether the bounding boxes intersect."""
+        return all(a < d and c < b for a, b, c, d in zip(self.lo, self.hi, other.lo, other.hi))
+
+    def overlap(self, other):
+        """A description of the common elements (``None`` if none), e.g. ``[0:128, 0:512]``."""
+        if self.shape != other.shape:
+            common = np.intersect1d(self.elements(), other.elements())
+            return None if common.size == 0 else _describe_elems(common, self.shape)
+        if not self.box_overlaps(other):
+            return None
+        if self.exact and other.exact:
+            return "[" + ", ".join(f"{max(a, c)}:{min(b, d)}" for a, b, c, d in
+                                   zip(self.lo, self.hi, other.lo, other.hi)) + "]"
+        common = np.intersect1d(self.elements(), other.elements(), assume_unique=True)
+        return None if common.size == 0 else _describe_elems(common, self.shape)
+
+    def contains(self, other) -> bool:
+        """Whether every element of ``other`` is in this region."""
+        if self.shape == other.shape and self.exact and other.exact:
+            return all(a <= c and d <= b for a, b, c, d in zip(self.lo, self.hi, other.lo, other.hi))
+        if self.shape == other.shape and not self.box_overlaps(other):
+            return other.empty()
+        return bool(np.isin(other.elements(), self.elements(), assume_unique=True).all())
+
+    def describe(self) -> str:
+        """``[lo:hi, ...]`` (the bounding box; ``~`` marks a non-box selection)."""
+        box = "[" + ", ".join(f"{a}:{b}" for a, b in zip(self.lo, self.hi)) + "]"
+        return box if self.exact else f"~{box} (strided/masked)"
+
+
+def _describe_elems(flat, shape):
+    idx = np.unravel_index(flat, shape)
+    box = "[" + ", ".join(f"{int(a.min())}:{int(a.max()) + 1}" for a in idx) + "]"
+    first = tuple(int(a[0]) for a in idx)
+    return f"{flat.size} element(s) within {box}, first {first}"
+
+
+def _union_covers(regions, target) -> bool:
+    """Whether the union of ``regions`` covers ``target``."""
+    for r in regions:
+        if r.contains(target):
+            return True
+    if not regions:
+        return target.empty()
+    elems = np.unique(np.concatenate([r.elements() for r in regions if r.shape == target.shape] or [np.empty(0, int)]))
+    return bool(np.isin(target.elements(), elems, assume_unique=True).all())
+
+
+# ---------------------------------------------------------------------------
+# HBM: per-launch access log (races, uninitialised outputs)
+# ---------------------------------------------------------------------------
+def _tensor_key(t):
+    """Identity of the memory a tensor views (reshapes of one buffer share their base)."""
+    k = t.__dict__.get("_dkey")
+    if k is None:
+        d = t.data
+        k = (d.__array_interface__["data"][0], d.shape, d.strides)
+        t._dkey = k
+    return k
+
+
+class LaunchLog:
+    """HBM accesses of one launch: ``key -> [tensor, reads, writes]`` with ``(pid, index, mask, where)``."""
+
+    def __init__(self):
+        self.tensors = {}
+
+    def add(self, tensor, access, mask, write, prog):
+        """Log one access of ``tensor`` by ``prog`` (``write`` or read)."""
+        key = _tensor_key(tensor)
+        ent = self.tensors.get(key)
+        if ent is None:
+            ent = self.tensors[key] = [tensor, [], []]
+        rec = (prog.pid, access.index, mask, where())
+        ent[2 if write else 1].append(rec)
+        if write and tensor.__dict__.get("written") is not None:
+            _mark_written(tensor, access.index, mask)
+
+
+def _mark_written(tensor, index, mask):
+    index.write(tensor.written, np.True_, mask)
+
+
+def hbm_access(tensor, access, mask, write) -> None:
+    """Hook for every DMA between HBM and on-chip memory (``nl.load``/``nl.store``/``dma_copy``)."""
+    global _current_or_none
+    if _current_or_none is None:
+        from .core import current_or_none as _current_or_none
+    prog = _current_or_none()
+    if prog is None:
+        return
+    log = getattr(prog.launch, "diag", None)
+    if log is None:
+        return
+    td = tensor.__dict__
+    if not write:
+        if td.get("uninit") and config.enabled("uninit"):
+            _check_hbm_init(tensor, access, mask, log)
+        # Reads of kernel inputs are logged only once the input has been written in this
+        # launch (in-place kernels), or always in thorough mode: the common case, inputs
+        # that are only read, then costs nothing. Launch outputs are always logged.
+        if "uninit" not in td and not config.thorough and _tensor_key(tensor) not in log.tensors:
+            if loops:
+                _loop_log(tensor, Region.of(access.index, mask), "r", hbm=True)
+            return
+    log.add(tensor, access, mask, write, prog)
+    if loops:
+        _loop_log(tensor, Region.of(access.index, mask), "w" if write else "r", hbm=True)
+
+
+def _check_hbm_init(tensor, access, mask, log):
+    if tensor.__dict__.get("written") is None:
+        tensor.written = np.zeros(tensor.shape, dtype=bool)
+        ent = log.tensors.get(_tensor_key(tensor))
+        for _, idx, m, _ in (ent[2] if ent else ()):
+            _mark_written(tensor, idx, m)
+    got = access.index.read(tensor.written, mask)
+    from .indexing import full_mask
+
+    m = full_mask(mask, access.index.out_shape)
+    missing = ~got if m is None else (~got & m)
+    if missing.any():
+        first = tuple(int(i) for i in np.argwhere(missing)[0])
+        region = Region.of(access.index, mask)
+        config.report("uninit", NKIError(
+            "uninit",
+            f"nl.load reads {int(missing.sum())} element(s) of {tensor.name} {tensor.shape} (region "
+            f"{region.describe()}, first unwritten tile position {first}) that no program has written yet; "
+            f"{tensor.name} was allocated uninitialised with nl.ndarray, so on hardware these are garbage. "
+            "Store to it before loading, or allocate it with nl.zeros"))
+
+
+def launch_begin(state) -> None:
+    """Start logging a launch (called by ``run_programs``)."""
+    state.diag = LaunchLog() if (config.enabled("race") or config.enabled("uninit")) else None
+
+
+def launch_end(state, result=None) -> None:
+    """Analyse a finished launch: races between programs, returned outputs left unwritten."""
+    log = getattr(state, "diag", None)
+    if log is None:
+        return
+    outputs = {id(t) for t in _hbm_results(result)}
+    for key, (tensor, reads, writes) in log.tensors.items():
+        if not writes:
+            continue
+        covered, regions = None, None
+        if config.enabled("race"):
+            covered, regions = _check_races(tensor, reads, writes, state)
+        if (config.enabled("uninit") and id(tensor) in outputs and tensor.__dict__.get("uninit")):
+            _check_output_covered(tensor, writes, covered, regions)
+    for t in _hbm_results(result):
+        if config.enabled("uninit") and t.__dict__.get("uninit") and _tensor_key(t) not in log.tensors:
+            config.report("uninit", NKIError(
+                "uninit", f"kernel returns {t.name} {t.shape} (allocated with nl.ndarray) but no program "
+                "stored anything into it; its contents would be garbage on hardware",
+                where=fmt_where(where())))
+
+
+def _hbm_results(result):
+    from .core import HBMTensor
+
+    if isinstance(result, HBMTensor):
+        yield result
+    elif isinstance(result, (tuple, list)):
+        for r in result:
+            yield from _hbm_results(r)
+
+
+def _fast_box(index, mask):
+    """``(lo, hi)`` of a plain basic-slice access with no effective mask, else ``None``."""
+    if index.basic is None or (mask is not None and not (isinstance(mask, Mask) and mask.all_true())):
+        return None
+    lo, hi = [], []
+    for b in index.basic:
+        if type(b) is int:
+            lo.append(b)
+            hi.append(b + 1)
+        elif type(b) is slice and b.step == 1 and b.start is not None and b.stop is not None and b.stop > b.start:
+            lo.append(b.start)
+            hi.append(b.stop)
+        else:
+            return None
+    return lo, hi
+
+
+def _boxes(recs):
+    """Regions of logged accesses; plain box accesses skip the general :meth:`Region.of`."""
+    out = []
+    for _, idx, m, _ in recs:
+        fb = _fast_box(idx, m)
+        out.append(Region(idx.shape, fb[0], fb[1], True) if fb is not None else Region.of(idx, m))
+    return out
+
+
+def _candidate_pairs(lo, hi):
+    """Index pairs ``(i, j)``, i < j, whose boxes overlap (sort-and-sweep along the most spread axis)."""
+    n, d = lo.shape
+    if n < 2:
+        return np.empty(0, int), np.empty(0, int)
+    ax = int(np.argmax([np.unique(lo[:, a]).size for a in range(d)])) if d else 0
+    order = np.argsort(lo[:, ax], kind="stable")
+    slo, shi = lo[order], hi[order]
+    ends = np.searchsorted(slo[:, ax], shi[:, ax], side="left")
+    counts = np.maximum(ends - np.arange(n) - 1, 0)
+    total = int(counts.sum())
+    if total == 0:
+        return np.empty(0, int), np.empty(0, int)
+    i = np.repeat(np.arange(n), counts)
+    start = np.cumsum(counts) - counts
+    j = i + 1 + (np.arange(total) - np.repeat(start, counts))
+    ok = np.all((slo[i] < shi[j]) & (slo[j] < shi[i]), axis=1)
+    return order[i[ok]], order[j[ok]]
+
+
+def _check_races(tensor, reads, writes, state):
+    """Report the first cross-program write/write or read/write overlap; return whether the
+    writes are pairwise disjoint (used for the output coverage shortcut)."""
+    recs = [(r, True) for r in writes] + [(r, False) for r in reads]
+    regions = _boxes([r for r, _ in recs])
+    shapes = {r.shape for r in regions}
+    if len(shapes) != 1:
+        return None, regions[:len(writes)]
+    d = len(tensor.shape) if regions else 0
+    lo = np.array([r.lo for r in regions], dtype=np.int64).reshape(len(regions), d)
+    hi = np.array([r.hi for r in regions], dtype=np.int64).reshape(len(regions), d)
+    pid = [r[0][0] for r in recs]
+    is_w = np.array([w for _, w in recs])
+    i, j = _candidate_pairs(lo, hi)
+    keep = is_w[i] | is_w[j]
+    i, j = i[keep], j[keep]
+    writes_disjoint = True
+    for a, b in zip(i.tolist(), j.tolist()):
+        same = pid[a] == pid[b]
+        if same and not (is_w[a] and is_w[b]):
+            continue
+        common = regions[a].overlap(regions[b])
+        if common is None:
+            continue
+        if is_w[a] and is_w[b]:
+            writes_disjoint = False
+        if same:
+            continue
+        if not is_w[a]:
+            a, b = b, a
+        (pa, _, _, wa), (pb, _, _, wb) = recs[a][0], recs[b][0]
+        what = "also writes" if is_w[b] else "reads"
+        config.report("race", NKIError(
+            "race",
+            f"programs {pa} and {pb} of the SPMD grid {state.grid} both touch {tensor.name} {tensor.shape} "
+            f"({tensor.buffer!r}) at {common}: program {pa} writes it at {fmt_where(wa)}, program {pb} "
+            f"{what} it at {fmt_where(wb)}. Programs run in any order or concurrently on hardware, so the "
+            "result depends on scheduling; give each program its own output region",
+            where=fmt_where(wb)))
+        return False, regions[:len(writes)]
+    return writes_disjoint, regions[:len(writes)]
+
+
+def _check_output_covered(tensor, writes, disjoint, regions=None):
+    regions = regions if regions is not None else _boxes(writes)
+    size = math.prod(tensor.shape)
+    if disjoint and all(r.exact for r in regions):
+        if sum(math.prod(h - l for l, h in zip(r.lo, r.hi)) for r in regions) >= size:
+            return
+    written = np.zeros(size, dtype=bool)
+    for r in regions:
+        if r.shape == tensor.shape and not r.empty():
+            written[r.elements()] = True
+    if not written.all():
+        first = tuple(int(v) for v in np.unravel_index(int(np.argmin(written)), tensor.shape))
+        config.report("uninit", NKIError(
+            "uninit",
+            f"kernel returns {tensor.name} {tensor.shape} (allocated with nl.ndarray) but {int((~written).sum())} "
+            f"of its {size} elements were never stored (first at {first}); on hardware they are garbage. "
+            "Cover the whole output (check the grid and masks) or allocate it with nl.zeros",
+            where=fmt_where(writes[-1][3])))
+
+
+# ---------------------------------------------------------------------------
+# tiles: uninitialised nl.ndarray tiles, affine_range loop-carried dependencies
+# ---------------------------------------------------------------------------
+class TileInfo:
+    """Diagnostic state of a tile: loop iterations it was created in, elements written (for
+    ``nl.ndarray`` tiles), and for views the root tile and index they select."""
+
+    __slots__ = ("created", "written", "root", "index", "accumulated")
+
+    def __init__(self, created=(), written=None, root=None, index=None):
+        self.created = created
+        self.written = written  # None: fully defined; False: nothing written; bool array: per element
+        self.root = root
+        self.index = index
+        self.accumulated = False
+
+
+def _created_tag():
+    return tuple((fr, fr.iter) for fr in loops)
+
+
+def on_new_tile(tile):
+    """Hook from ``Tile.__init__`` inside affine loops: remember the creating iterations."""
+    return TileInfo(_created_tag())
+
+
+def mark_uninitialised(tile) -> None:
+    """An ``nl.ndarray`` SBUF/PSUM tile: nothing of it is defined until written."""
+    info = tile._diag
+    if info is None:
+        info = tile._diag = TileInfo(_created_tag() if loops else ())
+    info.written = False
+
+
+def on_view(parent, view, index) -> None:
+    """``parent[index]`` made ``view``: reads of the view are reads of the parent's region."""
+    pinfo = parent._diag
+    if pinfo is not None and pinfo.root is not None:
+        root, index = pinfo.root, pinfo.index  # a view of a view: the parent's region (a superset)
+    else:
+        root = parent
+    view._diag = TileInfo(_created_tag() if loops else (), None, root, index)
+
+
+def _root_region(tile):
+    info = tile._diag
+    if info is not None and info.root is not None:
+        from .indexing import resolve  # noqa: F401 - index already resolved
+
+        return info.root, Region.of(info.index)
+    return tile, Region.whole(tile.shape)
+
+
+def on_read(tile) -> None:
+    """Hook for an op reading ``tile`` as an operand."""
+    info = tile._diag
+    root, region = tile, None
+    if info is not None:
+        if info.root is not None:
+            root = info.root
+        if loops and info.created and config.enabled("loop_carried"):
+            _check_created(tile, info)
+    rinfo = root._diag
+    if rinfo is not None and rinfo.written is not None and config.enabled("uninit"):
+        region = _region_of(tile, info)
+        _check_tile_init(root, rinfo, region, "reads")
+    if loops:
+        _loop_log(root, region or _region_of(tile, info), "r")
+
+
+def _region_of(tile, info):
+    if info is not None and info.root is not None:
+        return Region.of(info.index)
+    return Region.whole(tile.shape)
+
+
+def _check_created(tile, info):
+    for fr, it in info.created:
+        if fr in loops and fr.iter != it:
+            config.report("loop_carried", NKIError(
+                "loop_carried",
+                f"iteration {fr.iter} of the nl.affine_range loop at {fmt_where(fr.where)} reads a "
+                f"{tile.buffer.name} tile {tile.shape} produced by iteration {it} (a value carried across "
+                "iterations through a Python variable). affine_range iterations are independent; use "
+                "nl.sequential_range for a loop-carried dependency, or accumulate with += into a tile "
+                "allocated before the loop"))
+            return
+
+
+def _check_tile_init(root, rinfo, region, verb):
+    w = rinfo.written
+    if w is False:
+        bad = not region.empty()
+    else:
+        bad = not bool(w.reshape(-1)[region.elements()].all()) if not region.empty() else False
+    if bad:
+        config.report("uninit", NKIError(
+            "uninit",
+            f"{verb} {region.describe()} of a {root.buffer.name} tile {root.shape} {root.dtype} allocated with "
+            "nl.ndarray before anything was written there; its contents are undefined on hardware "
+            "(write it first, or allocate it with nl.zeros)"))
+
+
+def on_write(tile, index, value=None) -> None:
+    """Hook for ``tile[index] = value``."""
+    info = tile._diag
+    root = tile if info is None or info.root is None else info.root
+    region = Region.of(index) if root is tile else _region_of(tile, info)
+    rinfo = root._diag
+    if rinfo is not None and rinfo.written is not None:
+        _set_written(root, rinfo, region)
+    if loops:
+        vinfo = getattr(value, "_diag", None) if value is not None and hasattr(value, "_diag") else None
+        kind = "a" if (vinfo is not None and vinfo.accumulated and vinfo.root is root) else "w"
+        _loop_log(root, region, kind)
+
+
+def _set_written(root, rinfo, region):
+    if region.exact and region.lo == (0,) * len(root.shape) and region.hi == tuple(root.shape):
+        rinfo.written = None
+        return
+    if rinfo.written is False:
+        rinfo.written = np.zeros(root.shape, dtype=bool)
+    if not region.empty():
+        rinfo.written.reshape(-1)[region.elements()] = True
+    if rinfo.written.all():
+        rinfo.written = None
+
+
+def on_accumulate(tile) -> None:
+    """Hook for ``tile += x`` (and ``-=``, ``*=``, ``/=``): an accumulation, not a plain read."""
+    info = tile._diag
+    root = tile if info is None or info.root is None else info.root
+    region = _region_of(tile, info)
+    rinfo = root._diag
+    if rinfo is not None and rinfo.written is not None and config.enabled("uninit"):
+        _check_tile_init(root, rinfo, region, "accumulates (+=) into")
+    if info is not None and info.root is not None:
+        info.accumulated = True
+    if loops:
+        _loop_log(root, region, "a")
+
+
+class _Loop:
+    """One running ``affine_range`` loop: its current iteration and the accesses of outside objects."""
+
+    __slots__ = ("iter", "where", "log", "keep", "seq")
+
+    def __init__(self):
+        self.iter = None
+        self.where = where()
+        self.log = {}
+        self.keep = {}
+        self.seq = 0
+
+
+def _loop_log(obj, region, kind, hbm=False):
+    if not config.enabled("loop_carried"):
+        return
+    info = None if hbm else obj._diag
+    created = info.created if info is not None else ()
+    key = _tensor_key(obj) if hbm else id(obj)
+    for fr in loops:
+        if any(f is fr for f, _ in created):
+            continue  # created inside this loop's iteration: private to it
+        fr.seq += 1
+        ent = fr.log.get(key)
+        if ent is None:
+            ent = fr.log[key] = []
+            fr.keep[key] = (obj, hbm)
+        ent.append((kind, fr.iter, region, where(), fr.seq))
+
 
 def loop_iter(r: range, kind: str):
-    """Iterate an NKI loop range (``affine``/``sequential``/``static``)."""
-    return iter(r)
+    """Iterate an NKI loop range (``affine``/``sequential``/``static``); affine loops are checked."""
+    if kind != "affine" or not config.enabled("loop_carried"):
+        return iter(r)
+    return _affine(r)
+
+
+def _affine(r):
+    fr = _Loop()
+    loops.append(fr)
+    ok = False
+    try:
+        for i in r:
+            fr.iter = i
+            yield i
+        ok = True
+    finally:
+        loops.remove(fr)
+        if ok:
+            _analyse(fr)
+
+
+def _analyse(fr):
+    for key, entries in fr.log.items():
+        if not any(k != "r" for k, *_ in entries):
+            continue
+        if len({e[1] for e in entries}) < 2:
+            continue
+        obj, hbm = fr.keep[key]
+        name = f"{obj.name} {obj.shape} (HBM)" if hbm else f"{obj.buffer.name} tile {obj.shape}"
+        writes = [e for e in entries if e[0] != "r"]
+        for kind, it, region, wh, seq in entries:
+            if kind != "r":
+                continue
+            own_before = [e[2] for e in writes if e[1] == it and e[4] < seq and e[0] == "w"]
+            if own_before and _union_covers(own_before, region):
+                continue
+            other = [e for e in writes if e[1] != it and e[2].overlap(region) is not None]
+            if not other:
+                continue
+            own_after = [e[2] for e in writes if e[1] == it and e[4] > seq]
+            if own_after and _union_covers(own_after, region):
+                continue  # read-modify-write of the same region: an associative reduction
+            w = other[0]
+            _report_carried(fr, name, it, region, wh, w)
+            return
+        if hbm:
+            plain = [e for e in writes if e[0] == "w"]
+            for a, b in itertools.combinations(plain, 2):
+                if a[1] != b[1]:
+                    common = a[2].overlap(b[2])
+                    if common is not None:
+                        config.report("loop_carried", NKIError(
+                            "loop_carried",
+                            f"iterations {a[1]} and {b[1]} of the nl.affine_range loop at {fmt_where(fr.where)} "
+                            f"both store to {name} at {common} ({fmt_where(a[3])}, {fmt_where(b[3])}); the "
+                            "final value depends on iteration order. Use nl.sequential_range, or store "
+                            "each iteration's result to its own region", where=fmt_where(b[3])))
+                        return
+
+
+def _report_carried(fr, name, it, region, wh, w):
+    kind = "accumulated into (+=)" if w[0] == "a" else "written"
+    config.report("loop_carried", NKIError(
+        "loop_carried",
+        f"iteration {it} of the nl.affine_range loop at {fmt_where(fr.where)} reads {region.describe()} of "
+        f"{name} at {fmt_where(wh)}, which iteration {w[1]} {kind} at {fmt_where(w[3])}. affine_range "
+        "iterations are independent and may be reordered or run in parallel, so this loop-carried "
+        "dependency is unsafe (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/generated/"
+        "nki.language.sequential_range.html); use nl.sequential_range, or only accumulate with += and read "
+        "the result after the loop", where=fmt_where(wh)))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import diagnostics as _diag
 from . import dtypes as dt
 from . import language as nl
 from . import profile as _prof
@@ -45,6 +46,8 @@ def _tile(x, name, op, buffers=(sbuf, psum)):
         allowed = " or ".join(b.name.upper() for b in buffers)
         raise NKIError("operand memory", f"nisa.{op}: {name} (shape {x.shape}) is in {x.buffer.name.upper()}; "
                        f"this operand must be in {allowed}")
+    if x._diag is not None or _diag.loops:
+        _diag.on_read(x)
     return x
 
 
@@ -59,6 +62,7 @@ def nc_matmul(stationary, moving, *, is_stationary_onezero=False, is_moving_onez
     m = _tile(moving, "moving", "nc_matmul", (sbuf,))
     if s.ndim != 2 or m.ndim != 2:
         raise NKIError("matmul operands", f"nc_matmul needs 2-D tiles, got stationary {s.shape} and moving {m.shape}")
+    _matmul_dtypes(s, m)
     k, mm = s.shape
     k2, n = m.shape
     if k != k2:
@@ -75,6 +79,23 @@ def nc_matmul(stationary, moving, *, is_stationary_onezero=False, is_moving_onez
     a = dt.compute_view(s.data).astype(np.float32, copy=False)
     b = dt.compute_view(m.data).astype(np.float32, copy=False)
     return nl._result(a.T @ b, dt.float32, mask, buffer=psum, engine="Tensor")
+
+
+_MATMUL_DTYPES = (dt.float8_e4m3, dt.float8_e5m2, dt.bfloat16, dt.float16, dt.tfloat32, dt.float32)
+
+
+def _matmul_dtypes(*operands):
+    """nc_matmul reads fp8 / bf16 / fp16 / tf32 / fp32 only ("currently supports float8_e4m3/
+    float8_e5m2/bfloat16/float16/tfloat32/float32 input data types"):
+    https://awsdocs-neuron.readthedocs-hosted.com/en/v2.26.1/nki/api/generated/nki.isa.nc_matmul.html"""
+    for name, x in zip(("stationary", "moving"), operands):
+        if x.dtype not in _MATMUL_DTYPES:
+            from . import config
+
+            config.report("operand", NKIError(
+                "operand", f"nisa.nc_matmul: {name} (shape {x.shape}) has dtype {x.dtype}; the Tensor engine "
+                "takes float8_e4m3/float8_e5m2/bfloat16/float16/tfloat32/float32 operands (cast with dtype= "
+                "on nl.load or nl.copy)"))
 
 
 def nc_transpose(data, *, mask=None, dtype=None, engine=engine.unknown, **_ignored):

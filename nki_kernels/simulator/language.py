@@ -13,6 +13,7 @@ import math
 
 import numpy as np
 
+from . import diagnostics as _diag
 from . import dtypes as dt
 from . import profile as _prof
 from .core import (Access, Buffer, HBMTensor, PMAX, Tile, current, hbm, par_dim, private_hbm, psum,
@@ -44,6 +45,8 @@ class tile_size:
 def _values(x, name: str):
     """The array an engine reads for operand ``x`` (fp32 for low-precision tiles)."""
     if isinstance(x, Tile):
+        if x._diag is not None or _diag.loops:
+            _diag.on_read(x)
         return dt.compute_view(x.data)
     if isinstance(x, (Access, HBMTensor)):
         t = x.tensor if isinstance(x, Access) else x
@@ -82,6 +85,19 @@ def _out_dtype(dtype, *operands):
 
 
 def _broadcast_check(name, *operands):
+    tiles = [o for o in operands if isinstance(o, Tile) and o.ndim >= 1]
+    parts = {o.shape[o.pdim] for o in tiles}
+    if len(parts) > 1 and 1 in parts:
+        # Element-wise ops broadcast size-1 *free* dims; a 1-partition operand must be
+        # broadcast explicitly (nl.broadcast_to / tile.broadcast_to, which the docs describe as
+        # "broadcast along the partition dimension"):
+        # https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/generated/nki.language.broadcast_to.html
+        from . import config as _config
+
+        _config.report("operand", NKIError(
+            "operand", f"nl.{name}: operands of shapes {[o.shape for o in tiles]} differ in the partition "
+            "dimension; size-1 dims broadcast only along free axes. Broadcast the 1-partition operand "
+            "explicitly with nl.broadcast_to / tile.broadcast_to((P, ...))"))
     shapes = [np.shape(o.data) if isinstance(o, Tile) else np.shape(o) for o in operands]
     try:
         return np.broadcast_shapes(*shapes)
@@ -271,6 +287,8 @@ def _need_tile(x, name, op):
     if not isinstance(x, Tile):
         _values(x, name)  # raises the HBM / type error
         raise NKIError("operand type", f"{op}: operand {name} must be a tile, got {type(x).__name__}")
+    if x._diag is not None or _diag.loops:
+        _diag.on_read(x)
     return x
 
 
@@ -325,7 +343,10 @@ def _allocate(shape, dtype, buffer, fill=None, name=""):
     data = np.empty(shape, dtype) if fill is None else np.full(shape, fill, dtype)
     if fill is not None:
         _prof.instruction("GpSimd", data)
-    return Tile(data, buffer, pdim)
+    tile = Tile(data, buffer, pdim)
+    if fill is None:
+        _diag.mark_uninitialised(tile)  # reads before a write are the `uninit` diagnostic
+    return tile
 
 
 def ndarray(shape, dtype, *, buffer=None, name="", **_ignored):
@@ -671,6 +692,8 @@ def _install_operators():
         def iop(self, other):
             # In-place accumulation (e.g. `psum_tile += nc_matmul(...)`): fp32 math, round on write.
             self.own()
+            if self._diag is not None or _diag.loops:
+                _diag.on_accumulate(self)
             res = fn(dt.compute_view(self.data), _values(other, "other"))
             _prof.instruction("Vector" if self.buffer is sbuf else "Tensor", self.data)
             self.data[...] = dt.cast(res, self.data.dtype)

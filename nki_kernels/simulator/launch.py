@@ -16,6 +16,7 @@ from collections import namedtuple
 
 import numpy as np
 
+from . import diagnostics as _diag
 from . import dtypes as dt
 from .core import HBMTensor, Program, set_current, current_or_none, shared_hbm
 from .errors import NKIError
@@ -168,10 +169,13 @@ def allocate_hbm(shape, dtype, buffer, fill, name):
             return t
         data = np.empty(shape, dtype) if fill is None else np.full(shape, fill, dtype)
         t = HBMTensor(data, buffer, name or f"out{i}")
+        t.uninit = fill is None  # loads of never-stored elements are the `uninit` diagnostic
         launch.shared.append(t)
         return t
     data = np.empty(shape, dtype) if fill is None else np.full(shape, fill, dtype)
-    return HBMTensor(data, buffer, name or "hbm")
+    t = HBMTensor(data, buffer, name or "hbm")
+    t.uninit = fill is None
+    return t
 
 
 def _unwrap(result):
@@ -185,6 +189,7 @@ def _unwrap(result):
 def run_programs(kernel: Kernel, grid: tuple, args: list, kwargs: dict, pids=None):
     """Run the kernel once per program id of ``grid`` (or of ``pids``); returns the last result."""
     state = _LaunchState(kernel, grid)
+    _diag.launch_begin(state)
     result = None
     outer = current_or_none()
     try:
@@ -197,6 +202,8 @@ def run_programs(kernel: Kernel, grid: tuple, args: list, kwargs: dict, pids=Non
                 state.programs += 1
     finally:
         set_current(outer)
+    if pids is None:
+        _diag.launch_end(state, result)  # races / unwritten outputs need every program
     return result, state
 
 

@@ -6,6 +6,8 @@ here; the hot path pays one attribute check per instruction otherwise.
 
 from __future__ import annotations
 
+from .diagnostics import hbm_access as _hbm_access
+
 _recorder = None
 
 
@@ -16,7 +18,8 @@ def instruction(engine: str, out) -> None:
 
 
 def dma(tensor, data, direction: str, access, mask) -> None:
-    """Record one DMA transfer of ``data`` to or from HBM ``tensor``."""
+    """Record one DMA transfer of ``data`` to or from HBM ``tensor`` (and log it for diagnostics)."""
+    _hbm_access(tensor, access, mask, direction == "write")
     if _recorder is not None:
         _recorder.dma(tensor, data, direction, access, mask)
 
