@@ -8,8 +8,9 @@
 
 from . import isa, language  # noqa: F401
 from . import nki  # noqa: F401
+from . import standalone  # noqa: F401 - the standalone `nki` package's API (dst= ISA ops)
 from .errors import NKIError
 from .install import install
 from .launch import ShapeDtype, eval_shape, is_kernel, simulate
 
-__all__ = ["NKIError", "ShapeDtype", "eval_shape", "install", "is_kernel", "isa", "language", "nki", "simulate"]
+__all__ = ["NKIError", "ShapeDtype", "eval_shape", "install", "is_kernel", "isa", "language", "nki", "simulate", "standalone"]

@@ -1,0 +1,670 @@
+"""``nki.isa`` (``nisa``) of the standalone ``nki`` package: every instruction writes into ``dst``.
+
+Each op computes with the first generation's implementation (same operand
+rules, same fp32 compute and rounding, same profile accounting) and then
+writes the result into the caller's destination, a tile or a view of one
+(``dst=acc``, ``dst=t[0:128, 0:512]``) or, for ``dma_copy``, an HBM region.
+On top of the first generation's checks, the destination is checked the way
+the current reference states
+(https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/nki.isa.html):
+
+* its memory: ``nc_matmul`` writes PSUM only; ``iota`` / ``affine_select``
+  write SBUF only; ``dma_copy`` moves between HBM and SBUF (never PSUM);
+  GpSimd cannot touch PSUM;
+* its shape: the same partition size as the result and the same number of
+  elements per partition (the reference's wording for every op), else an
+  :class:`NKIError` naming both shapes;
+* its dtype where the reference fixes it (``nc_matmul``: fp32, or bf16 on
+  NeuronCore-v4; ``nc_transpose``: the input's dtype).
+
+Results are rounded to ``dst.dtype`` (fp32 compute, cast on write).
+Ops return ``None``: the standalone API's results live in ``dst``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import weakref
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+from .. import core
+from .. import dtypes as dt
+from .. import isa as _gen1
+from .. import language as _nl1
+from .. import profile as _prof
+from ..core import PMAX, Access, HBMTensor, Tile, psum, sbuf
+from ..errors import NKIError
+from . import language as nl
+
+
+# ---------------------------------------------------------------------------
+# enums of the standalone package
+# ---------------------------------------------------------------------------
+class engine:
+    """Engine selectors (``nisa.engine.vector`` ...); the simulator uses them for memory rules."""
+
+    unknown = "unknown"
+    tensor = "Tensor"
+    vector = "Vector"
+    scalar = "Scalar"
+    gpsimd = "GpSimd"
+    sync = "Sync"
+
+
+engine_enum = engine
+unknown_engine = engine.unknown
+tensor_engine = engine.tensor
+vector_engine = engine.vector
+scalar_engine = engine.scalar
+gpsimd_engine = engine.gpsimd
+
+
+class reduce_cmd:
+    """State commands for the engines' reduction registers (``nisa.reduce_cmd``)."""
+
+    idle = "idle"
+    reset = "reset"
+    reduce = "reduce"
+    reset_reduce = "reset_reduce"
+    load_reduce = "load_reduce"
+
+
+class dge_mode:
+    """DMA descriptor generation modes (accepted, no effect on the simulator)."""
+
+    unknown = "unknown"
+    none = "none"
+    swdge = "swdge"
+    hwdge = "hwdge"
+
+
+class oob_mode:
+    """Out-of-bounds handling of indirect DMA (accepted; direct accesses are always checked)."""
+
+    error = "error"
+    skip = "skip"
+
+
+class matmul_perf_mode:
+    """Tensor Engine performance modes (accepted; ``double_row`` is not modelled)."""
+
+    none = "none"
+    double_row = "double_row"
+
+
+class nc_version:
+    """NeuronCore versions."""
+
+    gen2 = "gen2"
+    gen3 = "gen3"
+    gen4 = "gen4"
+
+
+def get_nc_version():
+    """The target NeuronCore version; the simulator models a Trn2 (NeuronCore-v3) target."""
+    return nc_version.gen3
+
+
+# ---------------------------------------------------------------------------
+# destinations
+# ---------------------------------------------------------------------------
+_ON_CHIP = (sbuf, psum)
+# Per PSUM tile: which elements hold a value, for nc_matmul's accumulate=None inference.
+_psum_written = weakref.WeakKeyDictionary()
+
+
+@contextlib.contextmanager
+def _scratch():
+    """Run a first-generation op without registering its result tile with the program.
+
+    The result is an intermediate that only lives until it is copied into
+    ``dst``; hardware has no such buffer, so it must not count against the
+    program's SBUF/PSUM capacity.
+    """
+    prog = core.current_or_none()
+    core.set_current(None)
+    try:
+        yield
+    finally:
+        core.set_current(prog)
+
+
+def _names(buffers):
+    return " or ".join(b.name.upper() for b in buffers)
+
+
+def _check_dst(dst, op, buffers=_ON_CHIP):
+    """``dst`` must be a tile (or a view of one) in one of ``buffers``."""
+    if isinstance(dst, (Access, HBMTensor)):
+        raise NKIError("dst memory", f"nisa.{op}: dst ({dst._label()}, shape {tuple(dst.shape)}) is in HBM; "
+                       f"this instruction writes {_names(buffers)} (use nisa.dma_copy to reach HBM)")
+    if not isinstance(dst, Tile):
+        raise NKIError("dst type", f"nisa.{op}: dst must be a tile allocated with nl.ndarray (or a view of "
+                       f"one), got {type(dst).__name__}")
+    if dst.buffer not in buffers:
+        raise NKIError("dst memory", f"nisa.{op}: dst (shape {dst.shape}) is in {dst.buffer.name.upper()}; "
+                       f"this instruction must write {_names(buffers)}")
+    return dst
+
+
+def _per_partition(shape):
+    return int(np.prod(shape[1:])) if len(shape) > 1 else 1
+
+
+def _fit_dst(dst, values, op, what="result"):
+    """``values`` in ``dst``'s shape: equal shapes, or the same partition size and elements per partition."""
+    vshape, dshape = tuple(np.shape(values)), tuple(dst.shape)
+    if vshape == dshape:
+        return values
+    if vshape and dshape and vshape[0] == dshape[0] and _per_partition(vshape) == _per_partition(dshape):
+        return np.reshape(values, dshape)
+    raise NKIError("dst shape", f"nisa.{op}: dst has shape {dshape} but the {what} has shape {vshape}; dst "
+                   "needs the same partition size and the same number of elements per partition")
+
+
+def _root(tile):
+    while tile._parent is not None:
+        tile = tile._parent
+    return tile
+
+
+def _region_mask(mask, root, dst):
+    """The part of a root-shaped bool ``mask`` that the view ``dst`` covers (``None`` if unknown)."""
+    if dst is root:
+        return mask
+    rd, vd = root.data, dst.data
+    if not rd.flags.c_contiguous or vd.dtype != rd.dtype:
+        return None
+    item = rd.itemsize
+    off = vd.__array_interface__["data"][0] - rd.__array_interface__["data"][0]
+    if off % item or any(s % item for s in vd.strides):
+        return None
+    flat = mask.reshape(-1)[off // item:]
+    return as_strided(flat, vd.shape, tuple(s // item for s in vd.strides))
+
+
+def _write(dst, values, op, what="result"):
+    """Round ``values`` to ``dst.dtype`` and write them into ``dst`` (a tile or a view of one)."""
+    vals = _fit_dst(dst, np.asarray(values), op, what)
+    root = _root(dst)
+    core.flush_pending()  # a deferred op may still read the memory about to be written
+    if dst is not root:
+        data = dst.data
+        if not data.flags.writeable or not np.may_share_memory(data, root.data):
+            raise NKIError("dst view", f"nisa.{op}: dst (shape {dst.shape}) is a copy, not a view, of a "
+                           f"{root.buffer.name} tile {root.shape}; write to a basic-slice view of the tile "
+                           "(e.g. t[0:128, 0:512]) or to the tile itself")
+    dst[...] = dt.cast(vals, dst.dtype)
+    if root.buffer is psum:
+        mask = _psum_written.get(root)
+        if mask is None:
+            mask = _psum_written[root] = np.zeros(root.shape, dtype=bool)
+        region = _region_mask(mask, root, dst)
+        if region is None:
+            mask[...] = True
+        else:
+            region[...] = True
+
+
+def _psum_state(dst):
+    """Bool array in ``dst``'s shape: which of its PSUM elements already hold a value."""
+    root = _root(dst)
+    mask = _psum_written.get(root)
+    if mask is None:
+        return np.zeros(dst.shape, dtype=bool)
+    region = _region_mask(mask, root, dst)
+    return np.broadcast_to(bool(mask.any()), dst.shape) if region is None else region
+
+
+def _op(op):
+    """An operator identifier the first-generation ops accept (``nl.copy`` becomes identity)."""
+    if op is nl.copy or op is nl.bypass:
+        return _nl1.identity
+    return op
+
+
+def _compute_dtype(dst, *tiles):
+    """Native integer math when every tile is an integer tile, else fp32 (rounded once, on write)."""
+    if all(np.issubdtype(t.dtype, np.integer) for t in (dst, *tiles)):
+        return None
+    return dt.float32
+
+
+def _gpsimd_psum(eng, op, *tiles):
+    if eng == engine.gpsimd:
+        for t in tiles:
+            if isinstance(t, Tile) and t.buffer is psum:
+                raise NKIError("operand memory", f"nisa.{op}: engine=GpSimd cannot access PSUM (a tile of shape "
+                               f"{t.shape} is in PSUM); use the Vector or Scalar engine")
+
+
+# ---------------------------------------------------------------------------
+# Tensor engine
+# ---------------------------------------------------------------------------
+def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_onezero=False,
+              is_transpose=False, accumulate=None, tile_position=(), tile_size=(), perf_mode=None,
+              name=None, **_ignored):
+    """``dst = stationary.T @ moving`` (or ``+=``) on the Tensor engine; ``dst`` must be a PSUM tile.
+
+    stationary [K, M] and moving [K, N] are SBUF tiles with K <= 128, M <= 128,
+    N <= 512; ``dst`` is [M, N], fp32 (or bf16, NeuronCore-v4). ``accumulate``:
+    ``False`` overwrites, ``True`` adds to what ``dst`` holds (which must have
+    been written before), ``None`` (default) overwrites the elements never
+    written and accumulates onto the others, as the compiler infers "first write
+    overwrites, later writes accumulate"
+    (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/generated/nki.isa.nc_matmul.html).
+    """
+    d = _check_dst(dst, "nc_matmul", (psum,))
+    if d.dtype not in (dt.float32, dt.bfloat16):
+        raise NKIError("dst dtype", f"nisa.nc_matmul: dst dtype is {d.dtype}; the matmul result tile must be "
+                       "float32 (bfloat16 is accepted from NeuronCore-v4)")
+    for a, b, an, bn in ((stationary, moving, "stationary", "moving"), (moving, stationary, "moving", "stationary")):
+        if isinstance(a, Tile) and isinstance(b, Tile) and a.dtype == dt.float32 and b.dtype != dt.float32:
+            raise NKIError("matmul operands", f"nisa.nc_matmul: {an} is float32 but {bn} is {b.dtype}; if one "
+                           "input is float32/tfloat32 the other must be too")
+    with _scratch():
+        res = _gen1.nc_matmul(stationary, moving, is_transpose=is_transpose)
+    vals = _fit_dst(d, res.data, "nc_matmul", f"product stationary.T @ moving ({stationary.shape[1]}x"
+                    f"{moving.shape[1]})")
+    written = _psum_state(d)
+    if accumulate is True:
+        if not written.all():
+            raise NKIError("matmul accumulate", f"nisa.nc_matmul(accumulate=True) into PSUM dst {d.shape} whose "
+                           "elements were never written; the first matmul into a PSUM location must overwrite "
+                           "(accumulate=False or None)")
+        vals = dt.compute_view(d.data).astype(np.float32) + vals
+    elif accumulate is None and written.any():
+        vals = np.where(written, dt.compute_view(d.data).astype(np.float32) + vals, vals)
+    _write(d, vals, "nc_matmul")
+
+
+def nc_transpose(dst, data, engine=engine.unknown, name=None, **_ignored):
+    """Transpose partition and (flattened) free axes of ``data`` into ``dst``.
+
+    Tensor engine: <= 128x128, SBUF in, PSUM out. Vector engine: <= 32x32, SBUF
+    or PSUM either way. With ``engine`` unknown the simulator picks Tensor when
+    ``data`` is in SBUF and ``dst`` in PSUM, else Vector. ``dst`` has ``data``'s dtype.
+    """
+    d = _check_dst(dst, "nc_transpose")
+    x = _gen1._tile(data, "data", "nc_transpose")
+    eng = engine
+    if eng == "unknown":
+        eng = "Tensor" if (x.buffer is sbuf and d.buffer is psum) else "Vector"
+    if eng == "Tensor" and (x.buffer is not sbuf or d.buffer is not psum):
+        raise NKIError("operand memory", f"nisa.nc_transpose on the Tensor engine reads SBUF and writes PSUM; "
+                       f"got data in {x.buffer.name.upper()} and dst in {d.buffer.name.upper()}")
+    if d.dtype != x.dtype:
+        raise NKIError("dst dtype", f"nisa.nc_transpose: dst dtype {d.dtype} differs from data dtype {x.dtype}; "
+                       "the transpose output has the input's dtype")
+    with _scratch():
+        src = x if x.ndim == 2 else Tile(x.data.reshape(x.shape[0], -1), x.buffer)
+        res = _gen1.nc_transpose(src, engine="Vector" if eng == "Vector" else "Tensor")
+    _write(d, res.data, "nc_transpose", f"transpose of {src.shape}")
+
+
+# ---------------------------------------------------------------------------
+# Vector / Scalar / GpSimd engines
+# ---------------------------------------------------------------------------
+def tensor_copy(dst, src, engine=engine.unknown, name=None, **_ignored):
+    """Copy ``src`` (SBUF/PSUM) into ``dst`` (SBUF/PSUM), casting to ``dst.dtype``.
+
+    Same dtype: a bit-exact copy; different dtypes: through fp32. ``dst`` has
+    ``src``'s partition size and elements per partition. GpSimd cannot access PSUM.
+    (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/generated/nki.isa.tensor_copy.html)
+    """
+    d = _check_dst(dst, "tensor_copy")
+    _gpsimd_psum(engine, "tensor_copy", src, d)
+    x = _gen1._tile(src, "src", "tensor_copy")
+    with _scratch():
+        res = _gen1.tensor_copy(x, dtype=d.dtype)
+    _write(d, res.data, "tensor_copy", f"source (shape {x.shape})")
+
+
+def tensor_tensor(dst, data1, data2, op, engine=engine.unknown, name=None, **_ignored):
+    """``dst = op(data1, data2)`` element-wise (Vector engine; ``nl.power`` on GpSimd).
+
+    data1 and data2 have the same partition size and the same number of
+    elements per partition (no broadcasting: that is ``tensor_scalar``'s job)
+    and cannot both be in PSUM; ``dst`` may be SBUF or PSUM. fp32 compute,
+    rounded to ``dst.dtype``.
+    """
+    d = _check_dst(dst, "tensor_tensor")
+    a = _gen1._tile(data1, "data1", "tensor_tensor")
+    b = _gen1._tile(data2, "data2", "tensor_tensor")
+    if a.shape[0] != b.shape[0] or _per_partition(a.shape) != _per_partition(b.shape):
+        raise NKIError("operand shapes", f"nisa.tensor_tensor: data1 {a.shape} and data2 {b.shape} need the same "
+                       "partition size and the same number of elements per partition (use nisa.tensor_scalar "
+                       "to broadcast a [P, 1] operand)")
+    if op is nl.power or engine == "GpSimd":
+        _gpsimd_psum("GpSimd", "tensor_tensor", a, b, d)
+    with _scratch():
+        if b.shape != a.shape:
+            b = Tile(b.data.reshape(a.shape), b.buffer)
+        res = _gen1.tensor_tensor(a, b, _op(op), dtype=_compute_dtype(d, a, b))
+    _write(d, res.data, "tensor_tensor")
+
+
+def scalar_tensor_tensor(dst, data, op0, operand0, op1, operand1, reverse0=False, reverse1=False, name=None,
+                         **_ignored):
+    """``dst = (data op0 operand0) op1 operand1``: operand0 a scalar or [P, 1] tile, operand1 a tile like data."""
+    d = _check_dst(dst, "scalar_tensor_tensor")
+    x = _gen1._tile(data, "data", "scalar_tensor_tensor")
+    o1 = _gen1._tile(operand1, "operand1", "scalar_tensor_tensor")
+    if o1.shape[0] != x.shape[0] or _per_partition(o1.shape) != _per_partition(x.shape):
+        raise NKIError("operand shapes", f"nisa.scalar_tensor_tensor: operand1 {o1.shape} needs data's "
+                       f"{x.shape} partition size and elements per partition")
+    if x.buffer is psum and o1.buffer is psum:
+        raise NKIError("operand memory", "nisa.scalar_tensor_tensor: data and operand1 cannot both be in PSUM")
+    with _scratch():
+        tmp = _gen1.tensor_scalar(x, _op(op0), operand0, reverse0, dtype=dt.float32)
+        other = Tile(dt.compute_view(o1.data).reshape(x.shape), o1.buffer)
+        first, second = (other, tmp) if reverse1 else (tmp, other)
+        res = _gen1.tensor_tensor(first, second, _op(op1), dtype=dt.float32)
+    _write(d, res.data, "scalar_tensor_tensor")
+
+
+def tensor_scalar(dst, data, op0, operand0=None, reverse0=False, op1=None, operand1=None, reverse1=False,
+                  engine=engine.unknown, name=None, **_ignored):
+    """``dst = (data op0 operand0) op1 operand1`` with scalar or [P, 1] operands broadcast along the free axes.
+
+    ``reverse0`` / ``reverse1`` swap an operator's inputs; ``op1`` is optional.
+    fp32 compute, rounded to ``dst.dtype``; data and dst in SBUF or PSUM.
+    """
+    d = _check_dst(dst, "tensor_scalar")
+    _gpsimd_psum(engine, "tensor_scalar", data, operand0, operand1, d)
+    x = _gen1._tile(data, "data", "tensor_scalar")
+    with _scratch():
+        if operand0 is None and np_unary(op0):
+            x = Tile(np.asarray(nl.np_function(op0)(dt.compute_view(x.data))), x.buffer)
+            res = x if op1 is None else _gen1.tensor_scalar(x, _op(op1), operand1, reverse1, dtype=dt.float32)
+        else:
+            res = _gen1.tensor_scalar(x, _op(op0), operand0, reverse0, op1=None if op1 is None else _op(op1),
+                                      operand1=operand1, reverse1=reverse1, dtype=_compute_dtype(d, x))
+    _write(d, res.data, "tensor_scalar")
+
+
+def np_unary(op) -> bool:
+    """Whether ``op`` is a one-input operator (``nl.abs``, ``nl.exp`` ...)."""
+    return op is nl.copy or op is nl.bypass or getattr(op, "__name__", None) in _nl1._UNARY
+
+
+def _program_regs():
+    """The running program's engine reduction registers (engine name -> [P, 1] fp32)."""
+    return core.current().__dict__.setdefault("_nki_reduce_regs", {})
+
+
+_DEFAULT_CMD = object()
+
+
+def activation(dst, op, data, bias=None, scale=1.0, reduce_op=None, reduce_res=None, reduce_cmd=_DEFAULT_CMD,
+               name=None, **_ignored):
+    """``dst = op(data * scale + bias)`` on the Scalar engine, with an optional free-axis reduction.
+
+    ``scale`` is a scalar or a [P, 1] tile, ``bias`` a scalar or a [P, 1] tile.
+    The reduction (``reduce_op``, ``nl.add``) feeds per-partition registers
+    controlled by ``reduce_cmd`` (``reset``, ``idle``, ``reduce``,
+    ``reset_reduce``); ``reduce_res`` ([P, 1]) receives the registers. When
+    ``reduce_res`` and ``reduce_op`` are given without ``reduce_cmd`` the
+    simulator uses ``reset_reduce`` (``activation_reduce``'s behaviour, and what
+    kernels written for earlier releases expect).
+    (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/generated/nki.isa.activation.html)
+    """
+    d = _check_dst(dst, "activation")
+    x = _gen1._tile(data, "data", "activation")
+    with _scratch():
+        res = _gen1.activation(_op(op), x, bias=bias, scale=scale, dtype=dt.float32)
+    out = res.data
+    _write(d, out, "activation")
+    if reduce_cmd is _DEFAULT_CMD:
+        reduce_cmd = "reset_reduce" if (reduce_res is not None and reduce_op is not None) else "idle"
+    _reduce_registers("activation", "Scalar", out, x, reduce_op, reduce_res, reduce_cmd)
+
+
+def _reduce_registers(op, eng, out, x, reduce_op, reduce_res, cmd, init=None):
+    regs = _program_regs()
+    cur = regs.get(eng)
+    if cur is None or cur.shape[0] != x.shape[0]:
+        cur = np.zeros((x.shape[0], 1), np.float32)
+    if cmd in ("reset", "reset_reduce"):
+        cur = np.zeros((x.shape[0], 1), np.float32)
+    if cmd == "load_reduce":
+        cur = np.broadcast_to(np.asarray(_gen1._per_partition(init, x, "reduce_init", op), np.float32)
+                              .reshape(-1, 1) if init is not None else 0.0, (x.shape[0], 1)).astype(np.float32)
+    if cmd in ("reduce", "reset_reduce", "load_reduce"):
+        fn = _gen1._reducer(reduce_op if reduce_op is not None else nl.add)
+        part = np.asarray(fn(np.asarray(out, np.float32).reshape(x.shape[0], -1), axis=1, keepdims=True),
+                          np.float32)
+        comb = nl.np_function(reduce_op if reduce_op is not None else nl.add)
+        cur = np.asarray(comb(cur, part), np.float32)
+    regs[eng] = cur
+    if reduce_res is not None:
+        _write(_check_dst(reduce_res, op), cur, op, "reduction result ([P, 1])")
+
+
+def activation_reduce(dst, op, data, reduce_op, reduce_res, bias=None, scale=1.0, name=None, **_ignored):
+    """``activation`` plus a free-axis reduction of its result into ``reduce_res`` (registers reset first)."""
+    activation(dst, op, data, bias=bias, scale=scale, reduce_op=reduce_op, reduce_res=reduce_res,
+               reduce_cmd="reset_reduce")
+
+
+def tensor_reduce(dst, op, data, axis, negate=False, keepdims=False, name=None, **_ignored):
+    """Reduce ``data`` over free ``axis`` with ``op`` into ``dst`` (Vector engine).
+
+    ``axis`` must be the last contiguous free dimension(s), ending at the last
+    one; axis 0 (partition) cannot be reduced. fp32 compute; ``negate``
+    multiplies the result by -1. ``dst`` has data's partition size and as many
+    elements per partition as the reduction leaves.
+    (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/generated/nki.isa.tensor_reduce.html)
+    """
+    d = _check_dst(dst, "tensor_reduce")
+    x = _gen1._tile(data, "data", "tensor_reduce")
+    axes = sorted(_nl1._axes(x, axis, "tensor_reduce"))
+    if axes != list(range(x.ndim - len(axes), x.ndim)):
+        raise NKIError("reduce axes", f"nisa.tensor_reduce: axis={axis} on a tile of shape {x.shape}; the reduced "
+                       f"axes must be the last contiguous free dimensions, ending at axis {x.ndim - 1}")
+    with _scratch():
+        res = _gen1.tensor_reduce(_op(op), x, axis, negate=negate, keepdims=keepdims, dtype=dt.float32)
+    _write(d, res.data, "tensor_reduce", f"reduction of {x.shape} over axis {axis}")
+
+
+def tensor_partition_reduce(dst, op, data, name=None, **_ignored):
+    """Reduce ``data`` across its partitions with ``op`` into a one-partition ``dst`` (GpSimd: SBUF only)."""
+    d = _check_dst(dst, "tensor_partition_reduce", (sbuf,))
+    x = _gen1._tile(data, "data", "tensor_partition_reduce", (sbuf,))
+    with _scratch():
+        res = _gen1.tensor_partition_reduce(_op(op), x, dtype=dt.float32)
+    _write(d, res.data, "tensor_partition_reduce")
+
+
+def tensor_tensor_scan(dst, data0, data1, initial, op0, op1, reverse0=False, reverse1=False, name=None,
+                       **_ignored):
+    """Scan along the free axis: ``r[i] = op1(op0(data0[i], r[i-1]), data1[i])`` into ``dst``."""
+    d = _check_dst(dst, "tensor_tensor_scan")
+    with _scratch():
+        res = _gen1.tensor_tensor_scan(data0, data1, initial, _op(op0), _op(op1), reverse0, reverse1,
+                                       dtype=dt.float32)
+    _write(d, res.data, "tensor_tensor_scan")
+
+
+def reciprocal(dst, data, name=None, **_ignored):
+    """``dst = 1 / data`` element-wise (Vector engine)."""
+    d = _check_dst(dst, "reciprocal")
+    x = _gen1._tile(data, "data", "reciprocal")
+    with _scratch():
+        res = _nl1.reciprocal(x, dtype=dt.float32)
+    _write(d, res.data, "reciprocal")
+
+
+def memset(dst, value, engine=engine.unknown, name=None, **_ignored):
+    """Fill ``dst`` with the constant ``value`` (Vector or GpSimd engine; GpSimd cannot reach PSUM)."""
+    d = _check_dst(dst, "memset")
+    _gpsimd_psum(engine, "memset", d)
+    _prof.instruction("GpSimd" if engine == "GpSimd" else "Vector", d.data)
+    _write(d, np.full(d.shape, value), "memset")
+
+
+def _pattern_values(pattern, offset, channel_multiplier, parts):
+    pattern = [list(p) for p in pattern]
+    vals = np.full((parts, 1), int(offset), dtype=np.int64) + np.arange(parts, dtype=np.int64)[:, None] * int(
+        channel_multiplier)
+    for step, num in pattern:
+        vals = (vals[..., None] + np.arange(int(num), dtype=np.int64) * int(step)).reshape(parts, -1)
+    return vals
+
+
+def iota(dst, pattern, offset=0, channel_multiplier=0, name=None, **_ignored):
+    """Fill SBUF ``dst`` with ``offset + p * channel_multiplier + sum(i_k * step_k)`` (GpSimd engine).
+
+    ``pattern`` is ``[[step, num], ...]`` (up to 4-D), the number of elements
+    per partition of ``dst`` is the product of the ``num``s; int32 arithmetic,
+    cast to ``dst.dtype``.
+    (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/generated/nki.isa.iota.html)
+    """
+    d = _check_dst(dst, "iota", (sbuf,))
+    if not isinstance(pattern, (list, tuple)):
+        # An nl.arange / nl.mgrid expression, as the first generation took it.
+        vals = np.asarray(pattern)
+        vals = vals[:, None] if vals.ndim == 1 else vals
+    else:
+        vals = _pattern_values(pattern, offset, channel_multiplier, d.shape[0])
+        n = int(np.prod([p[1] for p in pattern]))
+        if n != _per_partition(d.shape):
+            raise NKIError("dst shape", f"nisa.iota: pattern {pattern} generates {n} elements per partition, dst "
+                           f"{d.shape} holds {_per_partition(d.shape)}")
+    _prof.instruction("GpSimd", vals)
+    _write(d, vals.astype(np.int32), "iota")
+
+
+def affine_select(dst, pattern, channel_multiplier, on_true_tile, on_false_value, cmp_op=None, offset=0,
+                  name=None, **_ignored):
+    """``dst = where(cmp_op(offset + p * channel_multiplier + pattern, 0), on_true_tile, on_false_value)``."""
+    d = _check_dst(dst, "affine_select", (sbuf,))
+    x = _gen1._tile(on_true_tile, "on_true_tile", "affine_select", (sbuf,))
+    pred_vals = _pattern_values(pattern, offset, channel_multiplier, x.shape[0])
+    cmp = nl.np_function(cmp_op if cmp_op is not None else nl.equal)
+    cond = np.asarray(cmp(pred_vals, 0)).reshape(x.shape)
+    out = np.where(cond, dt.compute_view(x.data), np.float32(on_false_value))
+    _prof.instruction("GpSimd", out)
+    _write(d, out, "affine_select")
+
+
+def bn_stats(dst, data, name=None, **_ignored):
+    """Per-partition mean/variance statistics of ``data`` (<= 512 elements) into ``dst`` (Vector engine)."""
+    d = _check_dst(dst, "bn_stats")
+    with _scratch():
+        res = _gen1.bn_stats(data, dtype=dt.float32)
+    _write(d, res.data, "bn_stats")
+
+
+def bn_aggr(dst, data, name=None, **_ignored):
+    """Combine ``bn_stats`` outputs into [P, 2] mean and variance in ``dst``."""
+    d = _check_dst(dst, "bn_aggr")
+    with _scratch():
+        res = _gen1.bn_aggr(data, dtype=dt.float32)
+    _write(d, res.data, "bn_aggr")
+
+
+def max8(dst, src, name=None, **_ignored):
+    """The 8 largest values of each partition of ``src``, descending, into a [P, 8] ``dst``."""
+    d = _check_dst(dst, "max8")
+    x = _gen1._tile(src, "src", "max8")
+    v = dt.compute_view(x.data).reshape(x.shape[0], -1).astype(np.float32)
+    if not 8 <= v.shape[1] <= 16384:
+        raise NKIError("max8", f"nisa.max8 reads 8..16384 elements per partition, got {v.shape[1]}")
+    out = -np.sort(-v, axis=1)[:, :8]
+    _prof.instruction("Vector", out)
+    _write(d, out, "max8")
+
+
+# ---------------------------------------------------------------------------
+# DMA
+# ---------------------------------------------------------------------------
+def _read_hbm(src, op):
+    acc = _nl1._as_access(src, "src", op)
+    vals = acc.index.read(acc.tensor.data, None, what=acc.tensor.name)
+    _prof.dma(acc.tensor, vals, "read", acc, None)
+    from .. import diagnostics as _diag
+
+    hook = getattr(_diag, "hbm_access", None)
+    if hook is not None:
+        hook(acc.tensor, acc, None, False)
+    return vals
+
+
+def _dma_source(src, op):
+    if isinstance(src, (Access, HBMTensor)):
+        return _read_hbm(src, op), "HBM"
+    if isinstance(src, Tile):
+        if src.buffer is psum:
+            raise NKIError("operand memory", f"nisa.{op}: src (shape {src.shape}) is in PSUM; DMA moves data between "
+                           "HBM and SBUF (copy PSUM to SBUF with nisa.tensor_copy first)")
+        return src.data, "SBUF"
+    raise NKIError("operand type", f"nisa.{op}: src must be an HBM tensor or an SBUF tile, got {type(src).__name__}")
+
+
+def _dma_write(dst, vals, src_shape, op, dst_rmw_op=None):
+    if isinstance(dst, (Access, HBMTensor)):
+        acc = _nl1._as_access(dst, "dst", op)
+        if int(np.prod(acc.shape)) != int(np.size(vals)):
+            raise NKIError("dst shape", f"nisa.{op}: dst {acc.tensor.name}{list(acc.shape)} has "
+                           f"{int(np.prod(acc.shape))} elements, src (shape {tuple(src_shape)}) has "
+                           f"{int(np.size(vals))}; a DMA copies equal element counts")
+        vals = np.reshape(vals, acc.shape)
+        if dst_rmw_op is not None:
+            cur = acc.index.read(acc.tensor.data, None, what=acc.tensor.name)
+            vals = nl.np_function(dst_rmw_op)(dt.compute_view(cur).astype(np.float32),
+                                             dt.compute_view(np.asarray(vals)).astype(np.float32))
+        elif np.asarray(vals).dtype != acc.dtype:
+            vals = dt.compute_view(np.asarray(vals)).astype(np.float32)  # casts go through fp32
+        _nl1.store(acc, np.asarray(vals))
+        return
+    d = _check_dst(dst, op, (sbuf,)) if not (isinstance(dst, Tile) and dst.buffer is psum) else None
+    if d is None:
+        raise NKIError("dst memory", f"nisa.{op}: dst (shape {dst.shape}) is in PSUM; DMA moves data between HBM "
+                       "and SBUF (write SBUF, then nisa.tensor_copy into PSUM)")
+    if _per_partition((1,) + tuple(d.shape)) != int(np.size(vals)):
+        raise NKIError("dst shape", f"nisa.{op}: dst has shape {d.shape} ({int(np.prod(d.shape))} elements), src "
+                       f"has shape {tuple(src_shape)} ({int(np.size(vals))} elements); a DMA copies equal "
+                       "element counts")
+    vals = np.reshape(vals, d.shape)
+    if dst_rmw_op is not None:
+        vals = nl.np_function(dst_rmw_op)(dt.compute_view(d.data).astype(np.float32),
+                                         dt.compute_view(vals).astype(np.float32))
+    elif vals.dtype != d.dtype:
+        vals = dt.compute_view(vals).astype(np.float32)
+    _write(d, vals, op, "source")
+
+
+def dma_copy(dst, src, dst_rmw_op=None, oob_mode=None, dge_mode=None, priority=None, engine=None, name=None,
+             **_ignored):
+    """Copy ``src`` to ``dst`` with a DMA engine: each is an HBM tensor/region or an SBUF tile.
+
+    Element counts must match (shapes may differ); different dtypes convert
+    through fp32. PSUM is not reachable by DMA. ``dst_rmw_op=nl.add`` (earlier
+    releases) accumulates into ``dst``.
+    (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/generated/nki.isa.dma_copy.html)
+    """
+    vals, _ = _dma_source(src, "dma_copy")
+    _dma_write(dst, vals, np.shape(vals), "dma_copy", dst_rmw_op)
+
+
+def dma_transpose(dst, src, axes=None, name=None, **_ignored):
+    """Transpose ``src`` (HBM or SBUF) into SBUF/HBM ``dst`` through DMA: 2-D swaps axes, 3-D reverses them,
+    4-D permutes ``[3, 1, 2, 0]`` (or ``axes`` when given)."""
+    vals, _ = _dma_source(src, "dma_transpose")
+    nd = np.ndim(vals)
+    perm = tuple(axes) if axes is not None else {2: (1, 0), 3: (2, 1, 0), 4: (3, 1, 2, 0)}.get(nd)
+    if perm is None:
+        raise NKIError("dma_transpose", f"nisa.dma_transpose takes a 2-D to 4-D source, got shape {np.shape(vals)}")
+    out = np.transpose(vals, perm)
+    if isinstance(dst, Tile) and tuple(dst.shape) != out.shape and (dst.shape[0] != out.shape[0]):
+        raise NKIError("dst shape", f"nisa.dma_transpose: dst has shape {dst.shape}, the transposed source has "
+                       f"shape {out.shape}")
+    _dma_write(dst, np.ascontiguousarray(out), out.shape, "dma_transpose")
+
+
+__all__ = sorted(n for n in dir() if not n.startswith("_") and n not in (
+    "annotations", "contextlib", "weakref", "np", "as_strided", "core", "dt", "nl", "Access", "HBMTensor", "Tile",
+    "NKIError", "PMAX", "psum", "sbuf"))

@@ -1,0 +1,84 @@
+"""``nki.language`` (``nl``) of the standalone ``nki`` package, on the simulator core.
+
+The standalone package keeps the first generation's data model (buffers,
+dtypes, ``nl.ndarray``, SPMD ids, loop ranges), so those are the very same
+objects as :mod:`nki_kernels.simulator.language`: a tile made here is a
+:class:`~nki_kernels.simulator.core.Tile` that first-generation code accepts
+and vice versa. The element-wise and reduction functions (``nl.exp``,
+``nl.add``, ``nl.sum`` ...) remain, documented as experimental high-level ops,
+and double as the operator identifiers that ``nki.isa`` takes as ``op=``.
+
+Differences from the first generation, per the current reference
+(https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/nki.language.html):
+
+* ``nl.ds(start, size)`` builds a slice;
+* ``nl.affine_range`` / ``sequential_range`` / ``static_range`` are deprecated
+  aliases of ``range`` (the simulator keeps its checked ranges);
+* ``nl.copy`` and ``nl.bypass`` are also activation identifiers
+  (``nisa.activation(op=nl.copy)``);
+* ``nl.tile_size`` gains ``psum_fmax_bytes``, ``psum_num_banks``,
+  ``sbuf_fmax_bytes``, ``sbuf_size_bytes`` and alignment constants.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import language as _gen1
+from ..core import sbuf
+from ..language import *  # noqa: F401,F403 - the shared surface (buffers, dtypes, ops, ranges)
+from ..language import _allocate, _parse_shape  # noqa: F401 - used by the isa front end
+
+# `from module import *` skips private helpers; these names are public API in both generations.
+from ..language import (abs, all, any, copy, exp, identity, max, min, sum)  # noqa: F401,A004
+
+float8_e4m3fn = float8_e4m3  # noqa: F405 - the OCP name the standalone package also uses
+
+
+class tile_size(_gen1.tile_size):
+    """Hardware tile limits (``nl.tile_size``), with the standalone package's byte-sized fields."""
+
+    psum_fmax_bytes = 2 * 1024
+    psum_num_banks = 8
+    sbuf_fmax_bytes = 192 * 1024
+    sbuf_fmax = sbuf_fmax_bytes // 4
+    sbuf_size_bytes = 128 * 192 * 1024
+    psum_min_align = 4
+    sbuf_min_align = 4
+
+
+def ds(start, size):
+    """A dynamic slice ``start:start+size`` (``nl.ds``)."""
+    return slice(start, start + size)
+
+
+def bypass(x):
+    """The "no operation" ALU / activation identifier (``nl.bypass``): returns its input."""
+    return x
+
+
+bypass._np = lambda x: np.array(x, copy=True)
+
+
+def shared_identity_matrix(n, dtype=float32, **_ignored):  # noqa: F405
+    """An ``n`` x ``n`` identity tile in SBUF (``nl.shared_identity_matrix``)."""
+    t = _allocate((int(n), int(n)), dtype, sbuf)
+    t.data[...] = np.eye(int(n), dtype=t.dtype)
+    return t
+
+
+def _op_function(op):
+    """The NumPy function of an operator identifier, accepting the standalone-only ones."""
+    if op is copy or op is identity:
+        return _gen1._UNARY["identity"]
+    return _gen1.np_function(op)
+
+
+def np_function(op):
+    """The NumPy function behind an ``nl`` op (``nl.copy`` / ``nl.bypass`` included) or ufunc."""
+    return _op_function(op)
+
+
+__all__ = sorted({*_gen1.__all__, "ds", "bypass", "shared_identity_matrix", "tile_size", "float8_e4m3fn",
+                  "np_function"})
+__all__ = [n for n in __all__ if n in globals()]
