@@ -73,12 +73,32 @@ def test_python_operators_and_broadcast_free_axis():
     np.testing.assert_allclose(got, (X + Y) * col - X / Y, rtol=1e-5)
 
 
-def test_comparisons_give_one_zero_in_input_dtype_and_where():
+def test_comparisons_default_to_bool_and_where():
     got = run1(lambda s, t: nl.where(nl.greater(s, t), s, t), X, Y)
     np.testing.assert_array_equal(got, np.maximum(X, Y))
     cmp = run1(lambda s: s > 0.0, X)
-    assert cmp.dtype == np.float32
-    np.testing.assert_array_equal(cmp, (X > 0).astype(np.float32))
+    assert cmp.dtype == np.bool_
+    np.testing.assert_array_equal(cmp, X > 0)
+    cmp = run1(lambda s: nl.less(s, 0.0, dtype=nl.float32), X)
+    np.testing.assert_array_equal(cmp, (X < 0).astype(np.float32))
+
+
+@pytest.mark.parametrize("a,b,want", [
+    (nl.float32, nl.bfloat16, nl.float32), (nl.float16, nl.bfloat16, nl.float32),
+    (nl.float8_e4m3, nl.float8_e5m2, nl.bfloat16), (nl.float8_e4m3, nl.float16, nl.float16),
+    (nl.int32, nl.float16, nl.float16), (nl.int8, nl.uint8, nl.int16), (nl.int8, nl.uint16, nl.int32),
+    (nl.int32, nl.uint32, nl.float32), (nl.int16, nl.int32, nl.int32)])
+def test_type_promotion_table(a, b, want):
+    x = np.ones((4, 4), a)
+    y = np.ones((4, 4), b)
+    assert run1(lambda s, t: nl.add(s, t), x, y).dtype == want
+
+
+def test_python_scalars_are_weakly_typed_as_widest_hw_type():
+    half = np.ones((4, 4), np.float16)
+    assert run1(lambda s: s * 1.5, half).dtype == np.float32
+    assert run1(lambda s: nl.multiply(s, 1.5, dtype=nl.float16), half).dtype == np.float16
+    assert run1(lambda s: s + 2, np.ones((4, 4), np.int8)).dtype == np.int32
 
 
 @pytest.mark.parametrize("name,ref", [("sum", np.sum), ("max", np.max), ("min", np.min), ("mean", np.mean),
@@ -374,3 +394,21 @@ def test_deferred_store_into_the_tensor_it_reads():
     got = k(src)
     np.testing.assert_allclose(got[64:], src[:64] + 1, rtol=1e-6)
     np.testing.assert_allclose(got[:64], src[64:], rtol=1e-6)
+
+
+def test_bn_stats_and_bn_aggr_give_mean_and_population_variance():
+    v = RNG.standard_normal((32, 1000)).astype(np.float32) * 3 + 1
+
+    @nki.jit
+    def k(x):
+        out = nl.ndarray((32, 2), dtype=nl.float32, buffer=nl.shared_hbm)
+        t = nl.load(x)
+        stats = nl.ndarray((32, 12), dtype=nl.float32)
+        stats[:, 0:6] = nisa.bn_stats(t[:, 0:500])
+        stats[:, 6:12] = nisa.bn_stats(t[:, 500:1000])
+        nl.store(out, value=nisa.bn_aggr(stats))
+        return out
+
+    got = k(v)
+    np.testing.assert_allclose(got[:, 0], v.astype(np.float64).mean(1), rtol=1e-5)
+    np.testing.assert_allclose(got[:, 1], v.astype(np.float64).var(1), rtol=1e-4)

@@ -58,15 +58,57 @@ def is_float(dtype: np.dtype) -> bool:
     return dtype in _LOW_FLOATS or np.issubdtype(dtype, np.floating)
 
 
+def _promote2(a: np.dtype, b: np.dtype) -> np.dtype:
+    """NKI's pairwise type promotion (NKI API "Type Promotion" table)."""
+    if a == b:
+        return a
+    if a == bool_ or b == bool_:
+        return b if a == bool_ else a
+    fa, fb = is_float(a), is_float(b)
+    if fa != fb:  # (float, int) -> the float type
+        return a if fa else b
+    if fa:
+        if float32 in (a, b):
+            return float32
+        if {a, b} == {float16, bfloat16}:
+            return float32  # no common 16-bit type: widened
+        if {a, b} == {float8_e4m3, float8_e5m2}:
+            return bfloat16
+        return a if a.itemsize > b.itemsize else b
+    sa, sb = np.issubdtype(a, np.signedinteger), np.issubdtype(b, np.signedinteger)
+    if sa == sb:
+        return a if a.itemsize > b.itemsize else b
+    signed, unsigned = (a, b) if sa else (b, a)
+    if signed.itemsize > unsigned.itemsize:
+        return signed
+    # Same or smaller signed width: the next wider signed type; (int32, uint32) has none on HW.
+    return {1: int16, 2: int32}.get(unsigned.itemsize, float32)
+
+
 def promote(*dtypes: np.dtype) -> np.dtype:
-    """The highest-precision dtype among the operands (NKI's default for an op's output)."""
+    """NKI's default output dtype of an op: its operands' dtypes promoted pairwise.
+
+    Python scalars count as the widest hardware type of their kind (see
+    :func:`scalar_dtype`), so ``bf16_tile * 2.0`` is fp32 unless ``dtype=`` says otherwise.
+    """
     best = None
     for d in dtypes:
         if d is None:
             continue
-        if best is None or _RANK.get(d, 8) > _RANK.get(best, 8):
-            best = d
+        best = d if best is None else _promote2(best, d)
     return best if best is not None else float32
+
+
+def scalar_dtype(x) -> np.dtype:
+    """The dtype NKI infers for a weakly typed operand: bool -> uint8, int -> int32, float -> float32."""
+    if isinstance(x, (bool, np.bool_)):
+        return uint8
+    if isinstance(x, (int, np.integer)) and not isinstance(x, np.generic):
+        return int32
+    if isinstance(x, float) and not isinstance(x, np.generic):
+        return float32
+    d = np.asarray(x).dtype
+    return {int64: int32, float64: float32}.get(d, d)
 
 
 def compute_view(data: np.ndarray) -> np.ndarray:

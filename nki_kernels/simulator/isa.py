@@ -278,26 +278,30 @@ def tensor_tensor_scan(data0, data1, initial, op0, op1, reverse0=False, reverse1
 
 
 def bn_stats(data, *, mask=None, dtype=None, **_ignored):
-    """Per-partition [mean, mean, var, var, count-free] statistics of <= 512 elements (Vector engine).
+    """Per-partition batch-norm statistics of <= 512 free elements (Vector engine).
 
-    Returns a [P, 6] tile (``count, mean, M2`` pairs in the docs' layout are modelled as
-    ``[mean, var]`` repeated), to be combined by :func:`bn_aggr`.
+    Returns a [P, 6] tile: ``(count, mean, var * count)`` of the even-indexed and
+    then of the odd-indexed elements, to be combined by :func:`bn_aggr`.
     """
     x = _tile(data, "data", "bn_stats")
     v = nl._values(x, "data").reshape(x.shape[0], -1).astype(np.float32)
     if v.shape[1] > nl.tile_size.bn_stats_fmax:
         raise NKIError("bn_stats", f"free size {v.shape[1]} > {nl.tile_size.bn_stats_fmax} (bn_stats_fmax)")
-    mean, var = v.mean(1, keepdims=True), v.var(1, keepdims=True)
-    n = np.full_like(mean, v.shape[1])
-    return nl._result(np.concatenate([n, mean, var, n, mean, var], 1), nl._out_dtype(dtype, x), mask)
+    cols = []
+    for half in (v[:, 0::2], v[:, 1::2]):
+        n = half.shape[1]
+        mean = half.mean(1, keepdims=True) if n else np.zeros((v.shape[0], 1), np.float32)
+        m2 = ((half - mean) ** 2).sum(1, keepdims=True) if n else np.zeros_like(mean)
+        cols += [np.full_like(mean, n), mean, m2]
+    return nl._result(np.concatenate(cols, 1), nl._out_dtype(dtype, x), mask)
 
 
 def bn_aggr(data, *, mask=None, dtype=None, **_ignored):
-    """Combine :func:`bn_stats` outputs (concatenated along the free axis) into [P, 2] mean/variance."""
+    """Combine :func:`bn_stats` outputs (concatenated along the free axis) into [P, 2] (mean, variance)."""
     x = _tile(data, "data", "bn_aggr")
     s = nl._values(x, "data").reshape(x.shape[0], -1, 3).astype(np.float64)
-    n, mean, var = s[..., 0], s[..., 1], s[..., 2]
+    n, mean, m2 = s[..., 0], s[..., 1], s[..., 2]
     tot = n.sum(1, keepdims=True)
     m = (n * mean).sum(1, keepdims=True) / tot
-    v = (n * (var + (mean - m) ** 2)).sum(1, keepdims=True) / tot
-    return nl._result(np.concatenate([m, v], 1), nl._out_dtype(dtype, x), mask)
+    var = (m2 + n * (mean - m) ** 2).sum(1, keepdims=True) / tot
+    return nl._result(np.concatenate([m, var], 1), nl._out_dtype(dtype, x), mask)

@@ -58,7 +58,7 @@ def _values(x, name: str):
 
 
 def _dtype_of(x):
-    return x.dtype if isinstance(x, Tile) else None
+    return x.dtype if isinstance(x, Tile) else dt.scalar_dtype(x)
 
 
 def _result(values, dtype, mask=None, buffer=sbuf, engine="Vector") -> Tile:
@@ -172,7 +172,8 @@ def _deferred(fn, args, dtype, mask, engine):
 
 def _make_unary(name, fn):
     def op(x, *, dtype=None, mask=None, **_ignored):
-        a, out_dtype = _values(x, "x"), _out_dtype(dtype, x)
+        a = _values(x, "x")
+        out_dtype = _out_dtype(dtype if dtype is not None or name not in _BOOL_RESULT else dt.bool_, x)
         lazy = _deferred(fn, (a,), out_dtype, mask, "Scalar")
         return lazy if lazy is not None else _result(fn(a), out_dtype, mask, engine="Scalar")
 
@@ -182,12 +183,17 @@ def _make_unary(name, fn):
     return op
 
 
+# Comparisons and logical ops produce booleans unless dtype= says otherwise (nl API docs).
+_BOOL_RESULT = {"equal", "not_equal", "greater", "greater_equal", "less", "less_equal", "logical_and",
+                "logical_or", "logical_xor", "logical_not"}
+
+
 def _make_binary(name, fn):
     def op(x, y, *, dtype=None, mask=None, **_ignored):
         a, b = _values(x, "x"), _values(y, "y")
         if np.shape(a) != np.shape(b):
             _broadcast_check(name, x, y)
-        out_dtype = _out_dtype(dtype, x, y)
+        out_dtype = _out_dtype(dtype if dtype is not None or name not in _BOOL_RESULT else dt.bool_, x, y)
         lazy = _deferred(fn, (a, b), out_dtype, mask, "Vector")
         return lazy if lazy is not None else _result(fn(a, b), out_dtype, mask)
 
