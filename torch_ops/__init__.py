@@ -1,0 +1,38 @@
+"""nki-ops for PyTorch: NKI kernels as autograd Functions, ``torch.library`` ops and modules.
+
+- ``NkiAddFunc``, ``NkiRMSNormFunc``: ``torch.autograd.Function``s (eager).
+- ``add(a, b)``, ``rms_norm(x, weight, eps=1e-6)``: differentiable and
+  ``torch.compile``-able (``torch.ops.nki.tensor_add``, ``torch.ops.nki.rms_norm``,
+  ``torch.ops.nki.rms_norm_backward``).
+- ``RMSNorm``: drop-in for ``torch.nn.RMSNorm``.
+- ``nki_call(kernel, *tensors, grid=..., **static)``: launch any ``@nki.jit``
+  kernel on torch tensors (what ``kernel[grid](tensor, ...)`` does).
+- ``neuron_hlo(tensors)``: the HLO text of an XLA graph as the Neuron compiler
+  would receive it, with the ``AwsNeuronCustomNativeKernel`` custom-calls.
+
+CPU tensors run on the NKI simulator; XLA tensors become custom-calls (see
+:mod:`torch_ops.xla`); with the genuine ``torch_neuronx``/``neuronxcc`` the
+official ``nki.jit`` path is used.
+"""
+
+from __future__ import annotations
+
+from .backend import genuine_neuron
+from .dispatch import nki_call
+from .functional import add, rms_norm
+from .functions import NkiAddFunc, NkiRMSNormFunc
+from .modules import RMSNorm
+
+
+def neuron_hlo(tensors) -> str:
+    """HLO text of the XLA graph computing ``tensors``, with the custom-calls as Neuron gets them.
+
+    See :func:`torch_ops.xla.neuron_hlo`; needs torch-xla.
+    """
+    from .xla import neuron_hlo as _neuron_hlo
+
+    return _neuron_hlo(tensors)
+
+
+__all__ = ["NkiAddFunc", "NkiRMSNormFunc", "RMSNorm", "add", "rms_norm", "nki_call", "neuron_hlo",
+           "genuine_neuron"]

@@ -1,0 +1,96 @@
+"""``nki_call``: launch an ``@nki.jit`` kernel on torch tensors, wherever they live.
+
+This is what ``kernel[grid](*tensors)`` does when called with torch tensors. The
+device of the tensors picks the executor:
+
+- genuine Neuron stack importable: the official ``nki.jit`` path;
+- ``cpu``: the simulator, reading and writing the tensors' memory directly
+  (zero-copy NumPy views, bf16 included);
+- ``xla``: an ``AwsNeuronCustomNativeKernel`` custom-call in the lazy graph
+  (see :mod:`torch_ops.xla`);
+- ``meta``: only the result shapes/dtypes (for shape propagation);
+- any other device (e.g. ``cuda``): a host round trip through the simulator.
+
+The launch itself is not differentiable: the operators in
+:mod:`torch_ops.functions` and :mod:`torch_ops.library` add the backward.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from nki_kernels.simulator.launch import Launch, eval_shape, normalize_grid, simulate
+
+from . import backend
+from .convert import from_numpy, to_numpy, torch_dtype
+
+
+def _map(out, fn):
+    """Apply ``fn`` to a kernel result (one array or a tuple of them), keeping the structure."""
+    if isinstance(out, (tuple, list)):
+        return tuple(fn(o) for o in out)
+    return fn(out)
+
+
+def _check_tensors(kernel, tensors) -> torch.device:
+    if not tensors:
+        raise ValueError(f"nki_call({kernel!r}) needs at least one tensor argument")
+    name = getattr(getattr(kernel, "func", kernel), "__qualname__", repr(kernel))
+    for i, t in enumerate(tensors):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name}: tensor argument {i} is a {type(t).__name__}; pass tensors "
+                            "positionally and static (non-tensor) arguments as keywords")
+    device = tensors[0].device
+    for i, t in enumerate(tensors[1:], 1):
+        if t.device != device:
+            raise ValueError(f"{name}: tensor argument 0 is on {device} but argument {i} is on {t.device}; "
+                             "all tensor arguments must be on the same device")
+    return device
+
+
+def simulate_cpu(kernel, grid, tensors, static):
+    """Run the simulator on CPU tensors in place of their memory; returns CPU tensors."""
+    out = simulate(kernel, grid, *(to_numpy(t) for t in tensors), **static)
+    return _map(out, from_numpy)
+
+
+def meta_results(kernel, grid, tensors, static, device):
+    """Empty tensors with the kernel's result shapes and dtypes on ``device``."""
+    specs = eval_shape(kernel, grid, *(_Spec(t) for t in tensors), **static)
+    return _map(specs, lambda s: torch.empty(tuple(s.shape), dtype=torch_dtype(s.dtype), device=device))
+
+
+class _Spec:
+    """Shape and NumPy dtype of a tensor, as ``eval_shape`` wants them."""
+
+    def __init__(self, t: torch.Tensor):
+        from .convert import numpy_dtype
+
+        self.shape = tuple(t.shape)
+        self.dtype = numpy_dtype(t.dtype)
+
+
+def nki_call(kernel, *tensors, grid=(), **static):
+    """Launch ``kernel`` over ``grid`` on torch ``tensors``; returns a tensor or a tuple of them.
+
+    ``kernel`` is an ``@nki.jit`` kernel (or ``kernel[grid]``). Tensors are passed
+    positionally in the order of the kernel's parameters, static arguments as
+    keywords. Results are on the inputs' device. Not differentiable.
+    """
+    if isinstance(kernel, Launch):
+        grid = grid or kernel.grid
+        kernel = kernel.kernel
+    grid = normalize_grid(grid)
+    device = _check_tensors(kernel, tensors)
+    if backend.genuine_neuron():  # pragma: no cover - needs the Neuron SDK
+        return backend.official_launch(kernel, tensors, grid, static)
+    if device.type == "cpu":
+        return simulate_cpu(kernel, grid, tensors, static)
+    if device.type == "xla":
+        from .xla import xla_call
+
+        return xla_call(kernel, grid, tensors, static)
+    if device.type == "meta":
+        return meta_results(kernel, grid, tensors, static, device)
+    out = simulate_cpu(kernel, grid, [t.cpu() for t in tensors], static)
+    return _map(out, lambda o: o.to(device))
