@@ -111,8 +111,21 @@ def get_nc_version():
 # destinations
 # ---------------------------------------------------------------------------
 _ON_CHIP = (sbuf, psum)
-# Per PSUM tile: which elements hold a value, for nc_matmul's accumulate=None inference.
-_psum_written = weakref.WeakKeyDictionary()
+# Per PSUM tile (by id: Tile overloads ==, so no WeakKeyDictionary): which elements hold a
+# value, for nc_matmul's accumulate=None inference. Entries go when the tile does.
+_psum_written = {}
+
+
+def _written_mask(root, create=False):
+    ent = _psum_written.get(id(root))
+    if ent is not None and ent[0]() is root:
+        return ent[1]
+    if not create:
+        return None
+    key = id(root)
+    mask = np.zeros(root.shape, dtype=bool)
+    _psum_written[key] = (weakref.ref(root, lambda _, k=key: _psum_written.pop(k, None)), mask)
+    return mask
 
 
 @contextlib.contextmanager
@@ -198,9 +211,7 @@ def _write(dst, values, op, what="result"):
                            "(e.g. t[0:128, 0:512]) or to the tile itself")
     dst[...] = dt.cast(vals, dst.dtype)
     if root.buffer is psum:
-        mask = _psum_written.get(root)
-        if mask is None:
-            mask = _psum_written[root] = np.zeros(root.shape, dtype=bool)
+        mask = _written_mask(root, create=True)
         region = _region_mask(mask, root, dst)
         if region is None:
             mask[...] = True
@@ -211,7 +222,7 @@ def _write(dst, values, op, what="result"):
 def _psum_state(dst):
     """Bool array in ``dst``'s shape: which of its PSUM elements already hold a value."""
     root = _root(dst)
-    mask = _psum_written.get(root)
+    mask = _written_mask(root)
     if mask is None:
         return np.zeros(dst.shape, dtype=bool)
     region = _region_mask(mask, root, dst)

@@ -1,0 +1,617 @@
+"""The standalone `nki` front end: kernels with dst= ISA ops, checked against NumPy references."""
+
+import importlib
+import os
+import sys
+import textwrap
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from nki_kernels import simulator
+from nki_kernels.simulator import NKIError
+from nki_kernels.simulator import standalone as nki
+
+nl = nki.language
+nisa = nki.isa
+HERE = os.path.basename(__file__)
+rng = np.random.default_rng(8)
+
+
+def _f32(*shape):
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+# ---------------------------------------------------------------------------
+# kernels
+# ---------------------------------------------------------------------------
+@nki.jit
+def matmul_basic(lhsT, rhs):
+    """[K, M].T @ [K, N] in one nc_matmul (K=128, M=64, N=512)."""
+    K, M = lhsT.shape
+    _, N = rhs.shape
+    out = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.shared_hbm)
+    a = nl.ndarray((K, M), dtype=lhsT.dtype, buffer=nl.sbuf)
+    b = nl.ndarray((K, N), dtype=rhs.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=a, src=lhsT)
+    nisa.dma_copy(dst=b, src=rhs)
+    acc = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.psum)
+    nisa.nc_matmul(dst=acc, stationary=a, moving=b)
+    res = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=res, src=acc)
+    nisa.dma_copy(dst=out, src=res)
+    return out
+
+
+@nki.jit
+def matmul_tiled_psum(lhsT, rhs, explicit=False):
+    """Tiles M by 128, N by 512, K by 128; K partial products accumulate in one PSUM tile."""
+    K, M = lhsT.shape
+    _, N = rhs.shape
+    out = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.shared_hbm)
+    for m in nl.affine_range(M // 128):
+        for n in nl.affine_range(N // 512):
+            acc = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+            for k in nl.affine_range(K // 128):
+                a = nl.ndarray((128, 128), dtype=lhsT.dtype, buffer=nl.sbuf)
+                b = nl.ndarray((128, 512), dtype=rhs.dtype, buffer=nl.sbuf)
+                nisa.dma_copy(dst=a, src=lhsT[k * 128:(k + 1) * 128, m * 128:(m + 1) * 128])
+                nisa.dma_copy(dst=b, src=rhs[k * 128:(k + 1) * 128, n * 512:(n + 1) * 512])
+                if explicit:
+                    nisa.nc_matmul(dst=acc, stationary=a, moving=b, accumulate=(k > 0))
+                else:
+                    nisa.nc_matmul(dst=acc, stationary=a, moving=b)
+            res = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.tensor_copy(dst=res, src=acc)
+            nisa.dma_copy(dst=out[m * 128:(m + 1) * 128, n * 512:(n + 1) * 512], src=res)
+    return out
+
+
+@nki.jit
+def matmul_blocked_sbuf(lhsT, rhs):
+    """Each K block's product overwrites PSUM; an SBUF fp32 tile accumulates them with tensor_tensor."""
+    K, M = lhsT.shape
+    _, N = rhs.shape
+    out = nl.ndarray((M, N), dtype=rhs.dtype, buffer=nl.shared_hbm)
+    acc = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.memset(dst=acc, value=0.0)
+    for k in nl.sequential_range(K // 128):
+        a = nl.ndarray((128, M), dtype=lhsT.dtype, buffer=nl.sbuf)
+        b = nl.ndarray((128, N), dtype=rhs.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=a, src=lhsT[k * 128:(k + 1) * 128, :])
+        nisa.dma_copy(dst=b, src=rhs[k * 128:(k + 1) * 128, :])
+        part = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.psum)
+        nisa.nc_matmul(dst=part, stationary=a, moving=b, accumulate=False)
+        nisa.tensor_tensor(dst=acc, data1=acc, data2=part, op=nl.add)
+    res = nl.ndarray((M, N), dtype=rhs.dtype, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=res, src=acc)
+    nisa.dma_copy(dst=out, src=res)
+    return out
+
+
+@nki.jit
+def softmax_rows(x):
+    """Row softmax of a [128, F] input: max (tensor_reduce), exp(x - max) with a row-sum (activation),
+    normalise (tensor_scalar)."""
+    P, F = x.shape
+    out = nl.ndarray((P, F), dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray((P, F), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    neg_max = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_reduce(dst=neg_max, op=nl.maximum, data=t, axis=1, negate=True, keepdims=True)
+    e = nl.ndarray((P, F), dtype=nl.float32, buffer=nl.sbuf)
+    sums = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.activation(dst=e, op=nl.exp, data=t, bias=neg_max, reduce_op=nl.add, reduce_res=sums,
+                    reduce_cmd=nisa.reduce_cmd.reset_reduce)
+    y = nl.ndarray((P, F), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.tensor_scalar(dst=y, data=e, op0=nl.divide, operand0=sums)
+    nisa.dma_copy(dst=out, src=y)
+    return out
+
+
+@nki.jit
+def softmax_rows_sum_reduce(x):
+    """The same softmax with the row sum from tensor_reduce and a reciprocal multiply."""
+    P, F = x.shape
+    out = nl.ndarray((P, F), dtype=nl.float32, buffer=nl.shared_hbm)
+    t = nl.ndarray((P, F), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    m = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_reduce(dst=m, op=nl.maximum, data=t, axis=1)
+    shifted = nl.ndarray((P, F), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_scalar(dst=shifted, data=t, op0=nl.subtract, operand0=m)
+    e = nl.ndarray((P, F), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.activation(dst=e, op=nl.exp, data=shifted)
+    s = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_reduce(dst=s, op=nl.add, data=e, axis=[1])
+    r = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.reciprocal(dst=r, data=s)
+    y = nl.ndarray((P, F), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_scalar(dst=y, data=e, op0=nl.multiply, operand0=r)
+    nisa.dma_copy(dst=out, src=y)
+    return out
+
+
+@nki.jit
+def transpose_kernel(x):
+    """[P, F] -> [F, P] through the Tensor engine (SBUF -> PSUM) and a copy to SBUF."""
+    P, F = x.shape
+    out = nl.ndarray((F, P), dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray((P, F), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    tp = nl.ndarray((F, P), dtype=x.dtype, buffer=nl.psum)
+    nisa.nc_transpose(dst=tp, data=t)
+    ts = nl.ndarray((F, P), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=ts, src=tp)
+    nisa.dma_copy(dst=out, src=ts)
+    return out
+
+
+@nki.jit
+def transpose_vector_blocks(x):
+    """[32, 128] -> four 32x32 Vector-engine transposes written into views of one SBUF tile."""
+    out = nl.ndarray((32, 128), dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray((32, 128), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    r = nl.ndarray((32, 128), dtype=x.dtype, buffer=nl.sbuf)
+    for j in nl.affine_range(4):
+        nisa.nc_transpose(dst=r[:, j * 32:(j + 1) * 32], data=t[:, j * 32:(j + 1) * 32],
+                          engine=nisa.engine.vector)
+    nisa.dma_copy(dst=out, src=r)
+    return out
+
+
+# ---------------------------------------------------------------------------
+# numerics
+# ---------------------------------------------------------------------------
+def test_basic_matmul_64x128x512():
+    lhsT, rhs = _f32(128, 64), _f32(128, 512)
+    out = matmul_basic(lhsT, rhs)
+    assert isinstance(out, np.ndarray) and out.shape == (64, 512) and out.dtype == np.float32
+    np.testing.assert_allclose(out, lhsT.T.astype(np.float64) @ rhs, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("explicit", [False, True])
+def test_tiled_matmul_accumulates_over_k_in_psum(explicit):
+    lhsT, rhs = _f32(384, 256), _f32(384, 1024)
+    out = matmul_tiled_psum(lhsT, rhs, explicit=explicit)
+    np.testing.assert_allclose(out, lhsT.T.astype(np.float64) @ rhs, rtol=1e-4, atol=1e-3)
+
+
+def test_blocked_matmul_accumulates_in_sbuf_bf16():
+    lhsT = _f32(256, 128).astype(ml_dtypes.bfloat16)
+    rhs = _f32(256, 512).astype(ml_dtypes.bfloat16)
+    out = matmul_blocked_sbuf(lhsT, rhs)
+    assert out.dtype == ml_dtypes.bfloat16
+    ref = lhsT.astype(np.float64).T @ rhs.astype(np.float64)
+    np.testing.assert_allclose(out.astype(np.float64), ref, rtol=2e-2, atol=5e-2)
+
+
+@pytest.mark.parametrize("kernel", [softmax_rows, softmax_rows_sum_reduce])
+def test_row_softmax(kernel):
+    x = _f32(128, 512) * 3
+    out = kernel(x)
+    e = np.exp(x - x.max(1, keepdims=True))
+    np.testing.assert_allclose(out, e / e.sum(1, keepdims=True), rtol=1e-5, atol=1e-6)
+
+
+def test_transpose_tensor_engine():
+    x = _f32(128, 96)
+    np.testing.assert_array_equal(transpose_kernel(x), x.T)
+
+
+def test_transpose_vector_engine_into_views():
+    x = _f32(32, 128)
+    ref = np.concatenate([x[:, j * 32:(j + 1) * 32].T for j in range(4)], axis=1)
+    np.testing.assert_array_equal(transpose_vector_blocks(x), ref)
+
+
+def test_spmd_grid_and_program_id():
+    @nki.jit
+    def scale_rows(x):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        i = nl.program_id(0)
+        t = nl.ndarray((128, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x[i * 128:(i + 1) * 128, :])
+        nisa.tensor_scalar(dst=t, data=t, op0=nl.multiply, operand0=2.0, op1=nl.add, operand1=1.0)
+        nisa.dma_copy(dst=out[nl.ds(i * 128, 128), :], src=t)
+        return out
+
+    x = _f32(384, 64)
+    np.testing.assert_allclose(scale_rows[3](x), x * 2 + 1, rtol=1e-6)
+
+
+def test_tensor_copy_and_dma_copy_cast_through_fp32():
+    @nki.jit
+    def casts(x):
+        out = nl.ndarray(x.shape, dtype=nl.bfloat16, buffer=nl.shared_hbm)
+        t = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        h = nl.ndarray(x.shape, dtype=nl.float16, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=h, src=t)
+        nisa.dma_copy(dst=out, src=h)  # fp16 -> bf16 in the DMA
+        return out
+
+    x = _f32(64, 32)
+    ref = x.astype(np.float16).astype(np.float32).astype(ml_dtypes.bfloat16)
+    np.testing.assert_array_equal(casts(x), ref)
+
+
+def test_matmul_into_psum_views_and_iota_memset():
+    @nki.jit
+    def halves(lhsT, rhs):
+        out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+        acc = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)  # one bank, two column halves
+        for k in nl.affine_range(2):
+            a = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=a, src=lhsT[k * 128:(k + 1) * 128, :])
+            for j in nl.affine_range(2):
+                b = nl.ndarray((128, 256), dtype=nl.float32, buffer=nl.sbuf)
+                nisa.dma_copy(dst=b, src=rhs[k * 128:(k + 1) * 128, j * 256:(j + 1) * 256])
+                # accumulate=None: each half's first matmul overwrites, the second accumulates
+                nisa.nc_matmul(dst=acc[:, j * 256:(j + 1) * 256], stationary=a, moving=b)
+        res = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=res, src=acc)
+        nisa.dma_copy(dst=out, src=res)
+        return out
+
+    lhsT, rhs = _f32(256, 128), _f32(256, 512)
+    np.testing.assert_allclose(halves(lhsT, rhs), lhsT.T.astype(np.float64) @ rhs, rtol=1e-4, atol=1e-3)
+
+    @nki.jit
+    def fill():
+        out = nl.ndarray((4, 6), dtype=nl.int32, buffer=nl.shared_hbm)
+        t = nl.ndarray((4, 2, 3), dtype=nl.int32, buffer=nl.sbuf)
+        nisa.iota(dst=t, pattern=[[10, 2], [1, 3]], offset=5, channel_multiplier=100)
+        z = nl.ndarray((4, 6), dtype=nl.int32, buffer=nl.sbuf)
+        nisa.memset(dst=z, value=7)
+        nisa.tensor_tensor(dst=z, data1=t, data2=z, op=nl.add)
+        nisa.dma_copy(dst=out, src=z)
+        return out
+
+    ref = 5 + 100 * np.arange(4)[:, None] + (10 * np.arange(2)[:, None] + np.arange(3)[None, :]).reshape(-1) + 7
+    np.testing.assert_array_equal(fill(), ref)
+
+
+def test_activation_reduce_registers_accumulate_across_calls():
+    @nki.jit
+    def two_halves(x):
+        out = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+        t = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        y = nl.ndarray((128, 256), dtype=nl.float32, buffer=nl.sbuf)
+        s = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.activation(dst=y, op=nl.square, data=t[:, 0:256], reduce_op=nl.add,
+                        reduce_cmd=nisa.reduce_cmd.reset_reduce)
+        nisa.activation(dst=y, op=nl.square, data=t[:, 256:512], reduce_op=nl.add, reduce_res=s,
+                        reduce_cmd=nisa.reduce_cmd.reduce)
+        nisa.dma_copy(dst=out, src=s)
+        return out
+
+    x = _f32(128, 512)
+    np.testing.assert_allclose(two_halves(x)[:, 0], (x.astype(np.float64) ** 2).sum(1), rtol=1e-5)
+
+
+def test_full_psum_is_not_overcommitted_by_intermediates():
+    @nki.jit
+    def eight_banks(lhsT, rhs):
+        out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+        banks = [nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum) for _ in range(8)]
+        a = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.sbuf)
+        b = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=a, src=lhsT)
+        nisa.dma_copy(dst=b, src=rhs)
+        nisa.nc_matmul(dst=banks[7], stationary=a, moving=b)
+        res = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=res, src=banks[7])
+        nisa.dma_copy(dst=out, src=res)
+        return out
+
+    lhsT, rhs = _f32(128, 128), _f32(128, 512)
+    np.testing.assert_allclose(eight_banks(lhsT, rhs), lhsT.T @ rhs, rtol=1e-4, atol=1e-4)
+
+
+def test_first_generation_ops_mix_with_standalone_tiles():
+    @nki.jit
+    def mixed(x):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        t = nl.load(x)  # experimental high-level ops remain in nki.language
+        y = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+        nisa.activation(dst=y, op=nl.copy, data=nl.exp(t), scale=1.0)
+        nl.store(out, y)
+        return out
+
+    x = _f32(128, 64)
+    np.testing.assert_allclose(mixed(x), np.exp(x), rtol=1e-6)
+
+
+# ---------------------------------------------------------------------------
+# planted bugs: rules of the dst= generation
+# ---------------------------------------------------------------------------
+def _raises(kernel, *args, rule, words):
+    with pytest.raises(NKIError) as ei:
+        kernel(*args)
+    err = ei.value
+    assert err.rule == rule, str(err)
+    msg = str(err)
+    for w in words:
+        assert w in msg, f"{w!r} not in: {msg}"
+    assert HERE in err.where, err.where  # the kernel's own file:line
+    return err
+
+
+def test_bug_dst_wrong_shape():
+    @nki.jit
+    def bad(x):
+        t = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        half = nl.ndarray((128, 256), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=half, src=t)
+        return x
+
+    _raises(bad, _f32(128, 512), rule="dst shape", words=["tensor_copy", "(128, 256)", "(128, 512)"])
+
+
+def test_bug_matmul_dst_wrong_shape():
+    @nki.jit
+    def bad(lhsT, rhs):
+        a = nl.ndarray(lhsT.shape, dtype=nl.float32, buffer=nl.sbuf)
+        b = nl.ndarray(rhs.shape, dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=a, src=lhsT)
+        nisa.dma_copy(dst=b, src=rhs)
+        acc = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)  # should be (64, 512)
+        nisa.nc_matmul(dst=acc, stationary=a, moving=b)
+        return lhsT
+
+    _raises(bad, _f32(128, 64), _f32(128, 512), rule="dst shape", words=["nc_matmul", "(128, 512)", "(64, 512)"])
+
+
+def test_bug_matmul_dst_outside_psum():
+    @nki.jit
+    def bad(lhsT, rhs):
+        a = nl.ndarray(lhsT.shape, dtype=nl.float32, buffer=nl.sbuf)
+        b = nl.ndarray(rhs.shape, dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=a, src=lhsT)
+        nisa.dma_copy(dst=b, src=rhs)
+        acc = nl.ndarray((64, 512), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.nc_matmul(dst=acc, stationary=a, moving=b)
+        return lhsT
+
+    _raises(bad, _f32(128, 64), _f32(128, 512), rule="dst memory", words=["nc_matmul", "SBUF", "PSUM"])
+
+
+def test_bug_matmul_accumulate_true_on_fresh_psum():
+    @nki.jit
+    def bad(lhsT, rhs):
+        a = nl.ndarray(lhsT.shape, dtype=nl.float32, buffer=nl.sbuf)
+        b = nl.ndarray(rhs.shape, dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=a, src=lhsT)
+        nisa.dma_copy(dst=b, src=rhs)
+        acc = nl.ndarray((64, 512), dtype=nl.float32, buffer=nl.psum)
+        nisa.nc_matmul(dst=acc, stationary=a, moving=b, accumulate=True)
+        return lhsT
+
+    _raises(bad, _f32(128, 64), _f32(128, 512), rule="matmul accumulate", words=["accumulate=True", "never written"])
+
+
+def test_bug_matmul_dst_dtype():
+    @nki.jit
+    def bad(lhsT, rhs):
+        a = nl.ndarray(lhsT.shape, dtype=nl.float32, buffer=nl.sbuf)
+        b = nl.ndarray(rhs.shape, dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=a, src=lhsT)
+        nisa.dma_copy(dst=b, src=rhs)
+        acc = nl.ndarray((64, 512), dtype=nl.float16, buffer=nl.psum)
+        nisa.nc_matmul(dst=acc, stationary=a, moving=b)
+        return lhsT
+
+    _raises(bad, _f32(128, 64), _f32(128, 512), rule="dst dtype", words=["float16", "float32"])
+
+
+def test_bug_compute_dst_in_hbm():
+    @nki.jit
+    def bad(x):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        nisa.tensor_tensor(dst=out, data1=t, data2=t, op=nl.add)  # compute engines cannot write HBM
+        return out
+
+    _raises(bad, _f32(128, 64), rule="dst memory", words=["tensor_tensor", "HBM", "dma_copy"])
+
+
+def test_bug_dma_into_psum():
+    @nki.jit
+    def bad(x):
+        p = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.psum)
+        nisa.dma_copy(dst=p, src=x)
+        return x
+
+    _raises(bad, _f32(128, 64), rule="dst memory", words=["dma_copy", "PSUM", "SBUF"])
+
+
+def test_bug_dma_element_count():
+    @nki.jit
+    def bad(x):
+        t = nl.ndarray((128, 32), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        return x
+
+    _raises(bad, _f32(128, 64), rule="dst shape", words=["dma_copy", "(128, 32)", "(128, 64)"])
+
+
+def test_bug_transpose_dtype_and_engine_memory():
+    @nki.jit
+    def bad_dtype(x):
+        t = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        tp = nl.ndarray((x.shape[1], x.shape[0]), dtype=nl.bfloat16, buffer=nl.psum)
+        nisa.nc_transpose(dst=tp, data=t)
+        return x
+
+    _raises(bad_dtype, _f32(128, 64), rule="dst dtype", words=["nc_transpose", "bfloat16", "float32"])
+
+    @nki.jit
+    def bad_engine(x):
+        t = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        tp = nl.ndarray((x.shape[1], x.shape[0]), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.nc_transpose(dst=tp, data=t, engine=nisa.engine.tensor)
+        return x
+
+    _raises(bad_engine, _f32(128, 64), rule="operand memory", words=["Tensor engine", "PSUM"])
+
+
+def test_bug_tensor_tensor_broadcast_is_tensor_scalars_job():
+    @nki.jit
+    def bad(x):
+        t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        col = nl.ndarray((128, 1), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.memset(dst=col, value=1.0)
+        nisa.tensor_tensor(dst=t, data1=t, data2=col, op=nl.multiply)
+        return x
+
+    _raises(bad, _f32(128, 64), rule="operand shapes", words=["(128, 64)", "(128, 1)", "tensor_scalar"])
+
+
+def test_bug_tensor_reduce_non_trailing_axis():
+    @nki.jit
+    def bad(x):
+        t = nl.ndarray((128, 4, 16), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        r = nl.ndarray((128, 16), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.tensor_reduce(dst=r, op=nl.add, data=t, axis=1)
+        return x
+
+    _raises(bad, _f32(128, 64), rule="reduce axes", words=["axis=1", "last contiguous"])
+
+
+def test_bug_iota_and_gpsimd_cannot_touch_psum():
+    @nki.jit
+    def bad_iota():
+        p = nl.ndarray((128, 8), dtype=nl.float32, buffer=nl.psum)
+        nisa.iota(dst=p, pattern=[[1, 8]])
+
+    _raises(bad_iota, rule="dst memory", words=["iota", "PSUM", "SBUF"])
+
+    @nki.jit
+    def bad_gpsimd(x):
+        p = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.psum)
+        nisa.memset(dst=p, value=0.0)
+        s = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=s, src=p, engine=nisa.engine.gpsimd)
+        return x
+
+    _raises(bad_gpsimd, _f32(128, 64), rule="operand memory", words=["GpSimd", "PSUM"])
+
+
+def test_bug_first_generation_operand_rules_still_apply():
+    @nki.jit
+    def bad(lhsT, rhs):
+        a = nl.ndarray(lhsT.shape, dtype=nl.float32, buffer=nl.sbuf)
+        b = nl.ndarray((128, 1024), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=a, src=lhsT)
+        nisa.dma_copy(dst=b, src=rhs)
+        acc = nl.ndarray((64, 1024), dtype=nl.float32, buffer=nl.psum)
+        nisa.nc_matmul(dst=acc, stationary=a, moving=b)
+        return lhsT
+
+    with pytest.raises(NKIError) as ei:
+        bad(_f32(128, 64), _f32(128, 1024))
+    assert ei.value.rule in ("PSUM bank", "matmul operands") and HERE in ei.value.where
+
+
+# ---------------------------------------------------------------------------
+# dispatch and install
+# ---------------------------------------------------------------------------
+def test_standalone_kernel_with_numpy_runs_the_simulator(monkeypatch):
+    from nki_kernels.simulator import launch
+
+    calls = []
+    real = launch.simulate
+    monkeypatch.setattr(launch, "simulate", lambda *a, **k: calls.append(a[0]) or real(*a, **k))
+    assert nki.jit is launch.jit and isinstance(matmul_basic, launch.Kernel)
+    out = matmul_basic(_f32(128, 64), _f32(128, 512))
+    assert isinstance(out, np.ndarray) and calls == [matmul_basic]
+    out2 = nki.simulate_kernel(matmul_basic, _f32(128, 64), _f32(128, 512))
+    out3 = nki.simulate(matmul_basic)(_f32(128, 64), _f32(128, 512))
+    assert out2.shape == out3.shape == (64, 512)
+
+
+def _clear(prefix):
+    for name in list(sys.modules):
+        if name == prefix or name.startswith(prefix + "."):
+            del sys.modules[name]
+
+
+def test_install_registers_standalone_modules_and_is_idempotent():
+    assert simulator.install() is True
+    assert simulator.install() is True
+    import nki as top
+    import nki.isa as isa_mod
+    import nki.language as lang_mod
+    import nki.typing as typing_mod
+
+    assert top is simulator.standalone and isa_mod is nisa and lang_mod is nl and typing_mod is nki.typing
+    import neuronxcc.nki as gen1
+
+    assert gen1 is simulator.nki  # both generations side by side
+
+
+def test_install_treats_placeholder_as_absent_and_keeps_a_genuine_package(tmp_path, monkeypatch):
+    placeholder = tmp_path / "placeholder" / "nki"
+    placeholder.mkdir(parents=True)
+    (placeholder / "__init__.py").write_text('raise ImportError("WRONG PACKAGE: install nki from the Neuron repo")\n')
+    genuine = tmp_path / "genuine" / "nki"
+    genuine.mkdir(parents=True)
+    (genuine / "__init__.py").write_text("def jit(f=None, **kw):\n    return f\nGENUINE = True\n")
+    (genuine / "language.py").write_text("")
+    (genuine / "isa.py").write_text("")
+    saved = {k: v for k, v in sys.modules.items() if k == "nki" or k.startswith("nki.")}
+    try:
+        _clear("nki")
+        monkeypatch.syspath_prepend(str(tmp_path / "placeholder"))
+        importlib.invalidate_caches()
+        assert simulator.install() is True
+        assert sys.modules["nki"] is simulator.standalone
+
+        _clear("nki")
+        monkeypatch.syspath_prepend(str(tmp_path / "genuine"))
+        importlib.invalidate_caches()
+        simulator.install()
+        import nki as top
+
+        assert getattr(top, "GENUINE", False) and sys.modules["nki"] is not simulator.standalone
+    finally:
+        _clear("nki")
+        sys.modules.update(saved)
+
+
+def test_official_style_kernel_runs_through_install(tmp_path, monkeypatch):
+    src = textwrap.dedent('''
+        import nki
+        import nki.isa as nisa
+        import nki.language as nl
+
+
+        @nki.jit
+        def nki_tensor_add_kernel(a_input, b_input):
+            """The getting-started add kernel, in the standalone style."""
+            c_output = nl.ndarray(a_input.shape, dtype=a_input.dtype, buffer=nl.shared_hbm)
+            a_tile = nl.ndarray(a_input.shape, dtype=a_input.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=a_tile, src=a_input)
+            b_tile = nl.ndarray(b_input.shape, dtype=b_input.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=b_tile, src=b_input)
+            c_tile = nl.ndarray(a_input.shape, dtype=a_input.dtype, buffer=nl.sbuf)
+            nisa.tensor_tensor(dst=c_tile, data1=a_tile, data2=b_tile, op=nl.add)
+            nisa.dma_copy(dst=c_output, src=c_tile)
+            return c_output
+    ''')
+    (tmp_path / "official_add_standalone.py").write_text(src)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    simulator.install()
+    mod = importlib.import_module("official_add_standalone")
+    a, b = _f32(128, 512), _f32(128, 512)
+    np.testing.assert_allclose(mod.nki_tensor_add_kernel(a, b), a + b)
