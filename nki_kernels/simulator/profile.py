@@ -28,3 +28,17 @@ def set_recorder(rec) -> None:
     """Install (or with ``None`` remove) the active recorder."""
     global _recorder
     _recorder = rec
+
+
+class _CallableModule(type(__import__("sys"))):
+    """Lets ``nki_kernels.simulator.profile(kernel[grid], *arrays)`` run the profiler while this
+    module stays the home of the hooks that ``language``/``isa`` call."""
+
+    def __call__(self, kernel, *arrays, **kwargs):
+        """Profile a launch: see :func:`nki_kernels.simulator.profiler.profile`."""
+        from .profiler import profile as _profile
+
+        return _profile(kernel, *arrays, **kwargs)
+
+
+__import__("sys").modules[__name__].__class__ = _CallableModule
