@@ -188,11 +188,28 @@ _BOOL_RESULT = {"equal", "not_equal", "greater", "greater_equal", "less", "less_
                 "logical_or", "logical_xor", "logical_not"}
 
 
+def _align_partitions(x, y, a, b):
+    """Tiles broadcast with their partition axes aligned (NKI), not right-aligned (NumPy): a
+    reduced ``[P]`` tile combines with a ``[P, F]`` tile as ``[P, 1]``, as the official
+    samples rely on (``nl.multiply(a_tile, nl.rsqrt(nl.sum(sq, axis=[1]) / n))`` in the NKI
+    RMSNorm tutorial)."""
+    na, nb = np.ndim(a), np.ndim(b)
+    if na == nb or not (isinstance(x, Tile) and isinstance(y, Tile)) or not na or not nb:
+        return a, b
+    if np.shape(a)[0] != np.shape(b)[0]:
+        return a, b
+    if na < nb:
+        return np.reshape(a, np.shape(a) + (1,) * (nb - na)), b
+    return a, np.reshape(b, np.shape(b) + (1,) * (na - nb))
+
+
 def _make_binary(name, fn):
     def op(x, y, *, dtype=None, mask=None, **_ignored):
         a, b = _values(x, "x"), _values(y, "y")
         if np.shape(a) != np.shape(b):
-            _broadcast_check(name, x, y)
+            a, b = _align_partitions(x, y, a, b)
+            _broadcast_check(name, Tile(a, sbuf, parent=x) if isinstance(x, Tile) else x,
+                             Tile(b, sbuf, parent=y) if isinstance(y, Tile) else y)
         out_dtype = _out_dtype(dtype if dtype is not None or name not in _BOOL_RESULT else dt.bool_, x, y)
         lazy = _deferred(fn, (a, b), out_dtype, mask, "Vector")
         return lazy if lazy is not None else _result(fn(a, b), out_dtype, mask)
