@@ -615,3 +615,39 @@ def test_official_style_kernel_runs_through_install(tmp_path, monkeypatch):
     mod = importlib.import_module("official_add_standalone")
     a, b = _f32(128, 512), _f32(128, 512)
     np.testing.assert_allclose(mod.nki_tensor_add_kernel(a, b), a + b)
+
+
+def test_blocked_sbuf_tiles_integer_views_and_reshape():
+    @nki.jit
+    def blocked(lhsT, rhs):
+        K, M = lhsT.shape
+        _, N = rhs.shape  # N = 2 x 512
+        out = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.shared_hbm)
+        acc = nl.ndarray((128, 2, 512), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.memset(dst=acc, value=0.0)
+        rhs_t = nl.ndarray((128, K // 128, N), dtype=rhs.dtype, buffer=nl.sbuf)
+        lhs_t = nl.ndarray((128, K // 128, M), dtype=lhsT.dtype, buffer=nl.sbuf)
+        for k in nl.affine_range(K // 128):
+            nisa.dma_copy(dst=rhs_t[0:128, k, 0:N], src=rhs[k * 128:(k + 1) * 128, :])
+            nisa.dma_copy(dst=lhs_t[0:128, k, 0:M], src=lhsT[k * 128:(k + 1) * 128, :])
+        for j in nl.affine_range(2):
+            part = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+            for k in nl.affine_range(K // 128):
+                nisa.nc_matmul(dst=part, stationary=lhs_t[0:128, k, 0:M], moving=rhs_t[0:128, k, j * 512:(j + 1) * 512])
+            nisa.tensor_tensor(dst=acc[0:128, j, 0:512], data1=acc[0:128, j, 0:512], data2=part, op=nl.add)
+        flat = acc.reshape((128, N))
+        nisa.dma_copy(dst=out, src=flat[0:128, 0:N])
+        return out
+
+    lhsT, rhs = _f32(256, 128), _f32(256, 1024)
+    np.testing.assert_allclose(blocked(lhsT, rhs), lhsT.T.astype(np.float64) @ rhs, rtol=1e-4, atol=1e-3)
+
+
+def test_bug_reshape_changes_partition_size():
+    @nki.jit
+    def bad(x):
+        t = nl.ndarray((128, 4, 16), dtype=nl.float32, buffer=nl.sbuf)
+        t.reshape((64, 128))
+        return x
+
+    _raises(bad, _f32(4, 4), rule="reshape", words=["(128, 4, 16)", "(64, 128)", "partition"])

@@ -395,6 +395,26 @@ class Tile:
 
         return broadcast_to(self, shape)
 
+    def reshape(self, *shape):
+        """A view of the same on-chip memory with another shape and the same partition size
+        (the standalone ``nki`` API's ``tensor.reshape``); writes through it reach this tile."""
+        if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+            shape = tuple(shape[0])
+        shape = tuple(int(s) for s in shape)
+        base = self.shape[self.pdim:] if self.pdim else self.shape
+        if not shape or shape[0] != base[0] or math.prod(shape) != math.prod(self.shape):
+            raise NKIError("reshape", f"cannot reshape a {self.buffer.name} tile of shape {self.shape} into "
+                           f"{shape}: the element count and the partition size ({base[0]}) must stay")
+        try:
+            data = np.reshape(self.data, shape, copy=False)
+        except ValueError:
+            raise NKIError("reshape", f"a {self.buffer.name} tile view of shape {self.shape} cannot be reshaped "
+                           f"into {shape} without a copy; reshape the whole tile instead") from None
+        view = Tile(data, self.buffer, 0, parent=self)
+        if self._diag is not None or _diag.loops:
+            _diag.on_view(self, view, resolve(self.shape, ..., f"{self.buffer.name} tile"))
+        return view
+
     def __repr__(self):
         return f"Tile(shape={self.shape}, dtype={self.dtype}, buffer={self.buffer!r})"
 
