@@ -85,19 +85,9 @@ def _out_dtype(dtype, *operands):
 
 
 def _broadcast_check(name, *operands):
-    tiles = [o for o in operands if isinstance(o, Tile) and o.ndim >= 1]
-    parts = {o.shape[o.pdim] for o in tiles}
-    if len(parts) > 1 and 1 in parts:
-        # Element-wise ops broadcast size-1 *free* dims; a 1-partition operand must be
-        # broadcast explicitly (nl.broadcast_to / tile.broadcast_to, which the docs describe as
-        # "broadcast along the partition dimension"):
-        # https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/generated/nki.language.broadcast_to.html
-        from . import config as _config
-
-        _config.report("operand", NKIError(
-            "operand", f"nl.{name}: operands of shapes {[o.shape for o in tiles]} differ in the partition "
-            "dimension; size-1 dims broadcast only along free axes. Broadcast the 1-partition operand "
-            "explicitly with nl.broadcast_to / tile.broadcast_to((P, ...))"))
+    # Size-1 dims broadcast on free *and* partition axes: the nki.language.add reference shows
+    # "[1, 512] is broadcasted to [128, 512]" (partition broadcast, slower on hardware but legal).
+    # https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/generated/nki.language.add.html
     shapes = [np.shape(o.data) if isinstance(o, Tile) else np.shape(o) for o in operands]
     try:
         return np.broadcast_shapes(*shapes)
