@@ -651,3 +651,24 @@ def test_bug_reshape_changes_partition_size():
         return x
 
     _raises(bad, _f32(4, 4), rule="reshape", words=["(128, 4, 16)", "(64, 128)", "partition"])
+
+
+def test_standalone_kernel_dispatches_jax_arrays_through_jax_ops():
+    jax = pytest.importorskip("jax")
+    jnp = jax.numpy
+    lhsT, rhs = _f32(128, 64), _f32(128, 512)
+    ref = lhsT.T.astype(np.float64) @ rhs
+    eager = matmul_basic(jnp.asarray(lhsT), jnp.asarray(rhs))
+    jitted = jax.jit(lambda a, b: matmul_basic(a, b))(jnp.asarray(lhsT), jnp.asarray(rhs))
+    assert isinstance(eager, jax.Array) and isinstance(jitted, jax.Array)
+    np.testing.assert_allclose(np.asarray(eager), ref, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(np.asarray(jitted), ref, rtol=1e-4, atol=1e-4)
+
+
+def test_standalone_kernel_dispatches_torch_tensors_through_torch_ops():
+    torch = pytest.importorskip("torch")
+    x = _f32(128, 512)
+    out = softmax_rows(torch.from_numpy(x))
+    assert isinstance(out, torch.Tensor)
+    e = np.exp(x - x.max(1, keepdims=True))
+    np.testing.assert_allclose(out.numpy(), e / e.sum(1, keepdims=True), rtol=1e-5, atol=1e-6)
