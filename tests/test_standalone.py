@@ -672,3 +672,36 @@ def test_standalone_kernel_dispatches_torch_tensors_through_torch_ops():
     assert isinstance(out, torch.Tensor)
     e = np.exp(x - x.max(1, keepdims=True))
     np.testing.assert_allclose(out.numpy(), e / e.sum(1, keepdims=True), rtol=1e-5, atol=1e-6)
+
+
+def test_bug_dma_from_unwritten_sbuf_tile_is_an_uninitialised_read():
+    @nki.jit
+    def bad(x):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)  # nl.ndarray memory is uninitialised
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+    _raises(bad, _f32(128, 4), rule="uninit", words=["sbuf tile (128, 4)", "nl.ndarray"])
+
+
+def test_tensor_scalar_unary_and_integer_ops():
+    @nki.jit
+    def ops(x, n):
+        out = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+        out_i = nl.ndarray(n.shape, dtype=nl.int32, buffer=nl.shared_hbm)
+        t = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        nisa.tensor_scalar(dst=t, data=t, op0=nl.abs, operand0=None, op1=nl.add, operand1=1.0)
+        nisa.dma_copy(dst=out, src=t)
+        i = nl.ndarray(n.shape, dtype=nl.int32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=i, src=n)
+        nisa.tensor_tensor(dst=i, data1=i, data2=i, op=nl.multiply)  # int32 stays exact (native integer math)
+        nisa.dma_copy(dst=out_i, src=i)
+        return out, out_i
+
+    x = _f32(128, 16)
+    n = rng.integers(-40000, 40000, (128, 16)).astype(np.int32)
+    a, b = ops(x, n)
+    np.testing.assert_allclose(a, np.abs(x) + 1, rtol=1e-6)
+    np.testing.assert_array_equal(b, n * n)

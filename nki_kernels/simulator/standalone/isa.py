@@ -236,6 +236,15 @@ def _op(op):
     return op
 
 
+def _mark_read(tile):
+    """Tell the diagnostics (uninitialised reads, loop-carried dependencies) that an op reads ``tile``."""
+    from .. import diagnostics as _diag
+
+    hook = getattr(_diag, "on_read", None)
+    if hook is not None:
+        hook(tile)
+
+
 def _compute_dtype(dst, *tiles):
     """Native integer math when every tile is an integer tile, else fp32 (rounded once, on write)."""
     if all(np.issubdtype(t.dtype, np.integer) for t in (dst, *tiles)):
@@ -387,7 +396,7 @@ def tensor_scalar(dst, data, op0, operand0=None, reverse0=False, op1=None, opera
     _gpsimd_psum(engine, "tensor_scalar", data, operand0, operand1, d)
     x = _gen1._tile(data, "data", "tensor_scalar")
     with _scratch():
-        if operand0 is None and np_unary(op0):
+        if operand0 is None and _is_unary(op0):
             x = Tile(np.asarray(nl.np_function(op0)(dt.compute_view(x.data))), x.buffer)
             res = x if op1 is None else _gen1.tensor_scalar(x, _op(op1), operand1, reverse1, dtype=dt.float32)
         else:
@@ -396,7 +405,7 @@ def tensor_scalar(dst, data, op0, operand0=None, reverse0=False, op1=None, opera
     _write(d, res.data, "tensor_scalar")
 
 
-def np_unary(op) -> bool:
+def _is_unary(op) -> bool:
     """Whether ``op`` is a one-input operator (``nl.abs``, ``nl.exp`` ...)."""
     return op is nl.copy or op is nl.bypass or getattr(op, "__name__", None) in _nl1._UNARY
 
@@ -553,6 +562,7 @@ def affine_select(dst, pattern, channel_multiplier, on_true_tile, on_false_value
     """``dst = where(cmp_op(offset + p * channel_multiplier + pattern, 0), on_true_tile, on_false_value)``."""
     d = _check_dst(dst, "affine_select", (sbuf,))
     x = _gen1._tile(on_true_tile, "on_true_tile", "affine_select", (sbuf,))
+    _mark_read(x)
     pred_vals = _pattern_values(pattern, offset, channel_multiplier, x.shape[0])
     cmp = nl.np_function(cmp_op if cmp_op is not None else nl.equal)
     cond = np.asarray(cmp(pred_vals, 0)).reshape(x.shape)
@@ -581,6 +591,7 @@ def max8(dst, src, name=None, **_ignored):
     """The 8 largest values of each partition of ``src``, descending, into a [P, 8] ``dst``."""
     d = _check_dst(dst, "max8")
     x = _gen1._tile(src, "src", "max8")
+    _mark_read(x)
     v = dt.compute_view(x.data).reshape(x.shape[0], -1).astype(np.float32)
     if not 8 <= v.shape[1] <= 16384:
         raise NKIError("max8", f"nisa.max8 reads 8..16384 elements per partition, got {v.shape[1]}")
@@ -611,6 +622,7 @@ def _dma_source(src, op):
         if src.buffer is psum:
             raise NKIError("operand memory", f"nisa.{op}: src (shape {src.shape}) is in PSUM; DMA moves data between "
                            "HBM and SBUF (copy PSUM to SBUF with nisa.tensor_copy first)")
+        _mark_read(src)
         return src.data, "SBUF"
     raise NKIError("operand type", f"nisa.{op}: src must be an HBM tensor or an SBUF tile, got {type(src).__name__}")
 
