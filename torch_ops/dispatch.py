@@ -19,15 +19,15 @@ from __future__ import annotations
 
 import torch
 
-from nki_kernels.simulator.launch import Launch, eval_shape, normalize_grid, simulate
+from nki_kernels.simulator.launch import Launch, ShapeDtype, eval_shape, normalize_grid, simulate
 
 from . import backend
-from .convert import from_numpy, to_numpy, torch_dtype
+from .convert import from_numpy, numpy_dtype, to_numpy, torch_dtype
 
 
 def _map(out, fn):
     """Apply ``fn`` to a kernel result (one array or a tuple of them), keeping the structure."""
-    if isinstance(out, (tuple, list)):
+    if isinstance(out, (tuple, list)) and not isinstance(out, ShapeDtype):
         return tuple(fn(o) for o in out)
     return fn(out)
 
@@ -64,8 +64,6 @@ class _Spec:
     """Shape and NumPy dtype of a tensor, as ``eval_shape`` wants them."""
 
     def __init__(self, t: torch.Tensor):
-        from .convert import numpy_dtype
-
         self.shape = tuple(t.shape)
         self.dtype = numpy_dtype(t.dtype)
 
