@@ -1,0 +1,169 @@
+"""The XLA:CPU custom-call target ``AwsNeuronCustomNativeKernel``, backed by the simulator.
+
+On CPU the compiled program runs the very custom-call that Trainium would
+get: XLA calls :func:`_target` with raw buffer pointers and the
+``backend_config`` payload as the opaque string; we decode the payload, view
+the input buffers as NumPy arrays (no copy), run the simulator and copy the
+results into XLA's output buffers.
+
+The target is a ``ctypes`` callback registered through the legacy custom-call
+API (``api_version=0`` at registration, custom-call ``api_version=3``,
+status-returning) because jaxlib exports no C symbols for typed FFI handlers
+that Python could build without a compiler.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import math
+import sys
+import threading
+import traceback
+
+import ml_dtypes
+import numpy as np
+
+from nki_kernels import custom_call as cc
+
+log = logging.getLogger(__name__)
+
+# void fn(void* out, void** ins, const char* opaque, size_t opaque_len, XlaCustomCallStatus* status)
+_SIGNATURE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p),
+                              ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p)
+
+_lock = threading.Lock()
+_registered = False
+_last_error: BaseException | None = None
+
+
+def _dtype(name: str) -> np.dtype:
+    if name == "bfloat16":
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(name)
+
+
+def _view(ptr: int, spec: dict, writeable: bool) -> np.ndarray:
+    """A NumPy array over ``ptr`` (XLA's row-major buffer) with the payload's shape and dtype."""
+    shape, dtype = tuple(spec["shape"]), _dtype(spec["dtype"])
+    nbytes = math.prod(shape) * dtype.itemsize
+    if nbytes == 0:
+        return np.empty(shape, dtype)
+    raw = (ctypes.c_char * nbytes).from_address(ptr)
+    arr = np.frombuffer(raw, dtype=dtype).reshape(shape)
+    arr.flags.writeable = writeable  # kernels must not scribble over XLA's operand buffers
+    return arr
+
+
+def execute(payload: dict, out_ptr: int, in_ptrs) -> None:
+    """Run one launch: inputs from ``in_ptrs``, results written through ``out_ptr``."""
+    inputs = [_view(in_ptrs[i], s, False) for i, s in enumerate(payload["operands"])]
+    results = cc.run_payload(payload, inputs)
+    specs = payload["results"]
+    if len(specs) == 1:
+        out_ptrs = [out_ptr]  # a single result is passed as its buffer, not as a tuple of pointers
+    else:
+        table = ctypes.cast(out_ptr, ctypes.POINTER(ctypes.c_void_p))
+        out_ptrs = [table[i] for i in range(len(specs))]
+    for ptr, spec, got in zip(out_ptrs, specs, results):
+        dst = _view(ptr, spec, True)
+        got = np.asarray(got)
+        if got.shape != dst.shape or got.dtype != dst.dtype:
+            raise ValueError(f"kernel {payload['kernel']['qualname']} returned {got.shape} {got.dtype}, "
+                             f"the custom-call declares {dst.shape} {dst.dtype}")
+        if dst.size:
+            np.copyto(dst, got)
+
+
+def _target(out_ptr, in_ptrs, opaque, opaque_len, status):
+    # An exception must never unwind into XLA's C++ frames: report it through the status.
+    global _last_error
+    try:
+        payload = cc.decode_payload(ctypes.string_at(opaque, opaque_len))
+        execute(payload, out_ptr, in_ptrs)
+    except BaseException as exc:  # noqa: BLE001 - everything goes back to XLA as a failure
+        _last_error = exc
+        msg = f"{type(exc).__name__}: {exc}"
+        log.debug("NKI custom-call failed:\n%s", "".join(traceback.format_exception(exc)))
+        if not set_failure(status, msg):
+            print(f"nki-ops: NKI custom-call failed and XLA cannot be told: {msg}", file=sys.stderr)
+
+
+_CALLBACK = _SIGNATURE(_target)  # module-level so the trampoline outlives every executable
+
+
+def last_error() -> BaseException | None:
+    """The Python exception behind the most recent failed custom-call (for debugging)."""
+    return _last_error
+
+
+# --- XlaCustomCallStatus -------------------------------------------------------------------
+# XlaCustomCallStatusSetFailure is not exported by jaxlib, so we fill the status ourselves.
+# It is `struct XlaCustomCallStatus_ { std::optional<std::string> message; }` and jaxlib links
+# the system libstdc++ (new string ABI): {char* data; size_t size; union {char buf[16];
+# size_t capacity;}} followed by the optional's `engaged` flag. Long messages are allocated
+# with libstdc++'s own operator new, so the string's destructor frees them correctly.
+
+def _libstdcxx():
+    try:
+        return ctypes.CDLL("libstdc++.so.6")
+    except OSError:
+        return None
+
+
+def _abi_ok() -> bool:
+    """True when jaxlib's std::string is libstdc++'s 32-byte new-ABI string (checked once)."""
+    if not sys.platform.startswith("linux") or ctypes.sizeof(ctypes.c_void_p) != 8:
+        return False
+    try:
+        with open("/proc/self/maps") as f:
+            maps = f.read()
+    except OSError:
+        return False
+    # jaxlib links the shared libstdc++; a libc++ build would lay std::string out differently.
+    return "libstdc++.so.6" in maps and "libc++.so" not in maps
+
+
+_STATUS_ABI = None
+
+
+def set_failure(status: int, message: str) -> bool:
+    """Mark an ``XlaCustomCallStatus*`` as failed with ``message``; False if that is not possible."""
+    global _STATUS_ABI
+    if not status:
+        return False
+    if _STATUS_ABI is None:
+        _STATUS_ABI = _libstdcxx() if _abi_ok() else False
+    if not _STATUS_ABI:
+        return False
+    data = message.encode("utf-8", "replace")[:4000]
+    n = len(data)
+    if n <= 15:
+        buf = status + 16  # short-string buffer inside the std::string
+    else:
+        new = _STATUS_ABI._Znwm
+        new.restype, new.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+        buf = new(n + 1)
+        ctypes.c_size_t.from_address(status + 16).value = n  # capacity
+    ctypes.memmove(buf, data, n)
+    ctypes.c_char.from_address(buf + n).value = b"\0"
+    ctypes.c_void_p.from_address(status).value = buf
+    ctypes.c_size_t.from_address(status + 8).value = n
+    ctypes.c_bool.from_address(status + 32).value = True
+    return True
+
+
+def register() -> None:
+    """Register the target with XLA:CPU (idempotent)."""
+    global _registered
+    with _lock:
+        if _registered:
+            return
+        import jax
+
+        capsule_new = ctypes.pythonapi.PyCapsule_New
+        capsule_new.restype = ctypes.py_object
+        capsule_new.argtypes = (ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p)
+        capsule = capsule_new(ctypes.cast(_CALLBACK, ctypes.c_void_p).value, b"xla._CUSTOM_CALL_TARGET", None)
+        jax.ffi.register_ffi_target(cc.TARGET, capsule, platform="cpu", api_version=0)
+        _registered = True
