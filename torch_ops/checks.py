@@ -67,7 +67,9 @@ def require_grad_dtype(named: dict) -> None:
 
 def require_eps(eps) -> None:
     """``eps`` must be a finite, non-negative Python number (it is baked into the kernel launch)."""
-    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not math.isfinite(eps) or eps < 0:
+    # A chained comparison rather than math.isfinite: under torch.compile(dynamic=True) a float
+    # module attribute arrives as a SymFloat, which comparisons accept (NaN fails both).
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not (0 <= eps < math.inf):
         raise ValueError(f"eps must be a finite non-negative Python float, got {eps!r}")
 
 
