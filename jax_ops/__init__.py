@@ -9,8 +9,12 @@
   module that holds an NKI call.
 """
 
+from . import debug as _debug
 from . import lowering as _lowering  # noqa: F401 - registers the lowerings and the CPU target
+from .debug import neuron_hlo
 from .ops import add, rms_norm
 from .primitive import nki_call, nki_call_p
 
-__all__ = ["add", "nki_call", "nki_call_p", "rms_norm"]
+_debug.install()
+
+__all__ = ["add", "neuron_hlo", "nki_call", "nki_call_p", "rms_norm"]

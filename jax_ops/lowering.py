@@ -47,16 +47,22 @@ def _custom_call_lowering(ctx, *operands, kernel, grid, static, out_specs):
     return list(op.results)
 
 
-def _host_callback_lowering(ctx, *operands, kernel, grid, static, out_specs):
-    import jax
-
+def host_launch(kernel, grid, static):
+    """A host function running one launch on the simulator: NumPy arrays in, list of arrays out."""
     from nki_kernels.simulator.launch import simulate
-
-    structs = [jax.ShapeDtypeStruct(s, d) for s, d in out_specs]
 
     def host(*arrays):
         out = simulate(kernel, grid, *[np.asarray(a) for a in arrays], **dict(static))
         return list(out) if isinstance(out, (tuple, list)) else [out]
+
+    return host
+
+
+def _host_callback_lowering(ctx, *operands, kernel, grid, static, out_specs):
+    import jax
+
+    structs = [jax.ShapeDtypeStruct(s, d) for s, d in out_specs]
+    host = host_launch(kernel, grid, static)
 
     def fn(*args):
         return jax.pure_callback(host, structs, *args, vmap_method="sequential")
