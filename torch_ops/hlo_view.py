@@ -2,13 +2,14 @@
 
 On an XLA device that cannot execute ``AwsNeuronCustomNativeKernel`` (here
 XLA:CPU), each kernel result is the *shim*
-``slice(concatenate(sim, custom_call), dimensions={0})[0:n]``: ``sim`` is a
+``slice(concatenate(sim, custom_call), dimensions={0})[0:n]`` (for bf16/fp8
+``convert(slice(concatenate(sim_f32, convert(custom_call))))``): ``sim`` is a
 parameter holding the simulator's values, so XLA's algebraic simplifier folds
 the slice to ``sim`` and dead-code elimination drops the custom-call before
 code generation, while the unoptimised graph still has the custom-call in its
 place (see :mod:`torch_ops.xla`). :func:`neuron_view` undoes the shim in the
-HLO text: uses of the slice become uses of the custom-call (or its
-``get-tuple-element``), the slice, the concatenate and the ``sim`` parameter
+HLO text: uses of the shim become uses of the custom-call (or its
+``get-tuple-element``), the shim's instructions and the ``sim`` parameter
 disappear, and the remaining parameters are renumbered, with the module's
 ``entry_computation_layout`` and the ENTRY signature rebuilt to match. Text
 without shims comes back unchanged.
@@ -132,22 +133,49 @@ def _is_our_custom_call(ins: Instruction, by_name: dict) -> bool:
     return ins.opcode == "custom-call" and _attr(ins.attrs, "custom_call_target") == TARGET
 
 
-def _find_shims(instrs: list[Instruction]) -> list[tuple[Instruction, Instruction, Instruction, Instruction]]:
-    """``(slice, concatenate, sim_parameter, kernel_result)`` for every simulator shim."""
+@dataclass
+class Shim:
+    """One simulator shim: uses of ``head`` become uses of ``result`` (the kernel's output);
+    ``dropped`` instructions go; ``param`` (the simulator values) goes if nothing else uses it."""
+
+    head: Instruction
+    result: Instruction
+    dropped: list
+    param: Instruction
+
+
+def _find_shims(instrs: list[Instruction], sim_parameters) -> list:
+    """Every simulator shim: ``slice(concatenate(P, G))[0:n]`` with ``G`` the kernel result, or
+    the widened form ``convert(slice(concatenate(P, convert(G)))[0:n])`` used for bf16/fp8."""
     by_name = {i.name: i for i in instrs}
+    users: dict = {}
+    for i in instrs:
+        for o in i.operands:
+            users.setdefault(o, []).append(i)
     shims = []
     for s in instrs:
-        if s.opcode != "slice" or len(s.operands) != 1 or not _attr(s.attrs, "slice").startswith("{[0:"):
+        if s.opcode != "slice" or len(s.operands) != 1 or not (_attr(s.attrs, "slice") or "").startswith("{[0:"):
             continue
         c = by_name.get(s.operands[0])
         if c is None or c.opcode != "concatenate" or _attr(c.attrs, "dimensions") != "{0}" or len(c.operands) != 2:
             continue
         p, g = (by_name.get(n) for n in c.operands)
-        if p is None or g is None or p.opcode != "parameter" or not _is_our_custom_call(g, by_name):
+        if p is None or g is None or p.opcode != "parameter" or p.type != s.type:
             continue
-        if not (s.type == p.type == g.type):
+        if sim_parameters is not None and int(p.args) not in sim_parameters:
             continue
-        shims.append((s, c, p, g))
+        head, dropped = s, [s, c]
+        if g.opcode == "convert" and len(g.operands) == 1:  # widened form
+            widen = g
+            g = by_name.get(widen.operands[0])
+            outer = users.get(s.name, [])
+            if g is None or len(outer) != 1 or outer[0].opcode != "convert" or outer[0].type != g.type:
+                continue
+            head, dropped = outer[0], [outer[0], s, c, widen]
+        elif g.type != s.type:
+            continue
+        if _is_our_custom_call(g, by_name):
+            shims.append(Shim(head, g, dropped, p))
     return shims
 
 
@@ -157,24 +185,31 @@ def _rename(line: str, mapping: dict) -> str:
     return re.sub(r"(?<![\w.\-])%([\w.\-]+)(?![\w.\-])", lambda m: "%" + mapping.get(m.group(1), m.group(1)), line)
 
 
-def neuron_view(hlo_text: str) -> str:
-    """``hlo_text`` with every simulator shim removed: the graph as the Neuron compiler would get it."""
+def neuron_view(hlo_text: str, sim_parameters=None) -> str:
+    """``hlo_text`` with every simulator shim removed: the graph as the Neuron compiler would get it.
+
+    ``sim_parameters``: the ENTRY parameter numbers known to hold simulator
+    results (:func:`torch_ops.xla.neuron_hlo` knows them from the tensor ids).
+    With ``None`` the pattern alone decides, which a graph of the user's own
+    could match only by concatenating a parameter with a raw kernel result
+    and slicing off the first half.
+    """
     lines = hlo_text.splitlines()
     if not any(ln.startswith("ENTRY ") for ln in lines):
         return hlo_text
     start, end = _entry_bounds(lines)
     instrs = [i for i in (parse_instruction(lines[k], k) for k in range(start + 1, end)) if i is not None]
-    shims = _find_shims(instrs)
+    shims = _find_shims(instrs, sim_parameters)
     if not shims:
         return hlo_text
 
-    uses = {s.name: g.name for s, _, _, g in shims}
-    dropped = {s.index for s, _, _, _ in shims} | {c.index for _, c, _, _ in shims}
+    uses = {sh.head.name: sh.result.name for sh in shims}
+    dropped = {i.index for sh in shims for i in sh.dropped}
     body = {k: _rename(lines[k], uses) for k in range(start + 1, end) if k not in dropped}
-    for _, _, p, _ in shims:
-        pattern = re.compile(r"(?<![\w.\-])%" + re.escape(p.name) + r"(?![\w.\-])")
-        if not any(pattern.search(ln) for k, ln in body.items() if k != p.index):
-            del body[p.index]
+    for sh in shims:
+        pattern = re.compile(r"(?<![\w.\-])%" + re.escape(sh.param.name) + r"(?![\w.\-])")
+        if not any(pattern.search(ln) for k, ln in body.items() if k != sh.param.index):
+            del body[sh.param.index]
 
     params = sorted((i for i in instrs if i.opcode == "parameter" and i.index in body), key=lambda i: int(i.args))
     renames, new_params = {}, []

@@ -19,7 +19,8 @@ custom-call stays where Neuron would see it but is never executed:
    included) and the simulator runs the launch from the decoded payload
    (``run_payload``: the payload alone is enough, exactly as on the JAX side).
 3. Each result is the *shim* ``narrow_copy(cat([sim, cc], 0), 0, 0, n)`` where ``sim`` is the
-   simulator's result uploaded as device data. Every later op the user
+   simulator's result uploaded as device data (for bf16/fp8 the concatenate
+   is done in float32, see :func:`_shim`). Every later op the user
    records consumes the shim, so the graph keeps its real shape. When torch-xla
    compiles it, XLA's simplifier folds ``slice(concatenate(sim, cc))`` to
    ``sim`` and dead-code elimination drops the custom-call before code
@@ -36,6 +37,7 @@ once more on XLA:CPU (the step executes it again), plus one host round trip.
 from __future__ import annotations
 
 import os
+from collections import OrderedDict
 
 import torch
 
@@ -46,6 +48,11 @@ from .convert import from_numpy, numpy_dtype, to_numpy, torch_dtype
 from .hlo_view import neuron_view
 
 API_VERSION_UNSPECIFIED = 0  # what torch-neuronx emits for NKI kernels
+
+# XLA tensor ids of the uploaded simulator results, so neuron_hlo removes only true shims.
+# Bounded: a graph between two steps never holds anywhere near this many launches.
+_SIM_IDS: OrderedDict = OrderedDict()
+_SIM_IDS_MAX = 1 << 16
 
 
 def _xla():
@@ -80,13 +87,39 @@ def emit_custom_call(tensors, payload: str, results) -> list:
                                    API_VERSION_UNSPECIFIED, {})
 
 
+def _remember(sim: torch.Tensor) -> None:
+    """Record an uploaded simulator result as such (see :func:`neuron_hlo`)."""
+    _SIM_IDS[_xla()._xla_get_tensor_id(sim)] = None
+    if len(_SIM_IDS) > _SIM_IDS_MAX:
+        _SIM_IDS.popitem(last=False)
+
+
+# XLA:CPU computes these in float32 and wraps a concatenate/slice of them in
+# converts, which hides the slice-of-concatenate from the simplifier; their shim
+# is built in float32 instead (every value of theirs is exact in float32).
+_WIDEN = (torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2)
+
+
 def _shim(sim: torch.Tensor, cc: torch.Tensor) -> torch.Tensor:
-    """A tensor valued ``sim`` whose graph still contains ``cc`` (folded away by XLA, see module doc)."""
+    """A tensor valued ``sim`` whose graph still contains ``cc`` (folded away by XLA, see module doc).
+
+    ``sim`` is the simulator's result on the host. The shim is
+    ``narrow_copy(cat([sim, cc], 0), 0, 0, n)``, or for bf16/fp8
+    ``narrow_copy(cat([sim.float(), cc.float()], 0), 0, 0, n).to(dtype)``.
+    ``narrow_copy``, not a view: a view would keep the whole concatenate alive
+    as its base, and torch-xla would then sync that base, custom-call
+    included, at the next step.
+    """
+    device = cc.device
     if sim.dim() == 0:  # NKI results are at least 1-D; nothing to splice for a scalar
-        return sim
-    # narrow_copy, not a view: a view would keep the whole concatenate alive as its base,
-    # and torch-xla would then sync that base, custom-call included, at the next step.
-    return torch.narrow_copy(torch.cat([sim, cc], 0), 0, 0, sim.shape[0])
+        return sim.to(device)
+    if sim.dtype in _WIDEN:
+        sim_d = sim.float().to(device)
+        _remember(sim_d)
+        return torch.narrow_copy(torch.cat([sim_d, cc.float()], 0), 0, 0, sim.shape[0]).to(sim.dtype)
+    sim_d = sim.to(device)
+    _remember(sim_d)
+    return torch.narrow_copy(torch.cat([sim_d, cc], 0), 0, 0, sim.shape[0])
 
 
 def xla_call(kernel, grid, tensors, static):
@@ -94,7 +127,6 @@ def xla_call(kernel, grid, tensors, static):
     from . import debug
 
     payload, results, is_tuple = launch_payload(kernel, grid, tensors, static)
-    device = tensors[0].device
     if is_neuron_device(tensors[0]):  # pragma: no cover - needs a Neuron device
         outs = emit_custom_call(tensors, payload, results)
     else:
@@ -102,7 +134,7 @@ def xla_call(kernel, grid, tensors, static):
         ccs = emit_custom_call(tensors, payload, results)
         register_kernel(kernel)  # so kernels defined in a local scope resolve from the payload
         sims = run_payload(decode_payload(payload), [to_numpy(h) for h in host])
-        outs = [_shim(from_numpy(s).to(device), cc) for s, cc in zip(sims, ccs)]
+        outs = [_shim(from_numpy(s), cc) for s, cc in zip(sims, ccs)]
     if os.environ.get("NEURON_FRAMEWORK_DEBUG"):
         debug.install_step_hook()
     return tuple(outs) if is_tuple else outs[0]
@@ -117,4 +149,9 @@ def neuron_hlo(tensors) -> str:
     """
     if isinstance(tensors, torch.Tensor):
         tensors = [tensors]
-    return neuron_view(_xla()._get_xla_tensors_hlo(list(tensors)))
+    X = _xla()
+    tensors = list(tensors)
+    text = X._get_xla_tensors_hlo(tensors)
+    # The graph's device data in parameter order, each with the id of the tensor it came from.
+    ids, _ = X._get_tensors_xla_device_data_node(tensors)
+    return neuron_view(text, {n for n, i in enumerate(ids) if i in _SIM_IDS})
