@@ -35,6 +35,7 @@ _SIGNATURE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.POINTER(ctypes.c_voi
 _lock = threading.Lock()
 _registered = False
 _last_error: BaseException | None = None
+_calls = 0
 
 
 def _dtype(name: str) -> np.dtype:
@@ -77,7 +78,8 @@ def execute(payload: dict, out_ptr: int, in_ptrs) -> None:
 
 def _target(out_ptr, in_ptrs, opaque, opaque_len, status):
     # An exception must never unwind into XLA's C++ frames: report it through the status.
-    global _last_error
+    global _last_error, _calls
+    _calls += 1
     try:
         payload = cc.decode_payload(ctypes.string_at(opaque, opaque_len))
         execute(payload, out_ptr, in_ptrs)
@@ -90,6 +92,11 @@ def _target(out_ptr, in_ptrs, opaque, opaque_len, status):
 
 
 _CALLBACK = _SIGNATURE(_target)  # module-level so the trampoline outlives every executable
+
+
+def calls() -> int:
+    """How many times XLA has called the target in this process."""
+    return _calls
 
 
 def last_error() -> BaseException | None:

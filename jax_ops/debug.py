@@ -44,12 +44,26 @@ def neuron_hlo(fn, *args, **kwargs) -> str:
     import jax
 
     jitted = fn if hasattr(fn, "lower") else jax.jit(fn)
-    return jitted.lower(*args, **kwargs).compile().as_text()
+    compiled = jitted.lower(*args, **kwargs).compile()
+    return "\n".join(text for _, text in module_texts(compiled.runtime_executable()))
+
+
+def _print_options():
+    """HLO print options that show operand shapes, as the Neuron/torch-xla dumps do."""
+    try:
+        from jaxlib import _hlo
+
+        opts = _hlo.HloPrintOptions()
+        opts.print_operand_shape = True
+        return opts
+    except (ImportError, AttributeError):
+        return None
 
 
 def module_texts(executable) -> list:
     """``(name, hlo_text)`` of each HLO module of a compiled XLA executable."""
-    return [(m.name, m.to_string()) for m in executable.hlo_modules()]
+    opts = _print_options()
+    return [(m.name, m.to_string(opts) if opts is not None else m.to_string()) for m in executable.hlo_modules()]
 
 
 def dump(executable, directory: str | None = None) -> list:
