@@ -22,7 +22,7 @@ def rms_ref(x, w, eps):
 
 def report(name, got, ref):
     err = np.abs(np.asarray(got, np.float64) - ref).max()
-    print(f"  {name:<44} shape={str(tuple(np.shape(got))):<16} max|err| vs NumPy = {err:.2e}")
+    print(f"  {name:<44} shape={str(tuple(np.shape(got))):<16} max|err| vs reference = {err:.2e}")
 
 
 def simulator_demo():
