@@ -39,8 +39,10 @@ def pending_xla_tensors() -> list:
 
     X = torch_xla._XLAC
     device = X._xla_get_default_device()
+    # type(o), not isinstance: isinstance consults o.__class__, which proxies and deprecated
+    # module attributes among gc's objects override (with warnings or side effects).
     tensors = [o for o in gc.get_objects()
-               if isinstance(o, torch.Tensor) and o.device.type == "xla" and str(o.device) == device]
+               if issubclass(type(o), torch.Tensor) and o.device.type == "xla" and str(o.device) == device]
     if not tensors:
         return []
     pending = [t for t, p in zip(tensors, X._check_tensor_need_materialization(tensors)) if p]

@@ -57,6 +57,9 @@ def _rms_norm_setup(ctx, inputs, output):
     x, weight, _ = inputs
     _, rstd = output
     ctx.save_for_backward(x, weight, rstd)
+    # rstd is almost never used downstream: let its gradient arrive as None rather
+    # than as zeros that the backward would then multiply through a whole [N, D] pass.
+    ctx.set_materialize_grads(False)
 
 
 def _rms_norm_backward(ctx, dy, drstd):
