@@ -72,4 +72,15 @@ def define_op(name, *, impl, n_arrays, static, abstract, batch, infer, partition
         return part(*arrays, *(params[k] for k in static))
 
     mlir.register_lowering(prim, mlir.lower_fun(lower, multiple_results=True))
+
+    def unpartitioned(*arrays, **params):
+        return impl(*arrays, *(params[k] for k in static))
+
+    # On GPU the kernel runs in a host callback, and a callback inside custom_partitioning
+    # crashed jaxlib 0.10.2: there, XLA shards the op itself (correct, with gathers).
+    for platform in ("cuda", "rocm"):
+        try:
+            mlir.register_lowering(prim, mlir.lower_fun(unpartitioned, multiple_results=True), platform=platform)
+        except NotImplementedError:  # platform unknown to this jaxlib
+            pass
     return prim
