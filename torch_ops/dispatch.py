@@ -56,16 +56,13 @@ def simulate_cpu(kernel, grid, tensors, static):
 
 def meta_results(kernel, grid, tensors, static, device):
     """Empty tensors with the kernel's result shapes and dtypes on ``device``."""
-    specs = eval_shape(kernel, grid, *(_Spec(t) for t in tensors), **static)
+    specs = eval_shape(kernel, grid, *operand_specs(tensors), **static)
     return _map(specs, lambda s: torch.empty(tuple(s.shape), dtype=torch_dtype(s.dtype), device=device))
 
 
-class _Spec:
-    """Shape and NumPy dtype of a tensor, as ``eval_shape`` wants them."""
-
-    def __init__(self, t: torch.Tensor):
-        self.shape = tuple(t.shape)
-        self.dtype = numpy_dtype(t.dtype)
+def operand_specs(tensors) -> list:
+    """``ShapeDtype`` (shape, NumPy dtype) of each tensor, as ``eval_shape`` and the payload want them."""
+    return [ShapeDtype(tuple(t.shape), numpy_dtype(t.dtype)) for t in tensors]
 
 
 def nki_call(kernel, *tensors, grid=(), **static):

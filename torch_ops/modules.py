@@ -66,4 +66,5 @@ class RMSNorm(nn.Module):
         return rms_norm(x, weight, eps)
 
     def extra_repr(self) -> str:
+        """``normalized_shape, eps=..., elementwise_affine=...`` as in ``torch.nn.RMSNorm``."""
         return "{normalized_shape}, eps={eps}, elementwise_affine={elementwise_affine}".format(**self.__dict__)

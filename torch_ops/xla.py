@@ -44,7 +44,8 @@ import torch
 from nki_kernels.custom_call import TARGET, decode_payload, encode_payload, register_kernel, run_payload
 from nki_kernels.simulator.launch import ShapeDtype, eval_shape
 
-from .convert import from_numpy, numpy_dtype, to_numpy, torch_dtype
+from .convert import from_numpy, to_numpy, torch_dtype
+from .dispatch import operand_specs
 from .hlo_view import neuron_view
 
 API_VERSION_UNSPECIFIED = 0  # what torch-neuronx emits for NKI kernels
@@ -61,20 +62,16 @@ def _xla():
     return torch_xla._XLAC
 
 
-class _Spec:
-    def __init__(self, shape, dtype):
-        self.shape, self.dtype = tuple(shape), dtype
-
-
 def is_neuron_device(t: torch.Tensor) -> bool:
     """True when ``t`` lives on a Neuron XLA device (where the custom-call can run)."""
     return _xla()._xla_get_device_hw_type(t) == "NEURON"
 
 
 def launch_payload(kernel, grid, tensors, static):
-    """``(payload, results)``: the backend_config of one launch and its result ``(shape, dtype)`` list."""
-    operands = [(tuple(t.shape), numpy_dtype(t.dtype)) for t in tensors]
-    out = eval_shape(kernel, grid, *(_Spec(s, d) for s, d in operands), **static)
+    """``(payload, results, is_tuple)`` of one launch: the backend_config string, the result
+    ``(shape, dtype)`` list, and whether the kernel returns a tuple."""
+    operands = operand_specs(tensors)
+    out = eval_shape(kernel, grid, *operands, **static)
     single = isinstance(out, ShapeDtype)  # a namedtuple: test it before "is a tuple of results"
     results = [(tuple(r.shape), r.dtype) for r in ((out,) if single else out)]
     return encode_payload(kernel, grid, static, operands, results), results, not single
