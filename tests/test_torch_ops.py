@@ -216,3 +216,36 @@ def test_seed_example_a_times_b_times_a_plus_b():
     a0, b0 = a.detach(), b.detach()
     torch.testing.assert_close(a.grad, b0 * (a0 + b0) + a0 * b0)
     torch.testing.assert_close(b.grad, a0 * (a0 + b0) + a0 * b0)
+
+
+try:
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+except ImportError:  # pragma: no cover - hypothesis is in the test extra
+    given = None
+
+if given is not None:
+
+    @settings(max_examples=30, deadline=None)
+    @given(lead=st.lists(st.integers(1, 140), min_size=0, max_size=2), d=st.integers(1, 1100),
+           dtype=st.sampled_from(DTYPES), eps=st.sampled_from([1e-6, 1e-5, 0.1]))
+    def test_rms_norm_any_shape(lead, d, dtype, eps):
+        shape = (*lead, d)
+        x = torch.randn(shape).to(dtype).requires_grad_()
+        w = torch.randn(d).to(dtype).requires_grad_()
+        y = torch_ops.rms_norm(x, w, eps)
+        close(y, rms_ref(x, w, eps), dtype)
+        dy = torch.randn(shape).to(dtype)
+        dx, dw = torch.autograd.grad(y, (x, w), dy)
+        rdx, rdw = rms_grads_ref(x, w, eps, dy)
+        close(dx, rdx, dtype, scale=4)
+        close(dw, rdw, dtype, scale=max(1.0, rdw.abs().max().item()))
+
+    @settings(max_examples=30, deadline=None)
+    @given(shape=st.lists(st.integers(1, 700), min_size=1, max_size=3).filter(lambda s: len(s) < 3 or s[0] * s[1] * s[2] < 2e6),
+           dtype=st.sampled_from(DTYPES + [torch.int32, torch.int8]))
+    def test_add_any_shape(shape, dtype):
+        scale = 5 if dtype == torch.int8 else 20  # int8 sums stay in range: overflow is not under test
+        a = (torch.randn(shape) * scale).to(dtype)
+        b = (torch.randn(shape) * scale).to(dtype)
+        assert torch.equal(torch_ops.add(a, b), a + b)
