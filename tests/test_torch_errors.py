@@ -68,7 +68,8 @@ RMS_CASES = [
 ]
 
 
-@pytest.mark.parametrize("fn", [lambda x, w: torch_ops.rms_norm(x, w), lambda x, w: torch_ops.NkiRMSNormFunc.apply(x, w, 1e-6),
+@pytest.mark.parametrize("fn", [lambda x, w: torch_ops.rms_norm(x, w),
+                                lambda x, w: torch_ops.NkiRMSNormFunc.apply(x, w, 1e-6),
                                 lambda x, w: torch.ops.nki.rms_norm(x, w, 1e-6)],
                          ids=["rms_norm", "NkiRMSNormFunc", "torch.ops.nki.rms_norm"])
 @pytest.mark.parametrize("case", RMS_CASES, ids=[c[0] for c in RMS_CASES])
@@ -107,7 +108,8 @@ def test_module_errors():
     with pytest.raises(ValueError, match="last dimension only"):
         torch_ops.RMSNorm((4, 8))
     norm = torch_ops.RMSNorm(8)
-    with pytest.raises(ValueError, match=r"x has shape \(4, 7\) but this RMSNorm normalises a last dimension of size 8"):
+    with pytest.raises(ValueError, match=r"x has shape \(4, 7\) but this RMSNorm normalises a last dimension "
+                                         r"of size 8"):
         norm(torch.ones(4, 7))
     with pytest.raises(TypeError, match="weight has dtype float32 but x has dtype bfloat16"):
         norm(torch.ones(4, 8, dtype=torch.bfloat16))

@@ -106,7 +106,8 @@ def test_chain_of_two_kernels():
 def test_parameters_renumbered_after_removal():
     view = neuron_view(FIRST_PARAM)
     lines = view.splitlines()
-    assert lines[0] == "HloModule IrToHlo.9, entry_computation_layout={(bf16[2,3]{1,0}, bf16[2,3]{1,0})->(bf16[2,3]{1,0})}"
+    assert lines[0] == ("HloModule IrToHlo.9, entry_computation_layout="
+                        "{(bf16[2,3]{1,0}, bf16[2,3]{1,0})->(bf16[2,3]{1,0})}")
     assert "ENTRY %IrToHlo.9 (p0.2: bf16[2,3], p1.3: bf16[2,3]) -> (bf16[2,3]) {" in lines
     assert "  %p0.2 = bf16[2,3]{1,0} parameter(0)" in lines
     assert "  %p1.3 = bf16[2,3]{1,0} parameter(1)" in lines
