@@ -56,10 +56,46 @@ def _view(ptr: int, spec: dict, writeable: bool) -> np.ndarray:
     return arr
 
 
+# --- kernels that cannot be found by name --------------------------------------------------------
+# A payload names its kernel by module + qualname. A kernel defined inside a function (or in
+# __main__, which a notebook may redefine) is not reliably found that way: two kernels from
+# one factory share a name and source. Such kernels get a process-local instance number in
+# the payload's static arguments, and the target runs exactly the kernel that was traced.
+
+INSTANCE_KEY = "__nki_ops_instance__"
+_instances: dict = {}
+_instance_of: dict = {}
+
+
+def instance_id(kernel) -> int | None:
+    """A process-local number for a kernel not findable by module + qualname, else None."""
+    func = kernel.func
+    if "<locals>" not in func.__qualname__ and func.__module__ != "__main__":
+        return None
+    with _lock:
+        n = _instance_of.get(id(kernel))
+        if n is None or _instances.get(n) is not kernel:
+            n = len(_instances) + 1
+            _instances[n] = kernel  # kept alive: compiled executables may outlive the Python object
+            _instance_of[id(kernel)] = n
+        return n
+
+
+def _run(payload: dict, inputs: list) -> list:
+    instance = payload["static"].get(INSTANCE_KEY)
+    if instance is None:
+        return cc.run_payload(payload, inputs)
+    from nki_kernels.simulator.launch import simulate
+
+    static = {k: v for k, v in payload["static"].items() if k != INSTANCE_KEY}
+    out = simulate(_instances[instance], tuple(payload["grid"]), *inputs, **static)
+    return list(out) if isinstance(out, (tuple, list)) else [out]
+
+
 def execute(payload: dict, out_ptr: int, in_ptrs) -> None:
     """Run one launch: inputs from ``in_ptrs``, results written through ``out_ptr``."""
     inputs = [_view(in_ptrs[i], s, False) for i, s in enumerate(payload["operands"])]
-    results = cc.run_payload(payload, inputs)
+    results = _run(payload, inputs)
     specs = payload["results"]
     if len(specs) == 1:
         out_ptrs = [out_ptr]  # a single result is passed as its buffer, not as a tuple of pointers

@@ -26,7 +26,11 @@ def _row_major(aval):
 
 def payload_for(ctx, kernel, grid, static) -> str:
     """The ``backend_config`` of one launch, with the shapes this lowering context sees."""
-    return cc.encode_payload(kernel, grid, dict(static),
+    static = dict(static)
+    instance = cpu_target.instance_id(kernel)
+    if instance is not None:
+        static[cpu_target.INSTANCE_KEY] = instance
+    return cc.encode_payload(kernel, grid, static,
                              [(a.shape, a.dtype) for a in ctx.avals_in],
                              [(a.shape, a.dtype) for a in ctx.avals_out])
 

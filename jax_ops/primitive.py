@@ -121,7 +121,6 @@ def nki_call(kernel, *args, grid=None, out_shape=None, **static) -> Any:
     args = match_vma(*[jax.numpy.asarray(a) for a in args])
     frozen = tuple(sorted((k, _freeze(v, k)) for k, v in static.items()))
     single, outs = infer_outputs(kernel, grid, tuple(_spec(a) for a in args), frozen, _norm_out_shape(out_shape))
-    _make_findable(kernel)
     results = nki_call_p.bind(*args, kernel=kernel, grid=grid, static=frozen, out_specs=outs)
     return results[0] if single else tuple(results)
 
@@ -129,12 +128,6 @@ def nki_call(kernel, *args, grid=None, out_shape=None, **static) -> Any:
 def _tensor_param_names(kernel, n):
     params = [p.name for p in kernel.signature.parameters.values()]
     return (params + [f"arg{i}" for i in range(len(params), n)])[:n]
-
-
-def _make_findable(kernel):
-    """Kernels not importable by module + qualname (defined in a function) go in the payload registry."""
-    if "<locals>" in kernel.func.__qualname__ or kernel.func.__module__ == "__main__":
-        cc.register_kernel(kernel)
 
 
 def out_aval(like, shape, dtype, spec=None):

@@ -22,10 +22,12 @@ from .jax_helpers import (GRAD_TOL, TOL, assert_close, random, rms_norm_grads_re
 
 @pytest.fixture(autouse=True)
 def on_gpu():
+    """Every case needs JAX's GPU backend."""
     assert jax.default_backend() == "gpu", f"JAX backend is {jax.default_backend()}, not gpu"
 
 
 def targets(hlo):
+    """The custom-call targets named in an HLO text."""
     return set(re.findall(r'custom_call_target="([^"]+)"', hlo))
 
 

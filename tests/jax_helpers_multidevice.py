@@ -35,10 +35,12 @@ def partitioner(request):
 
 
 def mesh1d():
+    """All 8 devices on one mesh axis ``x``."""
     return Mesh(np.array(jax.devices()), ("x",))
 
 
 def put(a, mesh, *spec):
+    """``a`` placed on ``mesh`` with partition spec ``spec``."""
     return jax.device_put(a, NamedSharding(mesh, P(*spec)))
 
 

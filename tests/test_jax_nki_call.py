@@ -124,6 +124,25 @@ def test_kernel_defined_in_a_function_runs():
     np.testing.assert_array_equal(np.asarray(jax.jit(lambda a: jax_ops.nki_call(negate, a))(a)), -np.asarray(a))
 
 
+def _scaler(factor):
+    @nki.jit
+    def scale(a):
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        nl.store(out, value=nl.multiply(nl.load(a), factor))
+        return out
+
+    return scale
+
+
+def test_kernels_from_one_factory_each_run_their_own_closure():
+    # Same module, qualname and source: only the closure tells them apart.
+    a = random((8, 16), jnp.float32)
+    f2, f3 = (jax.jit(lambda a, k=_scaler(c): jax_ops.nki_call(k, a)) for c in (2.0, 3.0))
+    np.testing.assert_allclose(f2(a), 2 * a, rtol=1e-6)
+    np.testing.assert_allclose(f3(a), 3 * a, rtol=1e-6)
+    np.testing.assert_allclose(f2(a), 2 * a, rtol=1e-6)  # the first executable still runs its kernel
+
+
 def test_empty_grid_is_one_program():
     a = random((100, 30), jnp.float32)
     np.testing.assert_allclose(jax_ops.nki_call(scale_rows_kernel, a, scale=3.0), 3 * a, rtol=1e-6)
