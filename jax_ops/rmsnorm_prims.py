@@ -58,6 +58,9 @@ def _bwd_f32(dy, x, w, rstd, batch_dims):
     # so every dw partial belongs to exactly one example (padded rows have dy = 0).
     rp = r if b == 1 else -(-r // ROWS_PER_PROGRAM) * ROWS_PER_PROGRAM
     dy3, x3, rs3 = dy.reshape(b, r, d), x.reshape(b, r, d), rstd.reshape(b, r, 1)
+    if rp > 2 * r:  # padding would more than double the work (few rows per example): one launch each
+        dx, dw = lax.map(lambda a: _bwd_f32(*a[:2], w, a[2], 0), (dy3, x3, rs3))
+        return dx.reshape(shape), dw.reshape(dw_shape)
     if rp != r:
         pad = ((0, 0), (0, rp - r), (0, 0))
         dy3, x3, rs3 = jnp.pad(dy3, pad), jnp.pad(x3, pad), jnp.pad(rs3, pad, constant_values=1.0)
