@@ -8,8 +8,10 @@ results into XLA's output buffers.
 
 The target is a ``ctypes`` callback registered through the legacy custom-call
 API (``api_version=0`` at registration, custom-call ``api_version=3``,
-status-returning) because jaxlib exports no C symbols for typed FFI handlers
-that Python could build without a compiler.
+status-returning): that API hands the handler plain buffer pointers and the
+``backend_config`` string as-is (the very string the Neuron compiler reads),
+which a ctypes callback can take without a compiled shim; the typed FFI would
+need a C handler and attributes instead of the opaque string.
 """
 
 from __future__ import annotations
@@ -87,8 +89,12 @@ def _run(payload: dict, inputs: list) -> list:
         return cc.run_payload(payload, inputs)
     from nki_kernels.simulator.launch import simulate
 
+    kernel = _instances.get(instance)
+    if kernel is None:
+        raise ValueError(f"kernel {payload['kernel']['module']}.{payload['kernel']['qualname']} was defined in a "
+                         "function of another process; only module-level kernels can be found from a payload")
     static = {k: v for k, v in payload["static"].items() if k != INSTANCE_KEY}
-    out = simulate(_instances[instance], tuple(payload["grid"]), *inputs, **static)
+    out = simulate(kernel, tuple(payload["grid"]), *inputs, **static)
     return list(out) if isinstance(out, (tuple, list)) else [out]
 
 
