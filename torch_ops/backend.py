@@ -10,9 +10,6 @@ from __future__ import annotations
 
 import importlib
 
-_genuine: bool | None = None
-
-
 def _imports(name: str) -> bool:
     try:
         importlib.import_module(name)
@@ -21,14 +18,19 @@ def _imports(name: str) -> bool:
     return True
 
 
-def genuine_neuron() -> bool:
-    """True when the genuine ``torch_neuronx`` and ``neuronxcc.nki`` both import (checked once)."""
-    global _genuine
-    if _genuine is None:
-        from nki_kernels.simulator.install import genuine_neuronxcc
+def _detect() -> bool:
+    from nki_kernels.simulator.install import genuine_neuronxcc
 
-        _genuine = _imports("torch_neuronx") and genuine_neuronxcc()
-    return _genuine
+    return _imports("torch_neuronx") and genuine_neuronxcc()
+
+
+# Decided once, at import: the check imports modules, which torch.compile cannot trace.
+_GENUINE = _detect()
+
+
+def genuine_neuron() -> bool:
+    """True when the genuine ``torch_neuronx`` and ``neuronxcc.nki`` both import."""
+    return _GENUINE
 
 
 def official_launch(kernel, tensors, grid, static):  # pragma: no cover - needs the Neuron SDK

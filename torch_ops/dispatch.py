@@ -9,7 +9,8 @@ device of the tensors picks the executor:
 - ``xla``: an ``AwsNeuronCustomNativeKernel`` custom-call in the lazy graph
   (see :mod:`torch_ops.xla`);
 - ``meta``: only the result shapes/dtypes (for shape propagation);
-- any other device (e.g. ``cuda``): a host round trip through the simulator.
+- any other device (e.g. ``cuda``): a host round trip through the simulator;
+- inside ``torch.compile``: a ``torch.ops.nki.call`` node (see :mod:`torch_ops.traced`).
 
 The launch itself is not differentiable: the operators in
 :mod:`torch_ops.functions` and :mod:`torch_ops.library` add the backward.
@@ -79,6 +80,10 @@ def nki_call(kernel, *tensors, grid=(), **static):
     device = _check_tensors(kernel, tensors)
     if backend.genuine_neuron():  # pragma: no cover - needs the Neuron SDK
         return backend.official_launch(kernel, tensors, grid, static)
+    if torch.compiler.is_compiling():
+        from .traced import traced_launch
+
+        return traced_launch(kernel, grid, tensors, static)
     if device.type == "cpu":
         return simulate_cpu(kernel, grid, tensors, static)
     if device.type == "xla":

@@ -7,6 +7,9 @@ makes the backward graph call ``nki::rms_norm_backward``. The real kernels run
 the same launches as the autograd Functions (:mod:`torch_ops.kernels`), on
 whatever device the tensors are (CPU simulator, XLA custom-call, ...).
 
+``nki::call(payload, operands)`` is the generic launch of any kernel that
+``torch_ops.nki_call`` records while compiling (see :mod:`torch_ops.traced`).
+
 ``nki::rms_norm`` returns ``(y, rstd)``: the float32 per-row reciprocal RMS
 (shape ``x.shape[:-1] + (1,)``) is an output rather than hidden state so the
 backward can reuse it inside a compiled graph; ``torch_ops.rms_norm`` returns
@@ -16,6 +19,8 @@ only ``y``.
 from __future__ import annotations
 
 import torch
+
+from nki_kernels.custom_call import decode_payload, resolve_kernel
 
 from . import checks, kernels
 
@@ -90,3 +95,20 @@ def rms_norm_backward(dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
 def _rms_norm_backward_fake(dy, x, weight, rstd):
     checks.check_rms_norm_backward(dy, x, weight, rstd)
     return x.new_empty(x.shape), weight.new_empty(weight.shape)
+
+
+@torch.library.custom_op("nki::call", mutates_args=())
+def call(payload: str, operands: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Launch the kernel a custom-call ``payload`` names on ``operands`` (not differentiable)."""
+    from .dispatch import nki_call
+
+    p = decode_payload(payload)
+    out = nki_call(resolve_kernel(p), *operands, grid=tuple(p["grid"]), **p["static"])
+    return list(out) if isinstance(out, tuple) else [out]
+
+
+@call.register_fake
+def _call_fake(payload, operands):
+    # Payload dtype names are NumPy/ml_dtypes names, which torch shares (bfloat16, float8_e4m3fn, ...).
+    return [torch.empty(r["shape"], dtype=getattr(torch, r["dtype"]), device=operands[0].device)
+            for r in decode_payload(payload)["results"]]
