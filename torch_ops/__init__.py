@@ -6,7 +6,8 @@
   ``torch.ops.nki.rms_norm_backward``).
 - ``RMSNorm``: drop-in for ``torch.nn.RMSNorm``.
 - ``nki_call(kernel, *tensors, grid=..., **static)``: launch any ``@nki.jit``
-  kernel on torch tensors (what ``kernel[grid](tensor, ...)`` does).
+  kernel on torch tensors (what ``kernel[grid](tensor, ...)`` does); inside
+  ``torch.compile`` each launch is one ``torch.ops.nki.call`` node.
 - ``neuron_hlo(tensors)``: the HLO text of an XLA graph as the Neuron compiler
   would receive it, with the ``AwsNeuronCustomNativeKernel`` custom-calls.
 
