@@ -20,6 +20,11 @@ or from the environment, read at import: ``NKI_SIM_CHECKS="race=warn,uninit=off"
 turns on element-exact (bool mask) bookkeeping for HBM accesses that are not
 boxes; by default such accesses are compared by their element indices only
 when their bounding boxes overlap, which gives the same answers.
+
+``config.vectorize`` (env ``NKI_SIM_VECTORIZE=0`` turns it off) lets a launch run
+programs that do not interact as one batched NumPy program
+(:mod:`nki_kernels.simulator.vectorize`); results and diagnostics are the same,
+only faster. Thorough mode and profiling always run one program at a time.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ _ALIASES = {"warning": "warn", "warnings": "warn", "err": "error", "raise": "err
 
 _modes = {r: "error" for r in RULES}
 thorough = os.environ.get("NKI_SIM_THOROUGH", "") not in ("", "0")
+vectorize = os.environ.get("NKI_SIM_VECTORIZE", "1").strip().lower() not in ("0", "off", "false", "no")
 
 
 class NKIWarning(UserWarning):

@@ -20,8 +20,8 @@ import numpy as np
 from . import config as _config
 from . import diagnostics as _diag
 from . import dtypes as dt
-from .errors import NKIError
-from .indexing import resolve
+from .errors import NKIError, NotBatchable
+from .indexing import resolve, resolve_batched, tile_view, tile_write
 
 PMAX = 128  # partitions of SBUF / PSUM (nl.tile_size.pmax)
 SBUF_BYTES_PER_PARTITION = 192 * 1024  # Trn1/Trn2 state buffer: 24 MiB over 128 partitions
@@ -71,7 +71,15 @@ class par_dim:
 # The running program
 # --------------------------------------------------------------------------
 class Program:
-    """One SPMD program instance of a launch: its ids and its on-chip memory usage."""
+    """One SPMD program instance of a launch: its ids and its on-chip memory usage.
+
+    ``nb``/``bshape``: a batched program (:mod:`.vectorize`) stands for a box of
+    ``bshape`` programs of the grid; every tile it makes carries ``nb`` leading
+    batch axes. One program at a time has ``nb == 0``.
+    """
+
+    nb = 0
+    bshape = ()
 
     def __init__(self, launch, pid: tuple):
         self.launch = launch
@@ -179,6 +187,8 @@ class _InHBM:
 class HBMTensor(_InHBM):
     """A tensor in device memory (kernel inputs and ``nl.ndarray(..., buffer=nl.shared_hbm)``)."""
 
+    is_output = False  # allocated by the launch (shared_hbm outputs), not a kernel argument
+
     def __init__(self, data: np.ndarray, buffer=hbm, name: str = "tensor"):
         self.data = data
         self.buffer = buffer
@@ -213,9 +223,15 @@ class HBMTensor(_InHBM):
             raise NKIError("reshape", f"cannot reshape {self.name} of shape {self.shape} into {shape}")
         out = HBMTensor(self.data.reshape(shape), self.buffer, self.name)
         out._borrowers = self._borrowers
+        out.is_output = self.is_output
         return out
 
     def __getitem__(self, key):
+        prog = current_or_none()
+        if prog is not None and prog.nb:
+            idx = resolve_batched(self.shape, key, self.name, prog.bshape)
+            if idx is not None:
+                return Access(self, idx, prog.nb)
         return Access(self, resolve(self.shape, key, self.name))
 
     def materialize_borrowers(self):
@@ -235,14 +251,15 @@ class HBMTensor(_InHBM):
 class Access(_InHBM):
     """An indexed region of an HBM tensor, the argument of ``nl.load`` / ``nl.store``."""
 
-    def __init__(self, tensor: HBMTensor, index):
+    def __init__(self, tensor: HBMTensor, index, nb: int = 0):
         self.tensor = tensor
         self.index = index
+        self.nb = nb  # leading batch axes of index.out_shape (a batch of programs' regions)
 
     @property
     def shape(self):
-        """Shape of the selected region."""
-        return tuple(self.index.out_shape)
+        """Shape of the selected region (of one program)."""
+        return tuple(self.index.out_shape[self.nb:])
 
     @property
     def dtype(self):
@@ -272,7 +289,8 @@ class Tile:
     """
 
     __array_ufunc__ = None  # NumPy defers to the Tile's own operators
-    __slots__ = ("_data", "_thunk", "buffer", "pdim", "_program", "_nbytes", "_parent", "_diag", "__weakref__")
+    __slots__ = ("_data", "_thunk", "buffer", "pdim", "_program", "_nbytes", "_parent", "_diag", "nb",
+                 "__weakref__")
 
     def __init__(self, data, buffer=sbuf, pdim: int = 0, parent: "Tile" = None, thunk=None):
         self._data = data
@@ -282,6 +300,12 @@ class Tile:
         self._parent = parent
         self._program = None
         self._nbytes = 0
+        prog = current_or_none()
+        self.nb = nb = prog.nb if prog is not None else 0
+        if nb:
+            full = thunk[2] if thunk is not None else data.shape
+            if full[:nb] != prog.bshape:
+                raise NotBatchable(f"a tile of shape {full} lacks the batch axes {prog.bshape}")
         self._diag = _diag.on_new_tile(self) if _diag.loops else None  # diagnostics state (TileInfo)
         shape = self.shape
         if len(shape) > pdim and shape[pdim] > PMAX:
@@ -298,7 +322,6 @@ class Tile:
                 f"{PSUM_BANK_BYTES} B bank (at most 512 fp32 elements; nl.tile_size.psum_fmax)",
             )
         if parent is None:
-            prog = current_or_none()
             if prog is not None:
                 self._nbytes = self.bytes_per_partition()
                 prog.allocate(self)
@@ -333,8 +356,9 @@ class Tile:
     # -- geometry ----------------------------------------------------------
     @property
     def shape(self):
-        """Shape of the tile (block dims, partition dim, free dims)."""
-        return self._thunk[2] if self._thunk is not None else tuple(self._data.shape)
+        """Shape of the tile (block dims, partition dim, free dims) in one program."""
+        full = self._thunk[2] if self._thunk is not None else self._data.shape
+        return tuple(full[self.nb:]) if self.nb else tuple(full)
 
     @property
     def dtype(self):
@@ -369,7 +393,9 @@ class Tile:
     def __getitem__(self, key):
         idx = resolve(self.shape, key, f"{self.buffer.name} tile")
         block_ints = isinstance(key, tuple) and self.pdim and len(key) <= self.pdim
-        if idx.is_view:
+        if self.nb:
+            view = Tile(tile_view(idx, self.data, self.nb), self.buffer, 0, parent=self)
+        elif idx.is_view:
             view = Tile(idx.view(self.data), self.buffer, 0, parent=self)
         else:
             view = Tile(idx.read(self.data, what=f"{self.buffer.name} tile"), self.buffer, 0, parent=self)
@@ -384,8 +410,13 @@ class Tile:
 
         self.own()
         idx = resolve(self.shape, key, f"{self.buffer.name} tile")
-        vals = _fit(_values(value, "value"), idx.out_shape, "tile assignment", f"{self.buffer.name} tile[...]")
-        idx.write(self.data, dt.cast(vals, self.data.dtype), what=f"{self.buffer.name} tile")
+        if self.nb:
+            full = self.data.shape[:self.nb] + idx.out_shape
+            vals = _fit(_values(value, "value"), full, "tile assignment", f"{self.buffer.name} tile[...]")
+            tile_write(idx, self.data, dt.cast(vals, self.data.dtype), self.nb)
+        else:
+            vals = _fit(_values(value, "value"), idx.out_shape, "tile assignment", f"{self.buffer.name} tile[...]")
+            idx.write(self.data, dt.cast(vals, self.data.dtype), what=f"{self.buffer.name} tile")
         if self._diag is not None or _diag.loops:
             _diag.on_write(self, idx, value)
 
@@ -406,7 +437,7 @@ class Tile:
             raise NKIError("reshape", f"cannot reshape a {self.buffer.name} tile of shape {self.shape} into "
                            f"{shape}: the element count and the partition size ({base[0]}) must stay")
         try:
-            data = np.reshape(self.data, shape, copy=False)
+            data = np.reshape(self.data, self.data.shape[:self.nb] + shape, copy=False)
         except ValueError:
             raise NKIError("reshape", f"a {self.buffer.name} tile view of shape {self.shape} cannot be reshaped "
                            f"into {shape} without a copy; reshape the whole tile instead") from None
@@ -423,7 +454,7 @@ class Tile:
                        "`if`/`while` on a tile is not allowed (use nl.where or masks)")
 
     def __len__(self):
-        return self.data.shape[0]
+        return self.shape[0]
 
     def __iter__(self):
         raise NKIError("tile iteration", "tiles cannot be iterated in Python; index them or use nl ops")

@@ -116,6 +116,10 @@ class Region:
                 hi.append(b.start + b.step * (n - 1) + 1)
                 exact = exact and (b.step == 1 or n == 1)
             return cls(shape, lo, hi, exact, None if exact else index)
+        if index.strided is not None and mask is None:
+            box = _strided_box(index)
+            if box is not None:
+                return cls(shape, box[0], box[1], True)
         # Strided views, gathers and general masks: a bounding box, elements when needed.
         lo, hi = [], []
         for c, dim in zip(index.comps, shape):
@@ -182,6 +186,28 @@ class Region:
         return box if self.exact else f"~{box} (strided/masked)"
 
 
+def _strided_box(index):
+    """``(lo, hi)`` when a strided index selects exactly a box: each tensor axis is walked by its
+    own tile axes as one contiguous mixed-radix range (e.g. a batch of programs' row blocks
+    ``pid * 128 + p``), else ``None``."""
+    lo, hi, used = [], [], set()
+    for c in index.comps:
+        if isinstance(c, (int, np.integer)):
+            lo.append(int(c))
+            hi.append(int(c) + 1)
+            continue
+        walk = sorted((k, n, ax) for ax, (k, n) in enumerate(zip(c.coefs, c.shape)) if k and n > 1)
+        span = 1
+        for k, n, ax in walk:
+            if k != span or ax in used:
+                return None
+            used.add(ax)
+            span *= n
+        lo.append(c.offset)
+        hi.append(c.offset + span)
+    return lo, hi
+
+
 def _describe_elems(flat, shape):
     idx = np.unravel_index(flat, shape)
     box = "[" + ", ".join(f"{int(a.min())}:{int(a.max()) + 1}" for a in idx) + "]"
@@ -219,13 +245,13 @@ class LaunchLog:
     def __init__(self):
         self.tensors = {}
 
-    def add(self, tensor, access, mask, write, prog):
-        """Log one access of ``tensor`` by ``prog`` (``write`` or read)."""
+    def add(self, tensor, access, mask, write, prog, wh=None):
+        """Log one access of ``tensor`` by ``prog`` (``write`` or read) made at ``wh`` (file, line, fn)."""
         key = _tensor_key(tensor)
         ent = self.tensors.get(key)
         if ent is None:
             ent = self.tensors[key] = [tensor, [], []]
-        rec = (prog.pid, access.index, mask, where())
+        rec = (prog.pid, access.index, mask, wh or where())
         ent[2 if write else 1].append(rec)
         if write and tensor.__dict__.get("written") is not None:
             _mark_written(tensor, access.index, mask)
@@ -242,6 +268,14 @@ def hbm_access(tensor, access, mask, write) -> None:
         from .core import current_or_none as _current_or_none
     prog = _current_or_none()
     if prog is None:
+        return
+    if write and not tensor.is_output:
+        prog.launch.wrote_inputs = True
+    if prog.nb:
+        # A batch logs its writes once it has run to the end (see vectorize); it never reads
+        # what the launch writes, so its reads need no log.
+        if write:
+            prog.staged.append((tensor, access, mask, where()))
         return
     log = getattr(prog.launch, "diag", None)
     if log is None:

@@ -31,3 +31,20 @@ def kernel_location() -> str:
             return f"{frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}"
         frame = frame.f_back
     return "<unknown>"
+
+
+class NotBatchable(Exception):
+    """Internal signal: a batch of SPMD programs cannot run as one vectorised program.
+
+    Raised while a kernel runs in batched mode (see :mod:`.vectorize`) when it
+    does something whose meaning differs per program (Python control flow on
+    ``program_id``, a mask that is not all-true for every program of the batch,
+    an op without a batched implementation). The launcher then runs those
+    programs one at a time, the reference path. ``hint`` optionally names the
+    sub-box ``{grid_axis: (lo, hi)}`` of the batch (relative positions) that can
+    stay batched. Never reaches users.
+    """
+
+    def __init__(self, why: str, hint=None):
+        super().__init__(why)
+        self.hint = hint

@@ -15,6 +15,8 @@ import operator
 
 import numpy as np
 
+from .errors import NotBatchable
+
 
 def _is_int(x) -> bool:
     return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
@@ -123,12 +125,16 @@ class AffineExpr:
 
     def __add__(self, other):
         res = self._combine(other, 1)
+        if res is None and type(other) is BExpr:
+            return other + self
         return res if res is not None else np.asarray(self) + np.asarray(other)
 
     __radd__ = __add__
 
     def __sub__(self, other):
         res = self._combine(other, -1)
+        if res is None and type(other) is BExpr:
+            return (-other) + self
         return res if res is not None else np.asarray(self) - np.asarray(other)
 
     def __rsub__(self, other):
@@ -211,11 +217,17 @@ class Mask:
         return cls((), np.asarray(array, dtype=bool))
 
     def all_true(self) -> bool:
-        """True when every element is selected (decided from the expressions' ranges)."""
+        """True when every element is selected (decided from the expressions' ranges).
+
+        For terms on a batch of programs (:class:`BExpr`) this means every element
+        of every program; otherwise the batch cannot run vectorised."""
         if self._all is None:
             self._all = (self.array is None or bool(self.array.all())) and all(
                 op(lo, bound) and op(hi, bound) for lo, hi, op, bound in
                 ((*expr.bounds(), op, bound) for expr, op, bound in self.terms))
+            if not self._all and any(type(e) is BExpr for e, _, _ in self.terms):
+                raise NotBatchable("a mask is not all-true for every program of the batch",
+                                   hint=_mask_hint(self.terms))
         return self._all
 
     @property
@@ -252,3 +264,176 @@ class Mask:
 
     def __repr__(self):
         return f"Mask(terms={len(self.terms)}, dense={self.array is not None})"
+
+
+class BExpr:
+    """An index expression of a *batch* of SPMD programs: ``tile(i) + sum(bcoefs[k] * g_k)``.
+
+    ``nl.program_id(axis)`` returns one of these while a launch runs its
+    programs vectorised (:mod:`.vectorize`): ``g`` ranges over the batch (a box
+    of the launch grid, ``bshape``) and ``tile`` is the per-program
+    :class:`AffineExpr` (its offset is that of the batch's first program). It
+    supports the affine arithmetic NKI index expressions use; anything that needs
+    one program's value (``int()``, ``if``, ``range``, non-affine math) raises
+    :class:`NotBatchable` and the programs run one at a time instead.
+    """
+
+    __array_ufunc__ = None
+    __slots__ = ("tile", "bcoefs", "bshape")
+
+    def __init__(self, tile, bcoefs, bshape):
+        self.tile = tile if isinstance(tile, AffineExpr) else AffineExpr((), int(tile), ())
+        self.bcoefs = tuple(int(c) if n != 1 else 0 for c, n in zip(bcoefs, bshape))
+        self.bshape = tuple(bshape)
+
+    @classmethod
+    def program_id(cls, axis, start, bshape):
+        """Program ids along grid ``axis`` of the batch whose first program has id ``start``."""
+        bcoefs = [0] * len(bshape)
+        bcoefs[axis] = 1
+        return cls(AffineExpr((), start, ()), bcoefs, bshape)
+
+    @property
+    def shape(self):
+        """Per-program shape of the expression."""
+        return self.tile.shape
+
+    @property
+    def ndim(self):
+        """Per-program number of axes."""
+        return len(self.tile.shape)
+
+    def batch_span(self):
+        """(min, max) of the batch part over the batch."""
+        lo = hi = 0
+        for n, c in zip(self.bshape, self.bcoefs):
+            lo += min(0, c * (n - 1))
+            hi += max(0, c * (n - 1))
+        return lo, hi
+
+    def bounds(self):
+        """(min, max) over every element of every program of the batch."""
+        lo, hi = self.tile.bounds()
+        blo, bhi = self.batch_span()
+        return lo + blo, hi + bhi
+
+    def full(self) -> AffineExpr:
+        """The expression over (batch axes + tile axes) as one AffineExpr."""
+        return AffineExpr(self.bshape + self.tile.shape, self.tile.offset, self.bcoefs + self.tile.coefs)
+
+    def batched_array(self) -> np.ndarray:
+        """Values for every program: shape ``bshape + tile.shape``."""
+        return np.asarray(self.full())
+
+    # -- affine arithmetic ------------------------------------------------------
+    def __add__(self, other):
+        if type(other) is BExpr:
+            return BExpr(self.tile + other.tile, [a + b for a, b in zip(self.bcoefs, other.bcoefs)], self.bshape)
+        if _is_int(other) or type(other) is AffineExpr:
+            t = self.tile + other
+            if isinstance(t, AffineExpr):
+                return BExpr(t, self.bcoefs, self.bshape)
+        raise NotBatchable(f"program_id combined with {type(other).__name__}")
+
+    __radd__ = __add__
+
+    def __neg__(self):
+        return BExpr(-self.tile, [-c for c in self.bcoefs], self.bshape)
+
+    def __pos__(self):
+        return self
+
+    def __sub__(self, other):
+        return self + (-other)
+
+    def __rsub__(self, other):
+        return (-self) + other
+
+    def __mul__(self, other):
+        if _is_int(other):
+            k = int(other)
+            return BExpr(self.tile * k, [c * k for c in self.bcoefs], self.bshape)
+        raise NotBatchable(f"program_id multiplied by {type(other).__name__}")
+
+    __rmul__ = __mul__
+
+    def __getitem__(self, key):
+        t = self.tile[key]
+        if not isinstance(t, AffineExpr):
+            raise NotBatchable("non-affine indexing of a program_id expression")
+        return BExpr(t, self.bcoefs, self.bshape)
+
+    def _cmp(self, other, op):
+        if _is_int(other) or isinstance(other, (float, np.floating)):
+            return Mask(((self, op, other),))
+        raise NotBatchable("program_id compared with a non-constant")
+
+    def __lt__(self, o):
+        return self._cmp(o, operator.lt)
+
+    def __le__(self, o):
+        return self._cmp(o, operator.le)
+
+    def __gt__(self, o):
+        return self._cmp(o, operator.gt)
+
+    def __ge__(self, o):
+        return self._cmp(o, operator.ge)
+
+    # -- anything needing one program's value ------------------------------------
+    def _per_program(self, *_):
+        raise NotBatchable("a program_id value is used as a Python value")
+
+    __index__ = __int__ = __float__ = __bool__ = __array__ = __len__ = __iter__ = _per_program
+    __eq__ = __ne__ = __floordiv__ = __rfloordiv__ = __mod__ = __rmod__ = __truediv__ = _per_program
+    __rtruediv__ = __pow__ = __and__ = __or__ = __lshift__ = __rshift__ = _per_program
+    __hash__ = object.__hash__
+
+    def __repr__(self):
+        return f"BExpr(tile={self.tile!r}, bcoefs={self.bcoefs}, bshape={self.bshape})"
+
+
+def batch_hint(conds):
+    """Where a batch can stay vectorised: ``{grid_axis: (lo, hi)}``, the run of batch positions per
+    axis for which every condition holds, or ``None``.
+
+    ``conds`` are ``(tile_lo, tile_hi, bcoefs, bshape, ok)``: a value ranging over
+    ``[tile_lo, tile_hi]`` plus ``bcoefs . g`` over the batch, and ``ok(lo, hi)`` telling (element-wise
+    over arrays) whether a program with that range is fine. Each failing condition must depend on
+    a single grid axis (ragged edges of a grid do).
+    """
+    runs = {}
+    for tlo, thi, bcoefs, bshape, ok in conds:
+        nz = [k for k, c in enumerate(bcoefs) if c]
+        if not nz:
+            if not ok(tlo, thi):
+                return None
+            continue
+        if len(nz) != 1:
+            lo, hi = tlo, thi
+            for n, c in zip(bshape, bcoefs):
+                lo, hi = lo + min(0, c * (n - 1)), hi + max(0, c * (n - 1))
+            if ok(lo, hi):
+                continue
+            return None
+        ax = nz[0]
+        g = np.arange(bshape[ax]) * bcoefs[ax]
+        good = np.asarray(ok(tlo + g, thi + g), dtype=bool)
+        runs[ax] = good if ax not in runs else runs[ax] & good
+    out = {}
+    for ax, good in runs.items():
+        idx = np.flatnonzero(good)
+        if idx.size == 0 or not good[idx[0]:idx[-1] + 1].all():
+            return None
+        out[ax] = (int(idx[0]), int(idx[-1]) + 1)
+    return out or None
+
+
+def _mask_hint(terms):
+    conds = []
+    for expr, op, bound in terms:
+        b = expr if type(expr) is BExpr else BExpr(expr, (), ())
+        tlo, thi = b.tile.bounds()
+        conds.append((tlo, thi, b.bcoefs, b.bshape,
+                      lambda lo, hi, op=op, bound=bound: op(lo, bound) & op(hi, bound)))
+    return batch_hint(conds)

@@ -18,8 +18,8 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from .errors import NKIError
-from .index_expr import AffineExpr, Mask, _is_int
+from .errors import NKIError, NotBatchable
+from .index_expr import AffineExpr, BExpr, Mask, _is_int, batch_hint
 
 
 class Index:
@@ -259,6 +259,8 @@ def _normalize(shape, key, what):
             comps.append(slice(start, stop, step))
         elif isinstance(k, AffineExpr):
             comps.append(k)
+        elif type(k) is BExpr:
+            raise NotBatchable(f"a program_id expression indexes {what}")
         elif isinstance(k, np.ndarray) and np.issubdtype(k.dtype, np.integer):
             comps.append(_as_expr(k) or k)
         elif hasattr(k, "data") and hasattr(k, "buffer"):
@@ -418,3 +420,124 @@ def _slices_as_exprs(comps, out_shape):
         out.append(AffineExpr(shp, c.start, coefs))
         j += 1
     return out
+
+
+# ---------------------------------------------------------------------------
+# batches of SPMD programs (vectorised launches)
+# ---------------------------------------------------------------------------
+def _expand_key(key, rank):
+    key = key if isinstance(key, tuple) else (key,)
+    if any(k is Ellipsis for k in key):
+        i = next(i for i, k in enumerate(key) if k is Ellipsis)
+        key = key[:i] + (slice(None),) * (rank - (len(key) - 1)) + key[i + 1:]
+    return key + (slice(None),) * (rank - len(key))
+
+
+def resolve_batched(shape, key, what, bshape):
+    """Resolve ``key`` for a whole batch of programs (``bshape`` = the batch's grid box).
+
+    Returns an :class:`Index` whose ``out_shape`` is ``bshape + tile shape`` (one
+    tile per program, addressed as one strided view), or ``None`` when ``key``
+    does not depend on ``program_id`` (every program selects the same region).
+    Raises :class:`NotBatchable` where one strided view cannot express it.
+    """
+    shape = tuple(int(s) for s in shape)
+    key = _expand_key(key, len(shape))
+    if len(key) > len(shape):
+        raise NotBatchable("index rank")
+    nb = len(bshape)
+    key0, bcs = [], []
+    for k in key:
+        if type(k) is BExpr:
+            t = k.tile
+            if not t.shape:
+                if t.offset < 0:
+                    raise NotBatchable("negative program index")
+                t = t.offset
+            key0.append(t)
+            bcs.append(k.bcoefs)
+        elif isinstance(k, slice) and (type(k.start) is BExpr or type(k.stop) is BExpr):
+            if type(k.start) is not BExpr or type(k.stop) is not BExpr:
+                raise NotBatchable("slice length differs per program")
+            n = k.stop - k.start
+            if any(n.bcoefs) or n.tile.shape or k.start.tile.shape:
+                raise NotBatchable("slice length differs per program")
+            start = k.start.tile.offset
+            if start < 0:
+                raise NotBatchable("negative slice start")
+            key0.append(slice(start, start + n.tile.offset, k.step))
+            bcs.append(k.start.bcoefs)
+        else:
+            key0.append(k)
+            bcs.append(None)
+    if all(b is None for b in bcs):
+        return None
+    idx0 = resolve(shape, tuple(key0), what)
+    rank = len(idx0.out_shape)
+    comps = []
+    for c, bc in zip(idx0.comps, bcs):
+        bc = bc or (0,) * nb
+        if isinstance(c, np.ndarray) or isinstance(c, slice):
+            raise NotBatchable("gathered index")
+        if _is_int(c):
+            if not any(bc):
+                comps.append(int(c))
+                continue
+            c = AffineExpr((1,) * rank, int(c), (0,) * rank)
+        cs, ck = c.right_aligned(rank)
+        comps.append(AffineExpr(tuple(bshape) + cs, c.offset, tuple(bc) + ck))
+    for c, dim in zip(comps, shape):
+        if isinstance(c, AffineExpr):
+            lo, hi = c.bounds()
+            if lo < 0 or hi >= dim:
+                raise NotBatchable("some program of the batch reaches out of bounds", hint=_bounds_hint(
+                    comps, shape, nb))
+    out_shape = tuple(bshape) + idx0.out_shape
+    start = tuple(c if isinstance(c, int) else c.offset for c in comps)
+    coefs = tuple((0,) * len(out_shape) if isinstance(c, int) else c.coefs for c in comps)
+    return Index(shape, out_shape, comps, strided=(start, coefs))
+
+
+def _bounds_hint(comps, shape, nb):
+    conds = []
+    for c, dim in zip(comps, shape):
+        if isinstance(c, AffineExpr):
+            tlo, thi = AffineExpr(c.shape[nb:], c.offset, c.coefs[nb:]).bounds()
+            conds.append((tlo, thi, c.coefs[:nb], c.shape[:nb],
+                          lambda lo, hi, dim=dim: (lo >= 0) & (hi < dim)))
+    return batch_hint(conds)
+
+
+def tile_view(idx: Index, data: np.ndarray, nb: int) -> np.ndarray:
+    """``idx`` (resolved on a tile's per-program shape) applied to batched tile ``data`` whose
+    first ``nb`` axes are the batch: a view when ``idx`` is one, else a gathered copy."""
+    if not nb:
+        return idx.view(data) if idx.is_view else idx.read(data)
+    lead = (slice(None),) * nb
+    bshape = data.shape[:nb]
+    if idx.basic is not None:
+        v = data[lead + tuple(idx.basic)]
+        if idx.perm is not None:
+            v = v.transpose(tuple(range(nb)) + tuple(nb + p for p in idx.perm))
+        full = bshape + idx.out_shape
+        return v.reshape(full) if v.shape != full else v
+    if idx.strided is not None:
+        start, coefs = idx.strided
+        sub = data[lead + tuple(slice(s, s + 1) for s in start)]
+        strides = [sum(c[ax] * st for c, st in zip(coefs, data.strides[nb:])) for ax in range(len(idx.out_shape))]
+        return as_strided(sub, bshape + idx.out_shape, data.strides[:nb] + tuple(strides),
+                          writeable=data.flags.writeable)
+    arrays = idx.arrays()
+    idx._check_bounds(arrays, "tile")
+    return data[lead + tuple(np.broadcast_to(a, idx.out_shape) for a in arrays)]
+
+
+def tile_write(idx: Index, data: np.ndarray, values, nb: int) -> None:
+    """Write ``values`` (batched, of ``data``'s dtype) at ``idx`` of every program's tile."""
+    if not nb:
+        idx.write(data, values)
+        return
+    if idx.is_view and (idx.basic is not None or not idx._overlaps(data[(0,) * nb])):
+        tile_view(idx, data, nb)[...] = values
+        return
+    raise NotBatchable("scattered write into a tile")

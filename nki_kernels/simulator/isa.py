@@ -15,7 +15,7 @@ from . import diagnostics as _diag
 from . import dtypes as dt
 from . import language as nl
 from . import profile as _prof
-from .core import PMAX, Access, HBMTensor, Tile, psum, sbuf
+from .core import PMAX, Access, HBMTensor, Tile, current_or_none, psum, sbuf
 from .errors import NKIError
 from .indexing import _full_mask
 
@@ -78,7 +78,7 @@ def nc_matmul(stationary, moving, *, is_stationary_onezero=False, is_moving_onez
                        f"{nl.tile_size.gemm_moving_fmax} (gemm_moving_fmax)")
     a = dt.compute_view(s.data).astype(np.float32, copy=False)
     b = dt.compute_view(m.data).astype(np.float32, copy=False)
-    return nl._result(a.T @ b, dt.float32, mask, buffer=psum, engine="Tensor")
+    return nl._result(np.swapaxes(a, -1, -2) @ b, dt.float32, mask, buffer=psum, engine="Tensor")
 
 
 _MATMUL_DTYPES = (dt.float8_e4m3, dt.float8_e5m2, dt.bfloat16, dt.float16, dt.tfloat32, dt.float32)
@@ -109,7 +109,7 @@ def nc_transpose(data, *, mask=None, dtype=None, engine=engine.unknown, **_ignor
         raise NKIError("transpose", f"nc_transpose on the {'Vector' if on_vector else 'Tensor'} engine takes "
                        f"at most {limit}x{limit}, got {x.shape}")
     out_dtype = nl._out_dtype(dtype, x)
-    return nl._result(nl._values(x, "data").T, out_dtype, mask, buffer=sbuf if on_vector else psum,
+    return nl._result(np.swapaxes(nl._values(x, "data"), -1, -2), out_dtype, mask, buffer=sbuf if on_vector else psum,
                       engine="Vector" if on_vector else "Tensor")
 
 
@@ -121,7 +121,8 @@ def _per_partition(v, x, name, op):
         if v.shape[0] != x.shape[0] or int(np.prod(v.shape[1:])) != 1:
             raise NKIError("operand shapes", f"nisa.{op}: {name} must be a scalar or a [{x.shape[0]}, 1] "
                            f"per-partition tile, got shape {v.shape}")
-        return dt.compute_view(v.data).reshape((x.shape[0],) + (1,) * (x.ndim - 1))
+        d = dt.compute_view(v.data)
+        return d.reshape(d.shape[:v.nb] + (x.shape[0],) + (1,) * (x.ndim - 1))
     return nl._values(v, name)
 
 
@@ -139,7 +140,7 @@ def activation(op, data, *, bias=None, scale=1.0, reduce_op=None, reduce_res=Non
     out = nl._result(fn(v), nl._out_dtype(dtype, x), mask, engine="Scalar")
     if reduce_res is not None:
         red = nl.np_function(reduce_op or nl.add)
-        axes = tuple(range(1, x.ndim))
+        axes = tuple(range(1 + x.nb, x.ndim + x.nb))
         vals = red.reduce(out.data.astype(np.float32), axis=axes, keepdims=True) if isinstance(red, np.ufunc) \
             else red(out.data, axis=axes, keepdims=True)
         reduce_res[...] = Tile(np.asarray(vals, np.float32), sbuf, parent=out)
@@ -168,7 +169,7 @@ def _reducer(op):
 def tensor_reduce(op, data, axis, *, mask=None, dtype=None, negate=False, keepdims=False, **_ignored):
     """Reduce free ``axis`` of a tile with ``op`` (nl.add / nl.maximum / ...) on the Vector engine."""
     x = _tile(data, "data", "tensor_reduce")
-    axes = nl._axes(x, axis, "tensor_reduce")
+    axes = tuple(a + x.nb for a in nl._axes(x, axis, "tensor_reduce"))
     res = _reducer(op)(nl._values(x, "data"), axis=axes, keepdims=keepdims)
     if negate:
         res = -res
@@ -178,7 +179,7 @@ def tensor_reduce(op, data, axis, *, mask=None, dtype=None, negate=False, keepdi
 def tensor_partition_reduce(op, data, *, mask=None, dtype=None, **_ignored):
     """Reduce across the partition axis with ``op``; result has one partition (GpSimd engine)."""
     x = _tile(data, "data", "tensor_partition_reduce")
-    res = _reducer(op)(nl._values(x, "data"), axis=(0,), keepdims=True)
+    res = _reducer(op)(nl._values(x, "data"), axis=(x.nb,), keepdims=True)
     return nl._result(res, nl._out_dtype(dtype, x), mask, engine="GpSimd")
 
 
@@ -220,16 +221,28 @@ def tensor_copy(src, *, mask=None, dtype=None, engine=engine.unknown, **_ignored
 
 def iota(expr, dtype, *, mask=None, **_ignored):
     """A tile holding the values of an index expression (``nl.arange`` arithmetic), GpSimd engine."""
-    vals = np.asarray(expr)
-    if vals.ndim == 1:
-        vals = vals[:, None]
+    nb = nl._nb()
+    if type(expr) is nl.BExpr:
+        vals = expr.batched_array()
+        if expr.ndim == 1:
+            vals = vals[..., None]
+    else:
+        vals = np.asarray(expr)
+        if vals.ndim == 1:
+            vals = vals[:, None]
+        if nb:
+            vals = np.broadcast_to(vals, current_or_none().bshape + vals.shape)
     return nl._result(vals, dt.as_dtype(dtype), mask, engine="GpSimd")
 
 
 def memset(shape, value, dtype, *, mask=None, engine=engine.unknown, **_ignored):
     """A new SBUF tile of ``shape`` filled with ``value``."""
     shape, _ = nl._parse_shape(shape)
-    return nl._result(np.full(shape, value, dt.as_dtype(dtype)), dt.as_dtype(dtype), mask)
+    prog = current_or_none()
+    full = np.full(shape, value, dt.as_dtype(dtype))
+    if prog is not None and prog.nb:
+        full = np.broadcast_to(full, prog.bshape + shape)
+    return nl._result(full, dt.as_dtype(dtype), mask)
 
 
 def dma_copy(*, dst, src, mask=None, dst_rmw_op=None, **_ignored):
@@ -305,3 +318,9 @@ def bn_aggr(data, *, mask=None, dtype=None, **_ignored):
     m = (n * mean).sum(1, keepdims=True) / tot
     var = (m2 + n * (mean - m) ** 2).sum(1, keepdims=True) / tot
     return nl._result(np.concatenate([m, var], 1), nl._out_dtype(dtype, x), mask)
+
+
+# Instructions with batched implementations (see nl.BATCH_SAFE); the others run one program at a time.
+BATCH_SAFE = {"nc_matmul", "nc_transpose", "activation", "activation_reduce", "tensor_reduce",
+              "tensor_partition_reduce", "tensor_tensor", "tensor_scalar", "tensor_copy", "iota", "memset"}
+nl.guard_module(globals(), BATCH_SAFE, "nisa")

@@ -16,12 +16,12 @@ import numpy as np
 from . import diagnostics as _diag
 from . import dtypes as dt
 from . import profile as _prof
-from .core import (Access, Buffer, HBMTensor, PMAX, Tile, current, hbm, par_dim, private_hbm, psum,
-                   sbuf, shared_hbm)
+from .core import (Access, Buffer, HBMTensor, PMAX, Tile, current, current_or_none, hbm, par_dim,
+                   private_hbm, psum, sbuf, shared_hbm)
 from .dtypes import (bfloat16, bool_, float8_e4m3, float8_e5m2, float16, float32, int8, int16, int32,
                      tfloat32, uint8, uint16, uint32)
-from .errors import NKIError
-from .index_expr import AffineExpr, Mask  # noqa: F401 - Mask is part of nl's surface
+from .errors import NKIError, NotBatchable
+from .index_expr import AffineExpr, BExpr, Mask  # noqa: F401 - Mask is part of nl's surface
 from .indexing import _full_mask, mask_box
 
 __all__ = [n for n in dir() if not n.startswith("_")]
@@ -61,14 +61,22 @@ def _dtype_of(x):
     return x.dtype if isinstance(x, Tile) else dt.scalar_dtype(x)
 
 
+def _nb() -> int:
+    """Batch axes of the running program (0 unless a vectorised batch of programs runs)."""
+    prog = current_or_none()
+    return prog.nb if prog is not None else 0
+
+
 def _result(values, dtype, mask=None, buffer=sbuf, engine="Vector") -> Tile:
     """Write computed ``values`` into a new tile of ``dtype`` (masked-off elements stay zero)."""
     values = np.asarray(values)
-    box = mask_box(mask, values.shape) if isinstance(mask, Mask) else None
-    m = _full_mask(mask, values.shape) if mask is not None and box is None else None
+    shape = values.shape[_nb():] if mask is not None else values.shape
+    box = mask_box(mask, shape) if isinstance(mask, Mask) else None
+    m = _full_mask(mask, shape) if mask is not None and box is None else None
     out = dt.cast(values, dtype)
     if box is not None:
         kept = np.zeros(out.shape, out.dtype)
+        box = (Ellipsis,) + tuple(box)
         kept[box] = out[box]
         out = kept
     elif m is not None:
@@ -183,10 +191,11 @@ def _align_partitions(x, y, a, b):
     reduced ``[P]`` tile combines with a ``[P, F]`` tile as ``[P, 1]``, as the official
     samples rely on (``nl.multiply(a_tile, nl.rsqrt(nl.sum(sq, axis=[1]) / n))`` in the NKI
     RMSNorm tutorial)."""
-    na, nb = np.ndim(a), np.ndim(b)
-    if na == nb or not (isinstance(x, Tile) and isinstance(y, Tile)) or not na or not nb:
+    if not (isinstance(x, Tile) and isinstance(y, Tile)):
         return a, b
-    if np.shape(a)[0] != np.shape(b)[0]:
+    sx, sy = x.shape, y.shape
+    na, nb = len(sx), len(sy)
+    if na == nb or not na or not nb or sx[0] != sy[0]:
         return a, b
     if na < nb:
         return np.reshape(a, np.shape(a) + (1,) * (nb - na)), b
@@ -260,6 +269,8 @@ def _make_reduce(name, fn, out_float=False):
     def op(x, axis, *, dtype=None, mask=None, keepdims=False, **_ignored):
         axes = _axes(x, axis, name)
         v = _values(x, "x")
+        if isinstance(x, Tile) and x.nb:
+            axes = tuple(a + x.nb for a in axes)
         m = _full_mask(mask, np.shape(v)) if mask is not None else None
         if m is not None:
             ident = {"sum": 0, "mean": 0, "prod": 1, "max": -np.inf, "min": np.inf, "all": 1, "any": 0}
@@ -287,7 +298,7 @@ var = _make_reduce("var", np.var, out_float=True)
 
 def softmax(x, axis, *, dtype=None, compute_dtype=None, mask=None, **_ignored):
     """Softmax over free ``axis`` of a tile (``nl.softmax``)."""
-    axes = _axes(x, axis, "softmax")
+    axes = tuple(a + x.nb for a in _axes(x, axis, "softmax"))
     v = _values(x, "x").astype(np.float32, copy=False)
     e = np.exp(v - np.max(v, axis=axes, keepdims=True))
     return _result(e / np.sum(e, axis=axes, keepdims=True), _out_dtype(dtype, x), mask, engine="Scalar")
@@ -327,7 +338,7 @@ def transpose(x, *, dtype=None, mask=None, **_ignored):
     if x.shape[1] > PMAX:
         raise NKIError("transpose", f"nl.transpose of a tile of shape {x.shape}: the free size "
                        f"{x.shape[1]} becomes the partition size and must be <= {PMAX}")
-    return _result(_values(x, "x").T, _out_dtype(dtype, x), mask, engine="Tensor")
+    return _result(np.swapaxes(_values(x, "x"), -1, -2), _out_dtype(dtype, x), mask, engine="Tensor")
 
 
 # ---------------------------------------------------------------------------
@@ -353,6 +364,12 @@ def _allocate(shape, dtype, buffer, fill=None, name=""):
         from .launch import allocate_hbm
 
         return allocate_hbm(shape, dtype, buffer, fill, name)
+    prog = current_or_none()
+    if prog is not None and prog.nb:
+        # One tile per program; filled tiles share one read-only block until written (copy-on-write).
+        data = np.empty(prog.bshape + shape, dtype) if fill is None else \
+            np.broadcast_to(np.full(shape, fill, dtype), prog.bshape + shape)
+        return Tile(data, buffer, pdim)
     data = np.empty(shape, dtype) if fill is None else np.full(shape, fill, dtype)
     if fill is not None:
         _prof.instruction("GpSimd", data)
@@ -421,6 +438,11 @@ def _as_access(x, name, op):
 def load(src, *, mask=None, dtype=None, **_ignored):
     """DMA an HBM region into a new SBUF tile (``nl.load``); masked-off elements are not read."""
     acc = _as_access(src, "src", "nl.load")
+    prog = current_or_none()
+    if prog is not None and prog.nb:
+        from .vectorize import load_batched
+
+        return load_batched(prog, acc, mask, dtype)
     data = acc.index.read(acc.tensor.data, mask, what=acc.tensor.name)
     d = dt.as_dtype(dtype) if dtype is not None else None
     if d is not None and d != data.dtype:
@@ -444,6 +466,11 @@ def store(dst, value, *, mask=None, **_ignored):
     acc = _as_access(dst, "dst", "nl.store")
     if isinstance(value, (Access, HBMTensor)):
         raise NKIError("store value", "nl.store value is an HBM tensor; load it into SBUF first")
+    prog = current_or_none()
+    if prog is not None and prog.nb:
+        from .vectorize import store_batched
+
+        return store_batched(prog, acc, value, mask)
     if isinstance(value, Tile) and value._thunk is not None and _store_deferred(acc, value, mask):
         return
     vals = _fit(_values(value, "value"), acc.shape, "nl.store", f"{acc.tensor.name}{list(acc.shape)}")
@@ -516,7 +543,7 @@ def broadcast_to(x, shape, **_ignored):
     x = _need_tile(x, "x", "nl.broadcast_to")
     shape = tuple(int(s) for s in shape)
     try:
-        data = np.broadcast_to(x.data, shape)
+        data = np.broadcast_to(x.data, x.data.shape[:x.nb] + shape)
     except ValueError:
         raise NKIError("broadcast", f"cannot broadcast a tile of shape {x.shape} to {shape} "
                        "(only size-1 dims broadcast)") from None
@@ -526,6 +553,7 @@ def broadcast_to(x, shape, **_ignored):
 def expand_dims(x, axis, **_ignored):
     """Insert a size-1 free axis (``nl.expand_dims``)."""
     x = _need_tile(x, "x", "nl.expand_dims")
+    axis = axis + x.nb if isinstance(axis, (int, np.integer)) and axis >= 0 else axis
     return Tile(np.expand_dims(x.data, axis), x.buffer, parent=x)
 
 
@@ -618,6 +646,10 @@ class spmd_dim:
 def program_id(axis: int = 0):
     """This program's index along grid ``axis`` (``nl.program_id``)."""
     prog = current()
+    if prog.nb:
+        if not 0 <= axis < prog.nb:
+            raise NotBatchable("program_id axis outside the grid")
+        return BExpr.program_id(axis, prog.box[axis][0], prog.bshape)
     if not prog.pid and axis == 0:
         return 0  # a kernel launched without a grid is a single program
     if not 0 <= axis < len(prog.pid):
@@ -660,8 +692,8 @@ class _Range:
         self.kind = kind
 
     def __iter__(self):
-        from . import diagnostics as _diag
-
+        if _nb():
+            return iter(self._r)  # a batch's tile-level checks were made by its reference program
         return _diag.loop_iter(self._r, self.kind)
 
     def __len__(self):
@@ -720,6 +752,44 @@ def _install_operators():
 
 
 _install_operators()
+
+
+# Ops whose code handles the leading batch axes of a vectorised batch of programs
+# (nki_kernels.simulator.vectorize); every other op makes such a batch fall back to
+# running its programs one at a time.
+BATCH_SAFE = set(_UNARY) | set(_BINARY) | {
+    "where", "sum", "mean", "max", "min", "prod", "all", "any", "var", "softmax", "matmul", "transpose",
+    "ndarray", "zeros", "ones", "full", "zeros_like", "ones_like", "full_like", "empty_like", "load", "store",
+    "copy", "broadcast_to", "expand_dims", "arange", "program_id", "num_programs", "program_ndim",
+    "affine_range", "sequential_range", "static_range", "loop_reduce", "np_function", "per_program_only",
+    "guard_module"}
+
+
+def per_program_only(fn, prefix="nl"):
+    """``fn`` raising NotBatchable inside a vectorised batch (it has no batched implementation)."""
+    import functools
+
+    @functools.wraps(fn)
+    def op(*args, **kwargs):
+        prog = current_or_none()
+        if prog is not None and prog.nb:
+            raise NotBatchable(f"{prefix}.{fn.__name__} runs one program at a time")
+        return fn(*args, **kwargs)
+
+    return op
+
+
+def guard_module(namespace, safe, prefix):
+    """Wrap the public functions of ``namespace`` not in ``safe`` with :func:`per_program_only`."""
+    import types
+
+    for name, fn in list(namespace.items()):
+        if not name.startswith("_") and isinstance(fn, types.FunctionType) and name not in safe \
+                and fn.__module__ == namespace["__name__"]:
+            namespace[name] = per_program_only(fn, prefix)
+
+
+guard_module(globals(), BATCH_SAFE, "nl")
 
 __all__ = sorted(n for n in globals() if not n.startswith("_") and n not in ("annotations", "math", "np", "dt",
                                                                                  "Access", "HBMTensor", "Tile",

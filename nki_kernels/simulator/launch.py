@@ -12,14 +12,16 @@ from __future__ import annotations
 import functools
 import inspect
 import itertools
+import math
 from collections import namedtuple
 
 import numpy as np
 
 from . import diagnostics as _diag
+from . import vectorize as _vec
 from . import dtypes as dt
 from .core import HBMTensor, Program, set_current, current_or_none, shared_hbm
-from .errors import NKIError
+from .errors import NKIError, NotBatchable
 
 ShapeDtype = namedtuple("ShapeDtype", ["shape", "dtype"])
 
@@ -152,6 +154,8 @@ class _LaunchState:
         self.grid = grid
         self.shared = []  # k-th shared_hbm allocation of every program is the same tensor
         self.programs = 0
+        self.batched = 0  # programs that ran inside vectorised batches
+        self.wrote_inputs = False  # some program stored into a kernel argument (in-place kernel)
 
 
 def allocate_hbm(shape, dtype, buffer, fill, name):
@@ -169,11 +173,15 @@ def allocate_hbm(shape, dtype, buffer, fill, name):
             return t
         data = np.empty(shape, dtype) if fill is None else np.full(shape, fill, dtype)
         t = HBMTensor(data, buffer, name or f"out{i}")
+        t.is_output = True
         t.uninit = fill is None  # loads of never-stored elements are the `uninit` diagnostic
         launch.shared.append(t)
         return t
+    if prog is not None and prog.nb:
+        raise NotBatchable(f"per-program {buffer!r} tensor")
     data = np.empty(shape, dtype) if fill is None else np.full(shape, fill, dtype)
     t = HBMTensor(data, buffer, name or "hbm")
+    t.is_output = True
     t.uninit = fill is None
     return t
 
@@ -195,11 +203,14 @@ def run_programs(kernel: Kernel, grid: tuple, args: list, kwargs: dict, pids=Non
     try:
         # Masked-off lanes hold garbage that may overflow; that is not the user's bug.
         with np.errstate(all="ignore"):
-            for pid in (pids if pids is not None else itertools.product(*(range(g) for g in grid))):
-                prog = Program(state, tuple(pid))
-                set_current(prog)
-                result = kernel.func(*args, **kwargs)
-                state.programs += 1
+            if pids is None and math.prod(grid) > 1 and _vec.enabled():
+                result = _vec.GridRunner(kernel, grid, args, kwargs, state).run()
+            else:
+                for pid in (pids if pids is not None else itertools.product(*(range(g) for g in grid))):
+                    prog = Program(state, tuple(pid))
+                    set_current(prog)
+                    result = kernel.func(*args, **kwargs)
+                    state.programs += 1
     finally:
         set_current(outer)
     if pids is None:

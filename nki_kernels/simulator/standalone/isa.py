@@ -691,3 +691,6 @@ def dma_transpose(dst, src, axes=None, name=None, **_ignored):
 __all__ = sorted(n for n in dir() if not n.startswith("_") and n not in (
     "annotations", "contextlib", "weakref", "np", "as_strided", "core", "dt", "nl", "Access", "HBMTensor", "Tile",
     "NKIError", "PMAX", "psum", "sbuf"))
+
+# dst= instructions write into declared tiles; they run one program at a time (no batched form yet).
+_nl1.guard_module(globals(), set(), "nisa")
