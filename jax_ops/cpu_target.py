@@ -83,38 +83,44 @@ def instance_id(kernel) -> int | None:
         return n
 
 
-def _run(payload: dict, inputs: list) -> list:
+def _run(payload: dict, inputs: list, outputs: list) -> list:
     instance = payload["static"].get(INSTANCE_KEY)
     if instance is None:
-        return cc.run_payload(payload, inputs)
-    from nki_kernels.simulator.launch import simulate
+        return cc.run_payload(payload, inputs, outputs)
+    from nki_kernels.simulator.launch import simulate_into
 
     kernel = _instances.get(instance)
     if kernel is None:
         raise ValueError(f"kernel {payload['kernel']['module']}.{payload['kernel']['qualname']} was defined in a "
                          "function of another process; only module-level kernels can be found from a payload")
     static = {k: v for k, v in payload["static"].items() if k != INSTANCE_KEY}
-    out = simulate(kernel, tuple(payload["grid"]), *inputs, **static)
+    out = simulate_into(outputs, kernel, tuple(payload["grid"]), *inputs, **static)
     return list(out) if isinstance(out, (tuple, list)) else [out]
 
 
 def execute(payload: dict, out_ptr: int, in_ptrs) -> None:
     """Run one launch: inputs from ``in_ptrs``, results written through ``out_ptr``."""
     inputs = [_view(in_ptrs[i], s, False) for i, s in enumerate(payload["operands"])]
-    results = _run(payload, inputs)
     specs = payload["results"]
     if len(specs) == 1:
         out_ptrs = [out_ptr]  # a single result is passed as its buffer, not as a tuple of pointers
     else:
         table = ctypes.cast(out_ptr, ctypes.POINTER(ctypes.c_void_p))
         out_ptrs = [table[i] for i in range(len(specs))]
-    for ptr, spec, got in zip(out_ptrs, specs, results):
-        dst = _view(ptr, spec, True)
-        got = np.asarray(got)
+    dsts = [_view(ptr, spec, True) for ptr, spec in zip(out_ptrs, specs)]
+    # The kernel's outputs are allocated straight in XLA's result buffers where they match.
+    results = [np.asarray(r) for r in _run(payload, inputs, dsts)]
+    if len(results) != len(dsts):
+        raise ValueError(f"kernel {payload['kernel']['qualname']} returned {len(results)} outputs, "
+                         f"the custom-call declares {len(dsts)}")
+    # A result living in another result's buffer must be read before that buffer is written.
+    results = [r if r is d or not any(np.may_share_memory(r, o) for o in dsts) else np.array(r)
+               for r, d in zip(results, dsts)]
+    for dst, got in zip(dsts, results):
         if got.shape != dst.shape or got.dtype != dst.dtype:
             raise ValueError(f"kernel {payload['kernel']['qualname']} returned {got.shape} {got.dtype}, "
                              f"the custom-call declares {dst.shape} {dst.dtype}")
-        if dst.size:
+        if dst.size and got is not dst and not (got.ctypes.data == dst.ctypes.data and got.strides == dst.strides):
             np.copyto(dst, got)
 
 

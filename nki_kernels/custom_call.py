@@ -139,12 +139,15 @@ def resolve_kernel(payload: dict):
     return _resolve(k["module"], k["qualname"], k["source_sha256"])
 
 
-def run_payload(payload: dict, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
-    """Run the launch a payload describes on the simulator; returns the results as a list."""
-    from nki_kernels.simulator.launch import simulate
+def run_payload(payload: dict, arrays: Sequence[np.ndarray], outputs: Sequence[np.ndarray] = ()) -> list:
+    """Run the launch a payload describes on the simulator; returns the results as a list.
+
+    ``outputs`` are the caller's result buffers, offered to the kernel's output allocations
+    (see :func:`~nki_kernels.simulator.launch.simulate_into`)."""
+    from nki_kernels.simulator.launch import simulate_into
 
     kernel = resolve_kernel(payload)
-    out = simulate(kernel, tuple(payload["grid"]), *arrays, **payload["static"])
+    out = simulate_into(outputs, kernel, tuple(payload["grid"]), *arrays, **payload["static"])
     outs = list(out) if isinstance(out, (tuple, list)) else [out]
     want = payload["results"]
     if len(outs) != len(want):

@@ -82,25 +82,34 @@ def rms_norm_bwd_kernel(dy, x, w, rstd):
     dy_tile = nl.load(dy[ip, iw], mask=rows)
     r = nl.load(rstd[ip, nl.arange(1)[None, :]], mask=rows)
     w_bcast = nl.load(w.reshape((1, d))[nl.arange(1)[:, None], iw]).broadcast_to((P, d))
-    # Rows past N hold no data; zero their contribution to dw explicitly
-    # (masked-off SBUF lanes are undefined on hardware).
-    row_ok = nl.less(nisa.iota(ip, dtype=nl.int32), n, dtype=nl.float32)
     ones = nl.full((P, 1), 1.0, dtype=nl.float32)
+    ragged = n % P != 0  # shapes are static: only then can a program hold rows past N
+    if ragged:
+        # Rows past N hold no data; zero their contribution to dw explicitly
+        # (masked-off SBUF lanes are undefined on hardware, possibly NaN).
+        row_ok = nl.less(nisa.iota(ip, dtype=nl.int32), n, dtype=nl.float32)
 
+    # mean(g * xhat) = rstd * mean(g * x): one pass less than forming xhat here.
+    # With one chunk, g stays in SBUF for the second loop instead of being recomputed.
+    chunks = _chunks(d)
+    kept_g = [] if len(chunks) == 1 else None
     dot = nl.zeros((P, 1), dtype=nl.float32)
-    for lo, hi in _chunks(d):
+    for lo, hi in chunks:
         g = nl.multiply(dy_tile[:, lo:hi], w_bcast[:, lo:hi], dtype=nl.float32)
-        xhat = nl.multiply(x_tile[:, lo:hi], r, dtype=nl.float32)
-        dot += nl.sum(nl.multiply(g, xhat), axis=[1], keepdims=True)
-    mean_dot = nl.multiply(dot, 1.0 / d)
+        if kept_g is not None:
+            kept_g.append(g)
+        dot += nl.sum(nl.multiply(g, x_tile[:, lo:hi]), axis=[1], keepdims=True)
+    mean_dot = nl.multiply(nl.multiply(dot, r), 1.0 / d)
 
-    for lo, hi in _chunks(d):
-        g = nl.multiply(dy_tile[:, lo:hi], w_bcast[:, lo:hi], dtype=nl.float32)
+    for lo, hi in chunks:
+        g = kept_g.pop() if kept_g else nl.multiply(dy_tile[:, lo:hi], w_bcast[:, lo:hi], dtype=nl.float32)
         xhat = nl.multiply(x_tile[:, lo:hi], r, dtype=nl.float32)
         dx_c = nl.multiply(nl.subtract(g, nl.multiply(xhat, mean_dot)), r, dtype=x.dtype)
         nl.store(dx[ip, lo + nl.arange(hi - lo)[None, :]], value=dx_c, mask=rows)
 
-        contrib = nl.where(row_ok, nl.multiply(dy_tile[:, lo:hi], xhat, dtype=nl.float32), 0.0)
+        contrib = nl.multiply(dy_tile[:, lo:hi], xhat, dtype=nl.float32)
+        if ragged:
+            contrib = nl.where(row_ok, contrib, 0.0)
         for mlo in range(lo, hi, MM_F):
             mhi = min(hi, mlo + MM_F)
             part = nisa.nc_matmul(ones, contrib[:, mlo - lo:mhi - lo])

@@ -155,6 +155,7 @@ class _LaunchState:
         self.shared = []  # k-th shared_hbm allocation of every program is the same tensor
         self.programs = 0
         self.batched = 0  # programs that ran inside vectorised batches
+        self.preallocated = ()  # arrays the caller offers as the shared_hbm outputs, in allocation order
         self.wrote_inputs = False  # some program stored into a kernel argument (in-place kernel)
 
 
@@ -171,7 +172,13 @@ def allocate_hbm(shape, dtype, buffer, fill, name):
                 raise NKIError("shared_hbm", f"program {prog.pid} allocates shared_hbm tensor #{i} as "
                                f"{tuple(shape)} {dtype}, other programs as {t.shape} {t.dtype}")
             return t
-        data = np.empty(shape, dtype) if fill is None else np.full(shape, fill, dtype)
+        pre = launch.preallocated[i] if i < len(launch.preallocated) else None
+        if pre is not None and pre.shape == tuple(shape) and pre.dtype == dtype and pre.flags.writeable:
+            data = pre
+            if fill is not None:
+                data[...] = fill
+        else:
+            data = np.empty(shape, dtype) if fill is None else np.full(shape, fill, dtype)
         t = HBMTensor(data, buffer, name or f"out{i}")
         t.is_output = True
         t.uninit = fill is None  # loads of never-stored elements are the `uninit` diagnostic
@@ -194,9 +201,13 @@ def _unwrap(result):
     return result
 
 
-def run_programs(kernel: Kernel, grid: tuple, args: list, kwargs: dict, pids=None):
-    """Run the kernel once per program id of ``grid`` (or of ``pids``); returns the last result."""
+def run_programs(kernel: Kernel, grid: tuple, args: list, kwargs: dict, pids=None, outputs=()):
+    """Run the kernel once per program id of ``grid`` (or of ``pids``); returns the last result.
+
+    ``outputs``: arrays the launch's ``shared_hbm`` allocations may use (k-th allocation, when
+    shape and dtype match), so results land in caller-owned buffers without a copy."""
     state = _LaunchState(kernel, grid)
+    state.preallocated = tuple(outputs)
     _diag.launch_begin(state)
     result = None
     outer = current_or_none()
@@ -220,13 +231,22 @@ def run_programs(kernel: Kernel, grid: tuple, args: list, kwargs: dict, pids=Non
 
 def simulate(kernel, grid, *arrays, **static):
     """Run ``kernel`` on the simulator over ``grid`` with NumPy inputs; returns NumPy output(s)."""
+    return simulate_into((), kernel, grid, *arrays, **static)
+
+
+def simulate_into(outputs, kernel, grid, *arrays, **static):
+    """:func:`simulate`, letting the launch's outputs live in ``outputs`` (writeable arrays, in
+    the order the kernel allocates its ``shared_hbm`` tensors) where shapes and dtypes match.
+
+    Framework custom-call targets pass their result buffers here. The returned arrays are
+    those buffers when used, else fresh ones: compare before copying."""
     if isinstance(kernel, Launch):
         kernel, grid = kernel.kernel, kernel.grid if grid in (None, ()) else normalize_grid(grid)
     if not isinstance(kernel, Kernel):
         raise TypeError(f"kernel must be an @nki.jit kernel, got {type(kernel).__name__}")
     grid = normalize_grid(grid)
     args, kw = _bind(kernel, arrays, static)
-    result, _ = run_programs(kernel, grid, args, kw)
+    result, _ = run_programs(kernel, grid, args, kw, outputs=outputs)
     return _unwrap(result)
 
 
