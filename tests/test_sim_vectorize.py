@@ -17,6 +17,7 @@ import nki_kernels as K
 from nki_kernels import add as add_mod
 from nki_kernels import rmsnorm
 from nki_kernels.simulator import NKIError, config, install, nki
+from nki_kernels.simulator import isa as nisa
 from nki_kernels.simulator import language as nl
 from nki_kernels.simulator.launch import _bind, _unwrap, normalize_grid, run_programs
 
@@ -239,3 +240,23 @@ def test_switch_off_gives_same_results():
         ref = K.tensor_add(a, b)
     np.testing.assert_array_equal(ref, a + b)
     np.testing.assert_array_equal(K.tensor_add(a, b), ref)
+
+
+@nki.jit
+def _write_through_view(a):
+    out = nl.ndarray((a.shape[0], 2), dtype=nl.float32, buffer=nl.shared_hbm)
+    i = nl.program_id(0) * 128 + nl.arange(128)[:, None]
+    acc = nl.zeros((128, 2), dtype=nl.float32)
+    t = nl.load(a[i, nl.arange(64)[None, :]])
+    nisa.activation(op=nl.exp, data=t, reduce_op=nl.add, reduce_res=acc[:, 1:2])  # writes into a view
+    nl.store(out[i, nl.arange(2)[None, :]], value=acc)
+    return out
+
+
+def test_writes_through_tile_views_reach_the_tile():
+    a = rng.standard_normal((512, 64), dtype=np.float32)
+    out, n = launch(_write_through_view, (4,), np.ascontiguousarray(a))
+    expect = np.zeros((512, 2))
+    expect[:, 1] = np.exp(a.astype(np.float64)).sum(1)
+    np.testing.assert_allclose(out, expect, rtol=1e-5)
+    assert n == 3

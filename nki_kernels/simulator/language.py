@@ -366,9 +366,10 @@ def _allocate(shape, dtype, buffer, fill=None, name=""):
         return allocate_hbm(shape, dtype, buffer, fill, name)
     prog = current_or_none()
     if prog is not None and prog.nb:
-        # One tile per program; filled tiles share one read-only block until written (copy-on-write).
-        data = np.empty(prog.bshape + shape, dtype) if fill is None else \
-            np.broadcast_to(np.full(shape, fill, dtype), prog.bshape + shape)
+        # One tile per program, writeable like the per-program path (views of it write through).
+        full = prog.bshape + shape
+        data = np.empty(full, dtype) if fill is None else (np.zeros(full, dtype) if fill == 0 else
+                                                           np.full(full, fill, dtype))
         return Tile(data, buffer, pdim)
     data = np.empty(shape, dtype) if fill is None else np.full(shape, fill, dtype)
     if fill is not None:
