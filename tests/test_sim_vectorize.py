@@ -172,24 +172,26 @@ def test_control_flow_on_program_id_falls_back():
 @nki.jit
 def _tiny(a, b):
     c = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
-    i = nl.program_id(0) * 4 + nl.arange(4)[:, None]
-    j = nl.arange(8)[None, :]
-    nl.store(c[i, j], value=nl.load(a[i, j]) + nl.load(b[i, j]))
+    ip, jf = nl.mgrid[0:4, 0:8]
+    row = nl.program_id(0) * 4
+    nl.store(c[row + ip, jf], value=nl.subtract(nl.load(a[row + ip, jf]), nl.load(b[ip + row, jf])))
     return c
 
 
 def test_many_tiny_programs_batch():
     a = rng.standard_normal((4096 * 4, 8), dtype=np.float32)
-    out, n = launch(_tiny, (4096,), a, a)
-    np.testing.assert_array_equal(out, a + a)
+    b = rng.standard_normal((4096 * 4, 8), dtype=np.float32)
+    out, n = launch(_tiny, (4096,), a, b)
+    np.testing.assert_array_equal(out, a - b)
     assert n == 4095
 
 
 @nki.jit
-def _overlapping_stores(a):
+def _row_blocks(a, step):
+    """Program p copies rows [p*step, p*step + 128): with step < 128 neighbours overlap."""
     out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
     j = nl.arange(a.shape[1])[None, :]
-    i = nl.program_id(0) * 64 + nl.arange(128)[:, None]
+    i = nl.program_id(0) * step + nl.arange(128)[:, None]
     nl.store(out[i, j], value=nl.load(a[i, j]))
     return out
 
@@ -197,23 +199,14 @@ def _overlapping_stores(a):
 def test_races_between_programs_still_reported():
     a = rng.standard_normal((64 * 5 + 64, 32), dtype=np.float32)
     with pytest.raises(NKIError, match=r"\[race\].*programs \(0,\) and \(1,\).*\[64:128, 0:32\]"):
-        _overlapping_stores[5](a)
-
-
-@nki.jit
-def _half_grid(a):
-    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
-    i = nl.program_id(0) * 128 + nl.arange(128)[:, None]
-    j = nl.arange(a.shape[1])[None, :]
-    nl.store(out[i, j], value=nl.load(a[i, j]))
-    return out
+        _row_blocks[5](a, step=64)
 
 
 def test_unwritten_output_still_reported_after_batches():
     a = rng.standard_normal((128 * 8, 16), dtype=np.float32)
     with pytest.raises(NKIError, match=r"\[uninit\].*128 x 16|\[uninit\].*never stored"):
-        _half_grid[7](a)  # the last 128 rows are never stored
-    np.testing.assert_array_equal(_half_grid[8](a), a)
+        _row_blocks[7](a, step=128)  # the last 128 rows are never stored
+    np.testing.assert_array_equal(_row_blocks[8](a, step=128), a)
 
 
 @nki.jit

@@ -22,7 +22,25 @@ def _is_int(x) -> bool:
     return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
 
 
-class AffineExpr:
+class _Ordered:
+    """``<``, ``<=``, ``>``, ``>=`` through the class's ``_cmp(other, op)`` (they build masks)."""
+
+    __slots__ = ()
+
+    def __lt__(self, o):
+        return self._cmp(o, operator.lt)
+
+    def __le__(self, o):
+        return self._cmp(o, operator.le)
+
+    def __gt__(self, o):
+        return self._cmp(o, operator.gt)
+
+    def __ge__(self, o):
+        return self._cmp(o, operator.ge)
+
+
+class AffineExpr(_Ordered):
     """``offset + sum(coefs[k] * i_k)`` for ``i`` ranging over ``shape`` (broadcastable: size-1 axes)."""
 
     __array_ufunc__ = None  # NumPy defers to our operators, which materialise when needed
@@ -176,18 +194,6 @@ class AffineExpr:
             return Mask(((self, op, other),))
         return Mask.dense(op(np.asarray(self), np.asarray(other)))
 
-    def __lt__(self, o):
-        return self._cmp(o, operator.lt)
-
-    def __le__(self, o):
-        return self._cmp(o, operator.le)
-
-    def __gt__(self, o):
-        return self._cmp(o, operator.gt)
-
-    def __ge__(self, o):
-        return self._cmp(o, operator.ge)
-
     def __eq__(self, o):
         return Mask.dense(np.asarray(self) == np.asarray(o))
 
@@ -266,7 +272,7 @@ class Mask:
         return f"Mask(terms={len(self.terms)}, dense={self.array is not None})"
 
 
-class BExpr:
+class BExpr(_Ordered):
     """An index expression of a *batch* of SPMD programs: ``tile(i) + sum(bcoefs[k] * g_k)``.
 
     ``nl.program_id(axis)`` returns one of these while a launch runs its
@@ -367,18 +373,6 @@ class BExpr:
         if _is_int(other) or isinstance(other, (float, np.floating)):
             return Mask(((self, op, other),))
         raise NotBatchable("program_id compared with a non-constant")
-
-    def __lt__(self, o):
-        return self._cmp(o, operator.lt)
-
-    def __le__(self, o):
-        return self._cmp(o, operator.le)
-
-    def __gt__(self, o):
-        return self._cmp(o, operator.gt)
-
-    def __ge__(self, o):
-        return self._cmp(o, operator.ge)
 
     # -- anything needing one program's value ------------------------------------
     def _per_program(self, *_):
