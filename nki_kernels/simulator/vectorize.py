@@ -162,13 +162,14 @@ def _pids(box):
 
 
 def _rest_boxes(grid):
-    """The grid minus its first program, as boxes: {pid0 >= 1}, {pid0 = 0, pid1 >= 1}, ..."""
+    """The grid minus its first program, as boxes in row-major order: ..., {pid0 = 0, pid1 >= 1},
+    {pid0 >= 1} (so programs still run in the reference order box by box)."""
     out = []
     for ax in range(len(grid)):
         if grid[ax] > 1:
             out.append(tuple((0, 1) if k < ax else ((1, grid[ax]) if k == ax else (0, grid[k]))
                              for k in range(len(grid))))
-    return out
+    return out[::-1]
 
 
 def _split(box, cap):
