@@ -36,19 +36,18 @@ def vectorize(on):
         config.vectorize = saved
 
 
-def launch(kernel, grid, *arrays, **static):
+def launch(kernel, grid, *arrays, vectorized=True, **static):
     """(outputs, programs run batched) of one launch."""
     args, kw = _bind(kernel, arrays, static)
-    result, state = run_programs(kernel, normalize_grid(grid), args, kw)
+    with vectorize(vectorized):
+        result, state = run_programs(kernel, normalize_grid(grid), args, kw)
     return _unwrap(result), state.batched
 
 
 def both(kernel, grid, *arrays, **static):
-    with vectorize(False):
-        ref, n0 = launch(kernel, grid, *arrays, **static)
-    with vectorize(True):
-        got, n = launch(kernel, grid, *arrays, **static)
-        again, n2 = launch(kernel, grid, *arrays, **static)  # replays the cached plan
+    ref, n0 = launch(kernel, grid, *arrays, vectorized=False, **static)
+    got, n = launch(kernel, grid, *arrays, **static)
+    again, n2 = launch(kernel, grid, *arrays, **static)  # replays the cached plan
     assert n0 == 0 and n == n2
     return ref, got, again, n
 
