@@ -15,7 +15,8 @@ from . import diagnostics as _diag
 from . import dtypes as dt
 from . import language as nl
 from . import profile as _prof
-from .core import PMAX, Access, HBMTensor, Tile, current_or_none, psum, sbuf
+from .core import PMAX, Access, HBMTensor, Tile, psum, sbuf
+from .core import current_or_none as _current_or_none
 from .errors import NKIError
 from .indexing import _full_mask
 
@@ -231,14 +232,14 @@ def iota(expr, dtype, *, mask=None, **_ignored):
         if vals.ndim == 1:
             vals = vals[:, None]
         if nb:
-            vals = np.broadcast_to(vals, current_or_none().bshape + vals.shape)
+            vals = np.broadcast_to(vals, _current_or_none().bshape + vals.shape)
     return nl._result(vals, dt.as_dtype(dtype), mask, engine="GpSimd")
 
 
 def memset(shape, value, dtype, *, mask=None, engine=engine.unknown, **_ignored):
     """A new SBUF tile of ``shape`` filled with ``value``."""
     shape, _ = nl._parse_shape(shape)
-    prog = current_or_none()
+    prog = _current_or_none()
     full = np.full(shape, value, dt.as_dtype(dtype))
     if prog is not None and prog.nb:
         full = np.broadcast_to(full, prog.bshape + shape)
@@ -323,4 +324,4 @@ def bn_aggr(data, *, mask=None, dtype=None, **_ignored):
 # Instructions with batched implementations (see nl.BATCH_SAFE); the others run one program at a time.
 BATCH_SAFE = {"nc_matmul", "nc_transpose", "activation", "activation_reduce", "tensor_reduce",
               "tensor_partition_reduce", "tensor_tensor", "tensor_scalar", "tensor_copy", "iota", "memset"}
-nl.guard_module(globals(), BATCH_SAFE, "nisa")
+nl._guard_module(globals(), BATCH_SAFE, "nisa")

@@ -762,11 +762,10 @@ BATCH_SAFE = set(_UNARY) | set(_BINARY) | {
     "where", "sum", "mean", "max", "min", "prod", "all", "any", "var", "softmax", "matmul", "transpose",
     "ndarray", "zeros", "ones", "full", "zeros_like", "ones_like", "full_like", "empty_like", "load", "store",
     "copy", "broadcast_to", "expand_dims", "arange", "program_id", "num_programs", "program_ndim",
-    "affine_range", "sequential_range", "static_range", "loop_reduce", "np_function", "per_program_only",
-    "guard_module"}
+    "affine_range", "sequential_range", "static_range", "loop_reduce", "np_function"}
 
 
-def per_program_only(fn, prefix="nl"):
+def _per_program_only(fn, prefix="nl"):
     """``fn`` raising NotBatchable inside a vectorised batch (it has no batched implementation)."""
     import functools
 
@@ -780,18 +779,19 @@ def per_program_only(fn, prefix="nl"):
     return op
 
 
-def guard_module(namespace, safe, prefix):
-    """Wrap the public functions of ``namespace`` not in ``safe`` with :func:`per_program_only`."""
+def _guard_module(namespace, safe, prefix):
+    """Wrap the public functions of ``namespace`` not in ``safe`` with :func:`_per_program_only`."""
     import types
 
     for name, fn in list(namespace.items()):
         if not name.startswith("_") and isinstance(fn, types.FunctionType) and name not in safe \
                 and fn.__module__ == namespace["__name__"]:
-            namespace[name] = per_program_only(fn, prefix)
+            namespace[name] = _per_program_only(fn, prefix)
 
 
-guard_module(globals(), BATCH_SAFE, "nl")
+_guard_module(globals(), BATCH_SAFE, "nl")
 
 __all__ = sorted(n for n in globals() if not n.startswith("_") and n not in ("annotations", "math", "np", "dt",
                                                                                  "Access", "HBMTensor", "Tile",
-                                                                                 "current", "Buffer"))
+                                                                                 "current", "Buffer", "BATCH_SAFE",
+                                                                                 "current_or_none", "mask_box"))

@@ -693,4 +693,4 @@ __all__ = sorted(n for n in dir() if not n.startswith("_") and n not in (
     "NKIError", "PMAX", "psum", "sbuf"))
 
 # dst= instructions write into declared tiles; they run one program at a time (no batched form yet).
-_nl1.guard_module(globals(), set(), "nisa")
+_nl1._guard_module(globals(), set(), "nisa")

@@ -79,7 +79,7 @@ def np_function(op):
     return _op_function(op)
 
 
-_gen1.guard_module(globals(), {"ds", "bypass", "np_function"}, "nl")
+_gen1._guard_module(globals(), {"ds", "bypass", "np_function"}, "nl")
 
 __all__ = sorted({*_gen1.__all__, "ds", "bypass", "shared_identity_matrix", "tile_size", "float8_e4m3fn",
                   "np_function"})
