@@ -17,6 +17,7 @@ need a C handler and attributes instead of the opaque string.
 from __future__ import annotations
 
 import ctypes
+import functools
 import logging
 import math
 import sys
@@ -44,6 +45,38 @@ def _dtype(name: str) -> np.dtype:
     if name == "bfloat16":
         return np.dtype(ml_dtypes.bfloat16)
     return np.dtype(name)
+
+
+_HUGE = 2 * 1024 * 1024
+_MADV_HUGEPAGE = 14
+
+
+@functools.lru_cache(maxsize=1)
+def _madvise():
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        fn = libc.madvise
+        fn.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+        return fn
+    except (OSError, AttributeError):
+        return None
+
+
+def _advise_hugepages(arr: np.ndarray) -> None:
+    """Ask Linux for transparent huge pages under a large result buffer before it is written.
+
+    XLA allocates results without this hint; the first write to each 4 KiB page then
+    faults, which made writing a 128 MiB result ~5x slower than into a NumPy array (NumPy
+    gives the same hint for its own large allocations). Only a hint: errors are ignored."""
+    if arr.nbytes < 2 * _HUGE or not sys.platform.startswith("linux"):
+        return
+    fn = _madvise()
+    if fn is None:
+        return
+    start = -(-arr.ctypes.data // _HUGE) * _HUGE
+    end = (arr.ctypes.data + arr.nbytes) // _HUGE * _HUGE
+    if end > start:
+        fn(start, end - start, _MADV_HUGEPAGE)
 
 
 def _view(ptr: int, spec: dict, writeable: bool) -> np.ndarray:
@@ -108,6 +141,8 @@ def execute(payload: dict, out_ptr: int, in_ptrs) -> None:
         table = ctypes.cast(out_ptr, ctypes.POINTER(ctypes.c_void_p))
         out_ptrs = [table[i] for i in range(len(specs))]
     dsts = [_view(ptr, spec, True) for ptr, spec in zip(out_ptrs, specs)]
+    for d in dsts:
+        _advise_hugepages(d)
     # The kernel's outputs are allocated straight in XLA's result buffers where they match.
     results = [np.asarray(r) for r in _run(payload, inputs, dsts)]
     if len(results) != len(dsts):

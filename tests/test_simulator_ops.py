@@ -111,6 +111,27 @@ def test_reductions_over_free_axes(name, ref):
     np.testing.assert_allclose(got, ref(v.astype(np.float64), axis=2), rtol=1e-5)
 
 
+@pytest.mark.parametrize("keepdims", [False, True])
+def test_sum_of_products_over_last_axis(keepdims):
+    # sum(x * y) and sum(x ** 2) over the last axis take a path that skips the product temporary.
+    x64, y64 = X.astype(np.float64), Y.astype(np.float64)
+    got = run1(lambda a, b: nl.sum(nl.multiply(a, b), axis=1, keepdims=keepdims), X, Y)
+    np.testing.assert_allclose(got, (x64 * y64).sum(1, keepdims=keepdims), rtol=1e-5, atol=1e-4)
+    got = run1(lambda a: nl.sum(nl.square(a), axis=[1], keepdims=keepdims), X)
+    np.testing.assert_allclose(got, (x64 ** 2).sum(1, keepdims=keepdims), rtol=1e-5, atol=1e-4)
+
+
+def test_summed_product_tile_keeps_its_values():
+    def body(a, b):
+        prod = nl.multiply(a, b)
+        total = nl.sum(prod, axis=1, keepdims=True)
+        return nl.subtract(prod, total)  # the product itself is still needed here
+
+    x64, y64 = X.astype(np.float64), Y.astype(np.float64)
+    want = x64 * y64 - (x64 * y64).sum(1, keepdims=True)
+    np.testing.assert_allclose(run1(body, X, Y), want, rtol=1e-5, atol=1e-4)
+
+
 def test_all_any():
     v = (RNG.standard_normal((16, 8)) > 0).astype(np.float32)
     np.testing.assert_array_equal(run1(lambda t: nl.all(t, axis=1), v), np.all(v != 0, axis=1))

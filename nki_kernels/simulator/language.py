@@ -265,12 +265,31 @@ def _axes(x, axis, name):
     return axes
 
 
+def _sum_of_products(x, axes, keepdims):
+    """``sum(a * b)`` (or ``sum(a ** 2)``) over the last axis of a deferred product, without
+    forming the product: one read of each operand instead of a full-size temporary. The
+    product tile stays deferred for any other use. ``None`` when the pattern does not apply."""
+    fn, args, shape, dtype = x._thunk
+    if dtype != dt.float32 or axes != (len(shape) - 1,) or fn not in (np.multiply, np.square):
+        return None
+    a, b = (args[0], args[0]) if fn is np.square else args
+    for o in (a, b):  # (nl's own `all` shadows the builtin here)
+        if not (isinstance(o, np.ndarray) and o.dtype == dt.float32 and o.shape[-1:] == shape[-1:]):
+            return None
+    res = np.einsum("...i,...i->...", a, b)
+    return res[..., None] if keepdims else res
+
+
 def _make_reduce(name, fn, out_float=False):
     def op(x, axis, *, dtype=None, mask=None, keepdims=False, **_ignored):
         axes = _axes(x, axis, name)
-        v = _values(x, "x")
         if isinstance(x, Tile) and x.nb:
             axes = tuple(a + x.nb for a in axes)
+        if name == "sum" and mask is None and isinstance(x, Tile) and x._thunk is not None:
+            res = _sum_of_products(x, axes, keepdims)
+            if res is not None:
+                return _result(res, dt.as_dtype(dtype) or x.dtype, engine="Vector")
+        v = _values(x, "x")
         m = _full_mask(mask, np.shape(v)) if mask is not None else None
         if m is not None:
             ident = {"sum": 0, "mean": 0, "prod": 1, "max": -np.inf, "min": np.inf, "all": 1, "any": 0}
