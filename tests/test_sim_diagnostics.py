@@ -364,3 +364,38 @@ def test_modes_error_warn_off_and_env():
         config.set("races", "off")
     with pytest.raises(ValueError):
         config.set("race", "loud")
+
+
+@nki.jit
+def _affine_accumulate(a):
+    out = nl.ndarray((a.shape[0], 64), dtype=a.dtype, buffer=nl.shared_hbm)
+    i = nl.program_id(0) * 128 + nl.arange(128)[:, None]
+    acc = nl.zeros((128, 64), dtype=nl.float32)
+    for j in nl.affine_range(4):
+        acc += nl.load(a[i, j * 64 + nl.arange(64)[None, :]])  # the allowed += accumulation
+    nl.store(out[i, nl.arange(64)[None, :]], value=acc)
+    return out
+
+
+def test_concurrent_launches_from_threads_do_not_mix_diagnostics():
+    # XLA may run custom-calls concurrently: launches on other threads must not see this
+    # launch's affine_range frames (they used to report false loop_carried errors).
+    import threading
+
+    a = np.random.default_rng(3).random((512, 256), dtype=np.float32)
+    want = a.reshape(512, 4, 64).sum(1)
+    errors = []
+
+    def worker():
+        try:
+            for _ in range(15):
+                np.testing.assert_allclose(_affine_accumulate[4](a), want, rtol=1e-5)
+        except Exception as e:  # noqa: BLE001 - collected and asserted below
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]

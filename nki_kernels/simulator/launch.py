@@ -13,6 +13,7 @@ import functools
 import inspect
 import itertools
 import math
+import threading
 from collections import namedtuple
 
 import numpy as np
@@ -206,6 +207,17 @@ def run_programs(kernel: Kernel, grid: tuple, args: list, kwargs: dict, pids=Non
 
     ``outputs``: arrays the launch's ``shared_hbm`` allocations may use (k-th allocation, when
     shape and dtype match), so results land in caller-owned buffers without a copy."""
+    with _one_launch_at_a_time:
+        return _run_programs(kernel, grid, args, kwargs, pids, outputs)
+
+
+# Launches may come from several threads at once (XLA runs independent custom-calls
+# concurrently); the diagnostics keep per-process state (active affine_range frames),
+# so launches take turns. NumPy work inside them is mostly GIL-bound anyway.
+_one_launch_at_a_time = threading.RLock()
+
+
+def _run_programs(kernel, grid, args, kwargs, pids, outputs):
     state = _LaunchState(kernel, grid)
     state.preallocated = tuple(outputs)
     _diag.launch_begin(state)
