@@ -433,3 +433,51 @@ def test_bn_stats_and_bn_aggr_give_mean_and_population_variance():
     got = k(v)
     np.testing.assert_allclose(got[:, 0], v.astype(np.float64).mean(1), rtol=1e-5)
     np.testing.assert_allclose(got[:, 1], v.astype(np.float64).var(1), rtol=1e-4)
+
+
+@nki.jit
+def _rows_scaled_by_weight(x, w):
+    """x * w per row, indexed with dummy mgrid axes (the pattern of the official RMSNorm /
+    LayerNorm tutorials): the unowned size-1 axis leaves the tile, the weight loads as [1, F]."""
+    n, f = x.shape
+    out = nl.ndarray((n, f), dtype=x.dtype, buffer=nl.shared_hbm)
+    ip, iunit, iw = nl.mgrid[0:128, 0:1, 0:f]
+    wp, wf, wunit = nl.mgrid[0:128, 0:f, 0:1]
+    w_tile = nl.load(w.reshape((1, f))[wunit, wf])  # owners in subscript order: [1, F]
+    assert w_tile.shape == (1, f)
+    for t in nl.affine_range((n + 127) // 128):
+        rows = t * 128 + ip
+        x_tile = nl.load(x[rows, iw], mask=rows < n)
+        assert x_tile.shape == (128, f)
+        y = nl.multiply(x_tile, w_tile.broadcast_to((128, f)), mask=rows < n)  # mask laid onto [128, F]
+        nl.store(out[rows, iw], value=y, mask=rows < n)
+    return out
+
+
+@pytest.mark.parametrize("n", [256, 200])
+def test_mgrid_dummy_axes_follow_the_owning_subscripts(n):
+    x = RNG.standard_normal((n, 96)).astype(np.float32)
+    w = RNG.standard_normal(96).astype(np.float32)
+    np.testing.assert_allclose(_rows_scaled_by_weight(x, w), x * w, rtol=1e-6)
+
+
+def test_index_shapes_without_dummy_axes_are_unchanged():
+    a = np.arange(8 * 16, dtype=np.float32).reshape(8, 16)
+    ip, jf = nl.mgrid[0:8, 0:16]
+
+    @nki.jit
+    def kernel(x):
+        # Swapped arange subscripts keep NumPy's broadcast order: a transposed [16, 8] view.
+        tr = nl.load(x[nl.arange(8)[None, :], nl.arange(16)[:, None]])
+        row = nl.load(x[nl.arange(1)[:, None], nl.arange(16)[None, :]])
+        full = nl.load(x[ip, jf])
+        out = nl.ndarray((16, 8 + 1 + 8), dtype=x.dtype, buffer=nl.shared_hbm)
+        nl.store(out[nl.arange(16)[:, None], nl.arange(8)[None, :]], value=tr)
+        nl.store(out[nl.arange(16)[:, None], 8 + nl.arange(1)[None, :]], value=nl.transpose(row))
+        nl.store(out[nl.arange(16)[:, None], 9 + nl.arange(8)[None, :]], value=nl.transpose(full))
+        return out
+
+    got = kernel(a)
+    np.testing.assert_array_equal(got[:, :8], a.T)
+    np.testing.assert_array_equal(got[:, 8], a[0])
+    np.testing.assert_array_equal(got[:, 9:], a.T)

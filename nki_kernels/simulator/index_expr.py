@@ -41,13 +41,21 @@ class _Ordered:
 
 
 class AffineExpr(_Ordered):
-    """``offset + sum(coefs[k] * i_k)`` for ``i`` ranging over ``shape`` (broadcastable: size-1 axes)."""
+    """``offset + sum(coefs[k] * i_k)`` for ``i`` ranging over ``shape`` (broadcastable: size-1 axes).
+
+    ``own`` (a bit per axis) marks the axes the expression's index variables live on: an
+    ``nl.arange`` owns its axis, ``[:, None]`` adds an axis it does not own, the k-th output
+    of ``nl.mgrid`` owns axis k only. A tile keeps the size-1 axes some index owns and drops
+    the others: ``ix, iw, iy = nl.mgrid[0:128, 0:1, 0:F]; a[ix, iy]`` is ``[128, F]`` and
+    ``g[iw, iy]`` is ``[1, F]`` (as in the official RMSNorm tutorial). Default: all axes.
+    """
 
     __array_ufunc__ = None  # NumPy defers to our operators, which materialise when needed
-    __slots__ = ("shape", "offset", "coefs", "axis")
+    __slots__ = ("shape", "offset", "coefs", "axis", "own")
 
-    def __init__(self, shape, offset, coefs):
+    def __init__(self, shape, offset, coefs, own=None):
         self.shape = shape = tuple(shape)
+        self.own = (1 << len(shape)) - 1 if own is None else own
         self.offset = int(offset)
         self.coefs = coefs = tuple(int(c) if s != 1 else 0 for c, s in zip(coefs, shape))
         # The one axis this expression walks forward along (-1: constant, -2: several/backward):
@@ -98,26 +106,42 @@ class AffineExpr(_Ordered):
         pad = rank - len(self.shape)
         return (1,) * pad + self.shape, (0,) * pad + self.coefs
 
+    def aligned(self, rank) -> "AffineExpr":
+        """This expression padded on the left with (unowned) size-1 axes to ``rank``."""
+        s, k = self.right_aligned(rank)
+        return AffineExpr(s, self.offset, k, self.own)
+
+    def without(self, axes, order=None) -> "AffineExpr":
+        """This expression with the size-1 ``axes`` removed, the others then taken in ``order``."""
+        keep = [ax for ax in range(len(self.shape)) if ax not in axes]
+        if order is not None:
+            keep = [keep[i] for i in order]
+        own = sum(((self.own >> ax) & 1) << i for i, ax in enumerate(keep))
+        return AffineExpr([self.shape[a] for a in keep], self.offset, [self.coefs[a] for a in keep], own)
+
     # -- structure -------------------------------------------------------------
     def __getitem__(self, key):
         key = key if isinstance(key, tuple) else (key,)
         if all(k is None or (isinstance(k, slice) and k == slice(None)) for k in key):
-            shape, coefs, it = [], [], iter(zip(self.shape, self.coefs))
+            shape, coefs, own, it = [], [], 0, iter(enumerate(zip(self.shape, self.coefs)))
             for k in key:
                 if k is None:
                     shape.append(1)
                     coefs.append(0)
                 else:
-                    n, c = next(it)
+                    ax, (n, c) = next(it)
+                    own |= ((self.own >> ax) & 1) << len(shape)
                     shape.append(n)
                     coefs.append(c)
-            for n, c in it:
+            for ax, (n, c) in it:
+                own |= ((self.own >> ax) & 1) << len(shape)
                 shape.append(n)
                 coefs.append(c)
-            return AffineExpr(shape, self.offset, coefs)
+            return AffineExpr(shape, self.offset, coefs, own)
         if len(key) == 1 and isinstance(key[0], slice) and len(self.shape) == 1:
             r = range(self.shape[0])[key[0]]
-            return AffineExpr((len(r),), self.offset + self.coefs[0] * r.start, (self.coefs[0] * r.step,))
+            return AffineExpr((len(r),), self.offset + self.coefs[0] * r.start, (self.coefs[0] * r.step,),
+                              self.own)
         return np.asarray(self)[key]
 
     def reshape(self, *shape):
@@ -127,7 +151,7 @@ class AffineExpr(_Ordered):
     # -- arithmetic ---------------------------------------------------------------
     def _combine(self, other, sign):
         if _is_int(other):
-            return AffineExpr(self.shape, self.offset + sign * int(other), self.coefs)
+            return AffineExpr(self.shape, self.offset + sign * int(other), self.coefs, self.own)
         if isinstance(other, AffineExpr):
             rank = max(len(self.shape), len(other.shape))
             s1, c1 = self.right_aligned(rank)
@@ -138,7 +162,8 @@ class AffineExpr(_Ordered):
                 raise IndexError(f"index expressions of shapes {self.shape} and {other.shape} "
                                  "do not broadcast") from None
             return AffineExpr(shape, self.offset + sign * other.offset,
-                              [a + sign * b for a, b in zip(c1, c2)])
+                              [a + sign * b for a, b in zip(c1, c2)],
+                              (self.own << (rank - len(self.shape))) | (other.own << (rank - len(other.shape))))
         return None
 
     def __add__(self, other):
@@ -159,7 +184,7 @@ class AffineExpr(_Ordered):
         return (-self) + other
 
     def __neg__(self):
-        return AffineExpr(self.shape, -self.offset, [-c for c in self.coefs])
+        return AffineExpr(self.shape, -self.offset, [-c for c in self.coefs], self.own)
 
     def __pos__(self):
         return self
@@ -167,7 +192,7 @@ class AffineExpr(_Ordered):
     def __mul__(self, other):
         if _is_int(other):
             k = int(other)
-            return AffineExpr(self.shape, self.offset * k, [c * k for c in self.coefs])
+            return AffineExpr(self.shape, self.offset * k, [c * k for c in self.coefs], self.own)
         return np.asarray(self) * np.asarray(other)
 
     __rmul__ = __mul__
@@ -247,6 +272,46 @@ class Mask:
         for expr, op, bound in self.terms:
             out = out & op(np.asarray(expr), bound)
         return out if dtype is None else out.astype(dtype)
+
+    def without(self, rank, axes, order=None) -> "Mask":
+        """The mask in a tile whose index space of ``rank`` axes lost the size-1 ``axes`` (the
+        rest then taken in ``order``)."""
+        if not axes:
+            return self
+        terms = tuple((e.aligned(rank).without(axes, order) if type(e) is AffineExpr else e, op, b)
+                      for e, op, b in self.terms)
+        arr = None
+        if self.array is not None:
+            a = self.array.reshape((1,) * (rank - self.array.ndim) + self.array.shape)
+            arr = a.reshape([n for ax, n in enumerate(a.shape) if ax not in axes])
+            if order is not None:
+                arr = arr.transpose(order)
+        return Mask(terms, arr)
+
+    def fit(self, shape):
+        """This mask laid onto a tile of ``shape`` when its axes do not broadcast as they are:
+        its unowned size-1 axes dropped, then aligned partition-first (``[P]`` -> ``[P, 1]``)
+        or else free-last. ``None`` when neither fits."""
+        if self.array is not None or any(type(e) is not AffineExpr for e, _, _ in self.terms):
+            return None
+        rank = max(len(e.shape) for e, _, _ in self.terms)
+        own = 0
+        for e, _, _ in self.terms:
+            own |= e.own << (rank - len(e.shape))
+        full = self.shape
+        drop = [ax for ax in range(rank) if full[ax] == 1 and not (own >> ax) & 1]
+        m = self.without(rank, drop)
+        mshape = m.shape
+        for cand in (mshape + (1,) * (len(shape) - len(mshape)), mshape):
+            if len(cand) <= len(shape):
+                try:
+                    if np.broadcast_shapes(cand, tuple(shape)) == tuple(shape):
+                        pad = len(cand) - len(mshape)
+                        return Mask(tuple((AffineExpr(e.shape + (1,) * pad, e.offset, e.coefs + (0,) * pad, e.own)
+                                           if pad else e, op, b) for e, op, b in m.terms))
+                except ValueError:
+                    pass
+        return None
 
     def __and__(self, other):
         if isinstance(other, Mask):

@@ -25,9 +25,10 @@ from .index_expr import AffineExpr, BExpr, Mask, _is_int, batch_hint
 class Index:
     """A resolved index into an array of ``shape``; ``out_shape`` is the selected tile's shape."""
 
-    __slots__ = ("shape", "out_shape", "basic", "perm", "strided", "comps", "_arrays_cache")
+    __slots__ = ("shape", "out_shape", "basic", "perm", "strided", "comps", "_arrays_cache", "dropped")
 
     def __init__(self, shape, out_shape, comps, basic=None, perm=None, strided=None):
+        self.dropped = None  # (rank, axes): unowned size-1 axes of the index space left out of the tile
         self.shape = shape
         self.out_shape = tuple(out_shape)
         self.comps = comps  # per tensor axis: int or AffineExpr right-aligned to the tile's rank
@@ -35,6 +36,16 @@ class Index:
         self.perm = perm  # axes permutation applied after basic indexing
         self.strided = strided  # (start, coef matrix) for as_strided (view path 2), or None
         self._arrays_cache = None
+
+    def adapt_mask(self, mask):
+        """``mask`` (written in the index expressions' space) in this tile's axes."""
+        if self.dropped is None or mask is None:
+            return mask
+        rank, axes, perm = self.dropped
+        if isinstance(mask, Mask):
+            return mask.without(rank, axes, perm)
+        m = np.asarray(mask)
+        return _squeeze(m.reshape((1,) * (rank - m.ndim) + m.shape), axes, perm)
 
     @property
     def is_view(self) -> bool:
@@ -168,6 +179,9 @@ def full_mask(mask, out_shape):
     try:
         m = np.broadcast_to(m, out_shape)
     except ValueError:
+        fitted = mask.fit(out_shape) if isinstance(mask, Mask) else None
+        if fitted is not None:
+            return full_mask(fitted, out_shape)
         raise NKIError(
             "mask shape", f"mask of shape {m.shape} does not broadcast to the tile shape {tuple(out_shape)}"
         ) from None
@@ -188,6 +202,11 @@ def mask_box(mask: Mask, out_shape):
     if mask.array is not None or mask.all_true():
         return None
     rank = len(out_shape)
+    try:
+        if np.broadcast_shapes(mask.shape, tuple(out_shape)) != tuple(out_shape):
+            return None
+    except ValueError:
+        return None  # laid onto the tile by full_mask
     lo, hi = [0] * rank, list(out_shape)
     for expr, op, bound in mask.terms:
         if expr.axis == -2 or len(expr.shape) > rank:
@@ -302,18 +321,59 @@ def resolve(shape, key, what="tensor") -> Index:
             ax = rank - len(nonint) + j
             shp[ax] = len(range(c.start, c.stop, c.step))
             coefs[ax] = c.step
-            comps[i] = AffineExpr(shp, c.start, coefs)
+            comps[i] = AffineExpr(shp, c.start, coefs, own=1 << ax)
     out_shape = _broadcast([c.shape for c in comps if not isinstance(c, int)], rank)
     rank = len(out_shape)
     aligned = []
     for c in comps:
         if isinstance(c, AffineExpr) and c.ndim < rank:
-            s, k = c.right_aligned(rank)
-            c = AffineExpr(s, c.offset, k)
+            c = c.aligned(rank)
         elif isinstance(c, np.ndarray) and c.ndim < rank:
             c = c.reshape((1,) * (rank - c.ndim) + c.shape)
         aligned.append(c)
+    dropped = _unowned_axes(aligned, out_shape)
+    if dropped:
+        # An index space with axes no index owns (mgrid dummies): the tile keeps the owned
+        # axes in the order of the subscripts owning them -- gamma.reshape((1, F))[i_p, i_f]
+        # with i_p, i_f from nl.mgrid[0:128, 0:F, 0:1] ([.., .., i_p]) is a [1, F] tile.
+        keep = [ax for ax in range(rank) if ax not in dropped]
+        order = []
+        for c in aligned:
+            if isinstance(c, AffineExpr):
+                order += [ax for ax in keep if (c.own >> ax) & 1 and ax not in order]
+        order += [ax for ax in keep if ax not in order]
+        perm = None if order == keep else tuple(keep.index(ax) for ax in order)
+        aligned = [c.without(dropped, perm) if isinstance(c, AffineExpr) else
+                   (_squeeze(c, dropped, perm) if isinstance(c, np.ndarray) else c) for c in aligned]
+        full_rank = rank
+        out_shape = tuple(out_shape[ax] for ax in order)
+        rank = len(out_shape)
+        idx = _resolve_aligned(shape, out_shape, rank, aligned)
+        idx.dropped = (full_rank, dropped, perm)
+        return idx
+    return _resolve_aligned(shape, out_shape, rank, aligned)
 
+
+def _squeeze(a, axes, perm):
+    a = a.reshape([n for ax, n in enumerate(a.shape) if ax not in axes])
+    return a if perm is None else a.transpose(perm)
+
+
+def _unowned_axes(aligned, out_shape):
+    """Size-1 axes of the index space that no index expression owns (left out of the tile)."""
+    if 1 not in out_shape:
+        return ()
+    own = 0
+    for c in aligned:
+        if isinstance(c, AffineExpr):
+            own |= c.own
+        elif isinstance(c, np.ndarray):
+            own |= (1 << len(out_shape)) - 1
+    return tuple(ax for ax, n in enumerate(out_shape) if n == 1 and not (own >> ax) & 1)
+
+
+def _resolve_aligned(shape, out_shape, rank, aligned):
+    """The Index of index expressions already aligned to the tile's ``rank``."""
     if any(isinstance(c, np.ndarray) for c in aligned):
         return Index(shape, out_shape, aligned)  # not affine: gather/scatter
     for c, dim in zip(aligned, shape):
@@ -366,6 +426,13 @@ def _resolve_simple(shape, key):
     if rank == -1:
         return None
     out_shape = _broadcast(shapes, rank)
+    if 1 in out_shape:
+        own = 0
+        for k in key:
+            if type(k) is AffineExpr:
+                own |= k.own
+        if any(n == 1 and not (own >> ax) & 1 for ax, n in enumerate(out_shape)):
+            return None  # the general resolver drops unowned size-1 axes
     basic, used = [], []
     for k, dim in zip(key, shape):
         if type(k) is int:

@@ -458,6 +458,7 @@ def _as_access(x, name, op):
 def load(src, *, mask=None, dtype=None, **_ignored):
     """DMA an HBM region into a new SBUF tile (``nl.load``); masked-off elements are not read."""
     acc = _as_access(src, "src", "nl.load")
+    mask = acc.index.adapt_mask(mask)
     prog = current_or_none()
     if prog is not None and prog.nb:
         from .vectorize import load_batched
@@ -484,6 +485,7 @@ def store(dst, value, *, mask=None, **_ignored):
         raise NKIError("store destination", f"nl.store destination is a {dst.buffer.name} tile of shape "
                        f"{dst.shape}; stores write HBM tensors only (assign tiles with t[...] = value)")
     acc = _as_access(dst, "dst", "nl.store")
+    mask = acc.index.adapt_mask(mask)
     if isinstance(value, (Access, HBMTensor)):
         raise NKIError("store value", "nl.store value is an HBM tensor; load it into SBUF first")
     prog = current_or_none()
@@ -544,6 +546,7 @@ def _fit(vals, shape, op, dst):
 def load_transpose2d(src, *, mask=None, dtype=None, **_ignored):
     """Load a 2-D HBM region transposed: its free axis becomes the partition axis."""
     acc = _as_access(src, "src", "nl.load_transpose2d")
+    mask = acc.index.adapt_mask(mask)
     if len(acc.shape) != 2:
         raise NKIError("load_transpose2d", f"needs a 2-D region, got shape {acc.shape}")
     data = acc.index.read(acc.tensor.data, mask, what=acc.tensor.name).T
@@ -631,7 +634,7 @@ class _MGrid:
             r = range(0 if k.start is None else k.start, k.stop, 1 if k.step is None else k.step)
             shape, coefs = [1] * len(key), [0] * len(key)
             shape[ax], coefs[ax] = len(r), r.step
-            out.append(AffineExpr(shape, r.start, coefs))
+            out.append(AffineExpr(shape, r.start, coefs, own=1 << ax))
         return _Grid(tuple(out))
 
 
