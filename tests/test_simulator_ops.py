@@ -4,6 +4,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from nki_kernels.simulator import NKIError
 from nki_kernels.simulator import isa as nisa
 from nki_kernels.simulator import language as nl
 from nki_kernels.simulator import nki
@@ -481,3 +482,42 @@ def test_index_shapes_without_dummy_axes_are_unchanged():
     np.testing.assert_array_equal(got[:, :8], a.T)
     np.testing.assert_array_equal(got[:, 8], a[0])
     np.testing.assert_array_equal(got[:, 9:], a.T)
+
+
+@nki.jit
+def _per_head_copy(q):
+    """out[b, h] = 2 * q[b, h], addressing each head's [S, D] region and then rows within it."""
+    b_, h_, s_, d_ = q.shape
+    out = nl.ndarray(q.shape, dtype=q.dtype, buffer=nl.shared_hbm)
+    for b in nl.affine_range(b_):
+        for h in nl.affine_range(h_):
+            src, dst = q[b, h], out[b, h]
+            for t in nl.affine_range((s_ + 127) // 128):
+                rows = t * 128 + nl.arange(128)[:, None]
+                cols = nl.arange(d_)[None, :]
+                tile = nl.load(src[rows, cols], mask=rows < s_)
+                nl.store(dst[rows, cols], value=nl.multiply(tile, 2.0), mask=rows < s_)
+    return out
+
+
+def test_hbm_region_indexed_again():
+    q = RNG.standard_normal((2, 3, 200, 32)).astype(np.float32)
+    np.testing.assert_array_equal(_per_head_copy(q), 2 * q)
+
+
+def test_hbm_region_indexed_again_checks_the_region_bounds():
+    @nki.jit
+    def kernel(a, masked):
+        out = nl.zeros((64, 8), dtype=a.dtype, buffer=nl.shared_hbm)
+        rows = nl.arange(64)[:, None] + 32
+        region = a[0:64, :]  # rows 32..95 of it: half outside the region, all inside the tensor
+        tile = nl.load(region[rows, nl.arange(8)[None, :]], mask=(rows < 64) if masked else None)
+        nl.store(out, value=tile)
+        return out
+
+    a = RNG.standard_normal((128, 8)).astype(np.float32)
+    got = kernel(a, masked=True)
+    np.testing.assert_array_equal(got[:32], a[32:64])
+    np.testing.assert_array_equal(got[32:], 0)
+    with pytest.raises(NKIError, match=r"out-of-bounds.*region of a"):
+        kernel(a, masked=False)

@@ -21,7 +21,7 @@ from . import config as _config
 from . import diagnostics as _diag
 from . import dtypes as dt
 from .errors import NKIError, NotBatchable
-from .indexing import resolve, resolve_batched, tile_view, tile_write
+from .indexing import compose, resolve, resolve_batched, tile_view, tile_write
 
 PMAX = 128  # partitions of SBUF / PSUM (nl.tile_size.pmax)
 SBUF_BYTES_PER_PARTITION = 192 * 1024  # Trn1/Trn2 state buffer: 24 MiB over 128 partitions
@@ -255,6 +255,7 @@ class Access(_InHBM):
         self.tensor = tensor
         self.index = index
         self.nb = nb  # leading batch axes of index.out_shape (a batch of programs' regions)
+        self.within = None  # for t[a][b]: the index b when it may leave t[a] (see check_within)
 
     @property
     def shape(self):
@@ -270,6 +271,27 @@ class Access(_InHBM):
     def buffer(self):
         """Memory of the underlying tensor."""
         return self.tensor.buffer
+
+    def __getitem__(self, key):
+        """A region of this region (``q[b, h][rows, cols]``), still one access of the tensor."""
+        if self.nb:
+            raise NotBatchable("an access of a batch of programs indexed again")
+        child = resolve(self.shape, key, self._label())
+        acc = Access(self.tensor, compose(self.index, child))
+        if not child.is_view:  # reaches outside this region: checked against the mask on use
+            acc.within = child
+        return acc
+
+    def check_within(self, mask) -> None:
+        """For a region of a region: every element the mask keeps lies inside the outer region."""
+        child = self.within
+        if child is None:
+            return
+        from .indexing import full_mask
+
+        m = full_mask(mask, child.out_shape)
+        arrays = [np.broadcast_to(a, child.out_shape) for a in child.arrays()]
+        child._check_bounds([a if m is None else a[m] for a in arrays], f"the region of {self.tensor.name}")
 
     def _label(self):
         return f"{self.tensor.name}[...]"

@@ -489,6 +489,38 @@ def _slices_as_exprs(comps, out_shape):
     return out
 
 
+def compose(parent: Index, child: Index) -> Index:
+    """``tensor[parent][child]`` as one index into the tensor (``child`` indexes the region
+    ``parent`` selects, e.g. ``q[b, h][rows, cols]``)."""
+    rp = len(parent.out_shape)
+    out = child.out_shape
+    comps = []
+    for c in parent.comps:
+        if isinstance(c, (int, np.integer)):
+            comps.append(int(c))
+            continue
+        if not isinstance(c, AffineExpr):
+            raise NKIError("index type", "indexing the region of a gathered (non-affine) HBM access again "
+                           "is not supported; index the tensor once")
+        ca = c.aligned(rp)
+        off, coefs = ca.offset, [0] * len(out)
+        for k, ck in enumerate(ca.coefs):
+            if not ck:
+                continue
+            ch = child.comps[k]
+            if isinstance(ch, (int, np.integer)):
+                off += ck * int(ch)
+            elif isinstance(ch, AffineExpr):
+                cha = ch.aligned(len(out))
+                off += ck * cha.offset
+                coefs = [a + ck * b for a, b in zip(coefs, cha.coefs)]
+            else:
+                raise NKIError("index type", "indexing an HBM region with non-affine index arrays is not "
+                               "supported; index the tensor once")
+        comps.append(AffineExpr(out, off, coefs))
+    return resolve(parent.shape, tuple(comps))
+
+
 # ---------------------------------------------------------------------------
 # batches of SPMD programs (vectorised launches)
 # ---------------------------------------------------------------------------

@@ -459,6 +459,7 @@ def load(src, *, mask=None, dtype=None, **_ignored):
     """DMA an HBM region into a new SBUF tile (``nl.load``); masked-off elements are not read."""
     acc = _as_access(src, "src", "nl.load")
     mask = acc.index.adapt_mask(mask)
+    acc.check_within(mask)
     prog = current_or_none()
     if prog is not None and prog.nb:
         from .vectorize import load_batched
@@ -486,6 +487,7 @@ def store(dst, value, *, mask=None, **_ignored):
                        f"{dst.shape}; stores write HBM tensors only (assign tiles with t[...] = value)")
     acc = _as_access(dst, "dst", "nl.store")
     mask = acc.index.adapt_mask(mask)
+    acc.check_within(mask)
     if isinstance(value, (Access, HBMTensor)):
         raise NKIError("store value", "nl.store value is an HBM tensor; load it into SBUF first")
     prog = current_or_none()
@@ -547,6 +549,7 @@ def load_transpose2d(src, *, mask=None, dtype=None, **_ignored):
     """Load a 2-D HBM region transposed: its free axis becomes the partition axis."""
     acc = _as_access(src, "src", "nl.load_transpose2d")
     mask = acc.index.adapt_mask(mask)
+    acc.check_within(mask)
     if len(acc.shape) != 2:
         raise NKIError("load_transpose2d", f"needs a 2-D region, got shape {acc.shape}")
     data = acc.index.read(acc.tensor.data, mask, what=acc.tensor.name).T
