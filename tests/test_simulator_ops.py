@@ -521,3 +521,21 @@ def test_hbm_region_indexed_again_checks_the_region_bounds():
     np.testing.assert_array_equal(got[32:], 0)
     with pytest.raises(NKIError, match=r"out-of-bounds.*region of a"):
         kernel(a, masked=False)
+
+
+def test_nisa_tensor_scalar_reduce_returns_result_and_fills_reduce_res():
+    v = RNG.standard_normal((64, 48)).astype(np.float32) - 3.0
+
+    @nki.jit
+    def kernel(a):
+        t = nl.load(a)
+        res = nl.ndarray((64, 1), dtype=nl.float32)
+        out = nisa.tensor_scalar_reduce(data=t, op0=np.add, operand0=1.5, reduce_op=np.add, reduce_res=res)
+        both = nl.ndarray((64, 49), dtype=nl.float32, buffer=nl.shared_hbm)
+        nl.store(both[nl.arange(64)[:, None], nl.arange(48)[None, :]], value=out)
+        nl.store(both[nl.arange(64)[:, None], 48 + nl.arange(1)[None, :]], value=res)
+        return both
+
+    got = kernel(v)
+    np.testing.assert_allclose(got[:, :48], v + 1.5, rtol=1e-6)
+    np.testing.assert_allclose(got[:, 48], (v.astype(np.float64) + 1.5).sum(1), rtol=1e-5)

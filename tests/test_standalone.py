@@ -705,3 +705,31 @@ def test_tensor_scalar_unary_and_integer_ops():
     a, b = ops(x, n)
     np.testing.assert_allclose(a, np.abs(x) + 1, rtol=1e-6)
     np.testing.assert_array_equal(b, n * n)
+
+
+@nki.jit
+def scaled_row_extrema(x, scale):
+    """y = x * scale with each row's max (reduce_res) and negated min through tensor_scalar_reduce."""
+    p, f = x.shape
+    y = nl.ndarray((p, f), dtype=nl.float32, buffer=nl.shared_hbm)
+    stats = nl.ndarray((p, 2), dtype=nl.float32, buffer=nl.shared_hbm)
+    t = nl.ndarray((p, f), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    out = nl.ndarray((p, f), dtype=nl.float32, buffer=nl.sbuf)
+    st = nl.ndarray((p, 2), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_scalar_reduce(dst=out, data=t, op0=nl.multiply, operand0=scale, reduce_op=nl.maximum,
+                              reduce_res=st[:, 0:1])
+    nisa.tensor_scalar_reduce(dst=out, data=t, op0=nl.multiply, operand0=scale, reduce_op=nl.minimum,
+                              reduce_res=st[:, 1:2], reduce_res_negate=True)
+    nisa.dma_copy(dst=y, src=out)
+    nisa.dma_copy(dst=stats, src=st)
+    return y, stats
+
+
+def test_tensor_scalar_reduce_max_and_negated_min():
+    # All-negative rows: a max register reset to 0 instead of -inf would give 0.
+    x = -np.abs(_f32(128, 96)) - 0.5
+    y, stats = scaled_row_extrema(x, 2.0)
+    np.testing.assert_allclose(y, x * 2.0, rtol=1e-6)
+    np.testing.assert_allclose(stats[:, 0], (x * 2.0).max(1), rtol=1e-6)
+    np.testing.assert_allclose(stats[:, 1], -(x * 2.0).min(1), rtol=1e-6)

@@ -214,6 +214,17 @@ def tensor_scalar(data, op0, operand0, reverse0=False, *, op1=None, operand1=Non
     return nl._result(v, nl._out_dtype(dtype, x), mask)
 
 
+def tensor_scalar_reduce(*, data, op0, operand0, reduce_op, reduce_res, reverse0=False, dtype=None, mask=None,
+                         **_ignored):
+    """``data op0 operand0`` on the Vector engine, also reducing the result over all free axes with
+    ``reduce_op`` into ``reduce_res`` ([P, 1], written in place); returns the result tile."""
+    out = tensor_scalar(data, op0, operand0, reverse0, dtype=dtype, mask=mask)
+    vals = _reducer(reduce_op)(dt.compute_view(out.data).astype(np.float32),
+                               axis=tuple(range(1 + out.nb, out.ndim + out.nb)), keepdims=True)
+    reduce_res[...] = Tile(np.asarray(vals, np.float32), sbuf, parent=out)
+    return out
+
+
 def tensor_copy(src, *, mask=None, dtype=None, engine=engine.unknown, **_ignored):
     """Copy a tile within on-chip memory, casting to ``dtype``."""
     x = _tile(src, "src", "tensor_copy")
@@ -323,5 +334,6 @@ def bn_aggr(data, *, mask=None, dtype=None, **_ignored):
 
 # Instructions with batched implementations (see nl.BATCH_SAFE); the others run one program at a time.
 BATCH_SAFE = {"nc_matmul", "nc_transpose", "activation", "activation_reduce", "tensor_reduce",
-              "tensor_partition_reduce", "tensor_tensor", "tensor_scalar", "tensor_copy", "iota", "memset"}
+              "tensor_partition_reduce", "tensor_tensor", "tensor_scalar", "tensor_scalar_reduce", "tensor_copy", "iota",
+              "memset"}
 nl._guard_module(globals(), BATCH_SAFE, "nisa")

@@ -405,6 +405,24 @@ def tensor_scalar(dst, data, op0, operand0=None, reverse0=False, op1=None, opera
     _write(d, res.data, "tensor_scalar")
 
 
+def tensor_scalar_reduce(dst, data, op0, operand0, reduce_op, reduce_res=None, reverse0=False,
+                         reduce_cmd=reduce_cmd.reset_reduce, reduce_init=None, reduce_res_negate=False, name=None,
+                         **_ignored):
+    """``dst = data op0 operand0`` (one arithmetic operator) plus a reduction of the result over all
+    free axes with ``reduce_op`` into ``reduce_res`` ([P, 1]) through the Vector engine's registers
+    (``reduce_cmd``, default ``reset_reduce``; ``reduce_res_negate`` writes the negated result).
+    (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/generated/nki.isa.tensor_scalar_reduce.html)
+    """
+    d = _check_dst(dst, "tensor_scalar_reduce")
+    x = _gen1._tile(data, "data", "tensor_scalar_reduce")
+    with _scratch():
+        res = _gen1.tensor_scalar(x, _op(op0), operand0, reverse0, dtype=dt.float32)
+    out = res.data
+    _write(d, out, "tensor_scalar_reduce")
+    _reduce_registers("tensor_scalar_reduce", "Vector", out, x, reduce_op, reduce_res, reduce_cmd, reduce_init,
+                      negate=reduce_res_negate)
+
+
 def _is_unary(op) -> bool:
     """Whether ``op`` is a one-input operator (``nl.abs``, ``nl.exp`` ...)."""
     return op is nl.copy or op is nl.bypass or getattr(op, "__name__", None) in _nl1._UNARY
@@ -442,13 +460,20 @@ def activation(dst, op, data, bias=None, scale=1.0, reduce_op=None, reduce_res=N
     _reduce_registers("activation", "Scalar", out, x, reduce_op, reduce_res, reduce_cmd)
 
 
-def _reduce_registers(op, eng, out, x, reduce_op, reduce_res, cmd, init=None):
+def _reset_value(reduce_op):
+    """A reset register's value: the identity of the reduction (0 for add/subtract, 1 for
+    multiply, -inf for max, +inf for min), as nisa.tensor_scalar_cumulative documents."""
+    fn = nl.np_function(reduce_op if reduce_op is not None else nl.add)
+    return {np.multiply: 1.0, np.maximum: -np.inf, np.minimum: np.inf}.get(fn, 0.0)
+
+
+def _reduce_registers(op, eng, out, x, reduce_op, reduce_res, cmd, init=None, negate=False):
     regs = _program_regs()
     cur = regs.get(eng)
     if cur is None or cur.shape[0] != x.shape[0]:
         cur = np.zeros((x.shape[0], 1), np.float32)
     if cmd in ("reset", "reset_reduce"):
-        cur = np.zeros((x.shape[0], 1), np.float32)
+        cur = np.full((x.shape[0], 1), _reset_value(reduce_op), np.float32)
     if cmd == "load_reduce":
         cur = np.broadcast_to(np.asarray(_gen1._per_partition(init, x, "reduce_init", op), np.float32)
                               .reshape(-1, 1) if init is not None else 0.0, (x.shape[0], 1)).astype(np.float32)
@@ -460,7 +485,7 @@ def _reduce_registers(op, eng, out, x, reduce_op, reduce_res, cmd, init=None):
         cur = np.asarray(comb(cur, part), np.float32)
     regs[eng] = cur
     if reduce_res is not None:
-        _write(_check_dst(reduce_res, op), cur, op, "reduction result ([P, 1])")
+        _write(_check_dst(reduce_res, op), -cur if negate else cur, op, "reduction result ([P, 1])")
 
 
 def activation_reduce(dst, op, data, reduce_op, reduce_res, bias=None, scale=1.0, name=None, **_ignored):
