@@ -255,7 +255,7 @@ class Access(_InHBM):
         self.tensor = tensor
         self.index = index
         self.nb = nb  # leading batch axes of index.out_shape (a batch of programs' regions)
-        self.within = None  # for t[a][b]: the index b when it may leave t[a] (see check_within)
+        self.within = None  # for t[a][b]: the index b when it may leave t[a] (see local_mask)
 
     @property
     def shape(self):
@@ -282,16 +282,18 @@ class Access(_InHBM):
             acc.within = child
         return acc
 
-    def check_within(self, mask) -> None:
-        """For a region of a region: every element the mask keeps lies inside the outer region."""
+    def local_mask(self, mask):
+        """``mask`` as a load/store of this access uses it: in the tile's axes (see
+        ``Index.adapt_mask``), checked to keep a region of a region inside the outer region."""
+        mask = self.index.adapt_mask(mask)
         child = self.within
-        if child is None:
-            return
-        from .indexing import full_mask
+        if child is not None:
+            from .indexing import full_mask
 
-        m = full_mask(mask, child.out_shape)
-        arrays = [np.broadcast_to(a, child.out_shape) for a in child.arrays()]
-        child._check_bounds([a if m is None else a[m] for a in arrays], f"the region of {self.tensor.name}")
+            m = full_mask(mask, child.out_shape)
+            arrays = [np.broadcast_to(a, child.out_shape) for a in child.arrays()]
+            child._check_bounds([a if m is None else a[m] for a in arrays], f"the region of {self.tensor.name}")
+        return mask
 
     def _label(self):
         return f"{self.tensor.name}[...]"

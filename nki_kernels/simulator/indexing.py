@@ -53,17 +53,20 @@ class Index:
         return self.basic is not None or self.strided is not None
 
     # -- reading / writing -------------------------------------------------
-    def view(self, data: np.ndarray) -> np.ndarray:
-        """The selected region as a view of ``data`` (view paths only)."""
+    def view(self, data: np.ndarray, nb: int = 0) -> np.ndarray:
+        """The selected region as a view of ``data`` (view paths only). With ``nb``, the first
+        ``nb`` axes of ``data`` are a batch of programs' tiles, each indexed alike."""
+        lead, bshape = (slice(None),) * nb, data.shape[:nb]
+        full = bshape + self.out_shape
         if self.basic is not None:
-            v = data[self.basic]
+            v = data[lead + tuple(self.basic)]
             if self.perm is not None:
-                v = v.transpose(self.perm)
-            return v.reshape(self.out_shape) if v.shape != self.out_shape else v
+                v = v.transpose(tuple(range(nb)) + tuple(nb + p for p in self.perm))
+            return v.reshape(full) if v.shape != full else v
         start, coefs = self.strided
-        sub = data[tuple(slice(s, s + 1) for s in start)]
-        strides = [sum(c[ax] * st for c, st in zip(coefs, data.strides)) for ax in range(len(self.out_shape))]
-        return as_strided(sub, self.out_shape, strides, writeable=data.flags.writeable)
+        sub = data[lead + tuple(slice(s, s + 1) for s in start)]
+        strides = [sum(c[ax] * st for c, st in zip(coefs, data.strides[nb:])) for ax in range(len(self.out_shape))]
+        return as_strided(sub, full, data.strides[:nb] + tuple(strides), writeable=data.flags.writeable)
 
     def _boxed(self, mask):
         """For a mask that selects a box (ragged edge tiles), the box and the index restricted to it."""
@@ -426,13 +429,8 @@ def _resolve_simple(shape, key):
     if rank == -1:
         return None
     out_shape = _broadcast(shapes, rank)
-    if 1 in out_shape:
-        own = 0
-        for k in key:
-            if type(k) is AffineExpr:
-                own |= k.own
-        if any(n == 1 and not (own >> ax) & 1 for ax, n in enumerate(out_shape)):
-            return None  # the general resolver drops unowned size-1 axes
+    if _unowned_axes(key, out_shape):
+        return None  # the general resolver drops unowned size-1 axes
     basic, used = [], []
     for k, dim in zip(key, shape):
         if type(k) is int:
@@ -576,7 +574,7 @@ def resolve_batched(shape, key, what, bshape):
     comps = []
     for c, bc in zip(idx0.comps, bcs):
         bc = bc or (0,) * nb
-        if isinstance(c, np.ndarray) or isinstance(c, slice):
+        if isinstance(c, np.ndarray):
             raise NotBatchable("gathered index")
         if _is_int(c):
             if not any(bc):
@@ -610,32 +608,15 @@ def _bounds_hint(comps, shape, nb):
 def tile_view(idx: Index, data: np.ndarray, nb: int) -> np.ndarray:
     """``idx`` (resolved on a tile's per-program shape) applied to batched tile ``data`` whose
     first ``nb`` axes are the batch: a view when ``idx`` is one, else a gathered copy."""
-    if not nb:
-        return idx.view(data) if idx.is_view else idx.read(data)
-    lead = (slice(None),) * nb
-    bshape = data.shape[:nb]
-    if idx.basic is not None:
-        v = data[lead + tuple(idx.basic)]
-        if idx.perm is not None:
-            v = v.transpose(tuple(range(nb)) + tuple(nb + p for p in idx.perm))
-        full = bshape + idx.out_shape
-        return v.reshape(full) if v.shape != full else v
-    if idx.strided is not None:
-        start, coefs = idx.strided
-        sub = data[lead + tuple(slice(s, s + 1) for s in start)]
-        strides = [sum(c[ax] * st for c, st in zip(coefs, data.strides[nb:])) for ax in range(len(idx.out_shape))]
-        return as_strided(sub, bshape + idx.out_shape, data.strides[:nb] + tuple(strides),
-                          writeable=data.flags.writeable)
+    if idx.is_view:
+        return idx.view(data, nb)
     arrays = idx.arrays()
     idx._check_bounds(arrays, "tile")
-    return data[lead + tuple(np.broadcast_to(a, idx.out_shape) for a in arrays)]
+    return data[(slice(None),) * nb + tuple(np.broadcast_to(a, idx.out_shape) for a in arrays)]
 
 
 def tile_write(idx: Index, data: np.ndarray, values, nb: int) -> None:
     """Write ``values`` (batched, of ``data``'s dtype) at ``idx`` of every program's tile."""
-    if not nb:
-        idx.write(data, values)
-        return
     if idx.is_view and (idx.basic is not None or not idx._overlaps(data[(0,) * nb])):
         tile_view(idx, data, nb)[...] = values
         return

@@ -458,25 +458,31 @@ def _as_access(x, name, op):
 def load(src, *, mask=None, dtype=None, **_ignored):
     """DMA an HBM region into a new SBUF tile (``nl.load``); masked-off elements are not read."""
     acc = _as_access(src, "src", "nl.load")
-    mask = acc.index.adapt_mask(mask)
-    acc.check_within(mask)
+    mask = acc.local_mask(mask)
     prog = current_or_none()
     if prog is not None and prog.nb:
         from .vectorize import load_batched
 
         return load_batched(prog, acc, mask, dtype)
-    data = acc.index.read(acc.tensor.data, mask, what=acc.tensor.name)
+    tile = _loaded_tile(acc.tensor, acc.index.read(acc.tensor.data, mask, what=acc.tensor.name), dtype)
+    _prof.dma(acc.tensor, tile.data, "read", acc, mask)
+    return tile
+
+
+def _loaded_tile(tensor, data, dtype) -> Tile:
+    """A new SBUF tile holding ``data`` read from HBM ``tensor``, cast to ``dtype`` when given.
+
+    A view of HBM stays zero-copy: the tile views HBM until either side is written
+    (copy-on-write through ``tensor``'s borrowers)."""
     d = dt.as_dtype(dtype) if dtype is not None else None
     if d is not None and d != data.dtype:
         data = dt.cast(data, d)
     elif data.base is not None:
-        # Zero-copy load: the tile views HBM until either side is written (copy-on-write).
         data = data.view()
         data.flags.writeable = False
-    _prof.dma(acc.tensor, data, "read", acc, mask)
     tile = Tile(data, sbuf)
     if not data.flags.writeable:
-        acc.tensor._borrowers.add(tile)
+        tensor._borrowers.add(tile)
     return tile
 
 
@@ -486,8 +492,7 @@ def store(dst, value, *, mask=None, **_ignored):
         raise NKIError("store destination", f"nl.store destination is a {dst.buffer.name} tile of shape "
                        f"{dst.shape}; stores write HBM tensors only (assign tiles with t[...] = value)")
     acc = _as_access(dst, "dst", "nl.store")
-    mask = acc.index.adapt_mask(mask)
-    acc.check_within(mask)
+    mask = acc.local_mask(mask)
     if isinstance(value, (Access, HBMTensor)):
         raise NKIError("store value", "nl.store value is an HBM tensor; load it into SBUF first")
     prog = current_or_none()
@@ -515,18 +520,22 @@ def _store_deferred(acc, value: Tile, mask) -> bool:
     view = idx.view(t.data)
     if idx.basic is None and idx._overlaps(t.data):
         return False
-    prog = current()
-    prog.pending = None  # computed right here; other borrowers of t get copies first
+    _compute_into(t, value, view)
+    _prof.dma(t, view, "write", acc, mask)
+    return True
+
+
+def _compute_into(t, value: Tile, view) -> None:
+    """Compute deferred tile ``value`` straight into ``view`` of HBM tensor ``t``. The tile then
+    keeps viewing what it wrote (copy-on-write if ``t`` is written again)."""
+    current().pending = None  # computed right here; other borrowers of t get copies first
     if t._borrowers:
         t.materialize_borrowers()
     value.force(out=view)
-    _prof.dma(t, view, "write", acc, mask)
-    # The tile keeps viewing what it wrote (copy-on-write if t is written again).
     ro = view.view()
     ro.flags.writeable = False
     value._data = ro
     t._borrowers.add(value)
-    return True
 
 
 def _fit(vals, shape, op, dst):
@@ -548,8 +557,7 @@ def _fit(vals, shape, op, dst):
 def load_transpose2d(src, *, mask=None, dtype=None, **_ignored):
     """Load a 2-D HBM region transposed: its free axis becomes the partition axis."""
     acc = _as_access(src, "src", "nl.load_transpose2d")
-    mask = acc.index.adapt_mask(mask)
-    acc.check_within(mask)
+    mask = acc.local_mask(mask)
     if len(acc.shape) != 2:
         raise NKIError("load_transpose2d", f"needs a 2-D region, got shape {acc.shape}")
     data = acc.index.read(acc.tensor.data, mask, what=acc.tensor.name).T

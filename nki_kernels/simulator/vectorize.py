@@ -41,7 +41,7 @@ import numpy as np
 from . import config
 from . import dtypes as dt
 from . import profile as _prof
-from .core import Program, Tile, sbuf, set_current
+from .core import Program, Tile, set_current
 from .errors import NotBatchable
 from .index_expr import Mask
 
@@ -100,26 +100,19 @@ def load_batched(prog, acc, mask, dtype):
     _unmasked(mask, "load")
     if t.is_output:
         raise NotBatchable("a program loads what the launch writes")
+    from .language import _loaded_tile
+
     if acc.nb:
         data = acc.index.view(t.data)
     else:  # the same region for every program (weights, constants)
         data = acc.index.read(t.data, None, what=t.name)
         data = np.broadcast_to(data, prog.bshape + data.shape)
-    d = dt.as_dtype(dtype) if dtype is not None else None
-    if d is not None and d != data.dtype:
-        data = dt.cast(data, d)
-    else:
-        data = data.view()
-        data.flags.writeable = False
-    tile = Tile(data, sbuf)
-    if not data.flags.writeable:
-        t._borrowers.add(tile)
-    return tile
+    return _loaded_tile(t, data, dtype)
 
 
 def store_batched(prog, acc, value, mask):
     """``nl.store`` for a batch: every program's tile into its region of an output at once."""
-    from .language import _fit, _values
+    from .language import _fit, _values, _compute_into
 
     t = acc.tensor
     _unmasked(mask, "store")
@@ -134,14 +127,7 @@ def store_batched(prog, acc, value, mask):
     full = idx.out_shape
     if isinstance(value, Tile) and value._thunk is not None and value.dtype == t.dtype \
             and tuple(value._thunk[2]) == full:
-        prog.pending = None  # computed right here, straight into HBM
-        if t._borrowers:
-            t.materialize_borrowers()
-        value.force(out=view)
-        ro = view.view()
-        ro.flags.writeable = False
-        value._data = ro
-        t._borrowers.add(value)
+        _compute_into(t, value, view)
     else:
         vals = _fit(_values(value, "value"), full, "nl.store", f"{t.name}{list(acc.shape)}")
         if t._borrowers:
