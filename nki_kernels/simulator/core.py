@@ -214,8 +214,12 @@ class HBMTensor(_InHBM):
     def __len__(self):
         return self.data.shape[0]
 
-    def reshape(self, *shape):
-        """A view of the same HBM memory with another shape (same number of elements)."""
+    def reshape(self, *shape_args, shape=None):
+        """A view of the same HBM memory with another shape (same number of elements);
+        ``t.reshape((a, b))``, ``t.reshape(a, b)`` and ``t.reshape(shape=(a, b))`` as documented."""
+        if shape is not None and shape_args:
+            raise TypeError("reshape: give the shape positionally or as shape=, not both")
+        shape = shape if shape is not None else shape_args
         if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
             shape = tuple(shape[0])
         shape = tuple(int(s) for s in shape)

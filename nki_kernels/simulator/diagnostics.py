@@ -328,21 +328,36 @@ def launch_end(state, result=None) -> None:
     log = getattr(state, "diag", None)
     if log is None:
         return
-    outputs = {id(t) for t in _hbm_results(result)}
+    results = list(_hbm_results(result))
+    written = set()  # ids of returned outputs stored into, directly or through a reshape of them
     for key, (tensor, reads, writes) in log.tensors.items():
         if not writes:
             continue
         covered, regions = None, None
         if config.enabled("race"):
             covered, regions = _check_races(tensor, reads, writes, state)
-        if (config.enabled("uninit") and id(tensor) in outputs and tensor.__dict__.get("uninit")):
-            _check_output_covered(tensor, writes, covered, regions)
-    for t in _hbm_results(result):
-        if config.enabled("uninit") and t.__dict__.get("uninit") and _tensor_key(t) not in log.tensors:
+        for out in results:
+            if _same_memory(tensor, out):
+                written.add(id(out))
+                # A whole-tensor reshape addresses the same elements in the same C order, so the
+                # view's flat coverage is the output's.
+                if config.enabled("uninit") and out.__dict__.get("uninit"):
+                    _check_output_covered(tensor, writes, covered, regions)
+    for t in results:
+        if config.enabled("uninit") and t.__dict__.get("uninit") and id(t) not in written:
             config.report("uninit", NKIError(
                 "uninit", f"kernel returns {t.name} {t.shape} (allocated with nl.ndarray) but no program "
                 "stored anything into it; its contents would be garbage on hardware",
                 where=fmt_where(where())))
+
+
+def _same_memory(a, b) -> bool:
+    """``a`` is ``b`` or a whole-tensor reshape of it (``out.reshape(...)`` stores)."""
+    if a is b:
+        return True
+    da, db = a.data, b.data
+    return (da.size == db.size and da.__array_interface__["data"][0] == db.__array_interface__["data"][0]
+            and da.flags.c_contiguous and db.flags.c_contiguous)
 
 
 def _hbm_results(result):

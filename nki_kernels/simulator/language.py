@@ -139,7 +139,23 @@ _UNARY = {
     "logical_not": lambda x: (np.asarray(x) == 0), "invert": np.invert,
     "erf_dx": lambda x: 2.0 / math.sqrt(math.pi) * np.exp(-np.square(x)),
     "identity": lambda x: np.array(x, copy=True),
+    # Activation derivatives and approximations (nki.language math / activation tables).
+    "gelu_dx": lambda x: 0.5 * (1.0 + _erf(x / math.sqrt(2.0))) + x * np.exp(-0.5 * np.square(x)) / math.sqrt(
+        2.0 * math.pi),
+    "gelu_apprx_sigmoid": lambda x: x * _sigmoid(1.702 * x),
+    "gelu_apprx_sigmoid_dx": lambda x: _sigmoid(1.702 * x) * (1.0 + 1.702 * x * (1.0 - _sigmoid(1.702 * x))),
+    "gelu_apprx_tanh_dx": lambda x: _gelu_tanh_dx(x),
+    "silu_dx": lambda x: _sigmoid(x) * (1.0 + x * (1.0 - _sigmoid(x))),
+    "sigmoid_dx": lambda x: _sigmoid(x) * (1.0 - _sigmoid(x)),
+    "tanh_dx": lambda x: 1.0 - np.square(np.tanh(x)),
 }
+
+
+def _gelu_tanh_dx(x):
+    # d/dx of 0.5 x (1 + tanh(k (x + c x^3))), k = sqrt(2/pi), c = 0.044715
+    k, c = 0.7978845608, 0.044715
+    t = np.tanh(k * (x + c * x ** 3))
+    return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * k * (1.0 + 3.0 * c * x * x)
 
 _BINARY = {
     "add": np.add, "subtract": np.subtract, "multiply": np.multiply, "divide": np.divide,
@@ -151,6 +167,9 @@ _BINARY = {
     "logical_xor": lambda a, b: (np.asarray(a) != 0) ^ (np.asarray(b) != 0),
     "bitwise_and": np.bitwise_and, "bitwise_or": np.bitwise_or, "bitwise_xor": np.bitwise_xor,
     "left_shift": np.left_shift, "right_shift": np.right_shift,
+    # Magnitude comparisons keep the signed value; ties return y (nki.language.abs_max / abs_min).
+    "abs_max": lambda a, b: np.where(np.abs(a) > np.abs(b), a, b),
+    "abs_min": lambda a, b: np.where(np.abs(a) < np.abs(b), a, b),
 }
 
 
@@ -596,10 +615,176 @@ def device_print(prefix, x, **_ignored):
     print(prefix, x.data if isinstance(x, Tile) else x)
 
 
-def dropout(x, rate, *, dtype=None, mask=None, **_ignored):
-    """Zero elements with probability ``rate`` (``nl.dropout``; NumPy's global RNG)."""
-    keep = np.random.random_sample(x.shape) >= float(np.asarray(_values(rate, "rate")).reshape(-1)[0])
-    return _result(np.where(keep, _values(x, "x"), 0), _out_dtype(dtype, x), mask)
+def _rng():
+    """The running program's random generator (``nl.random_seed`` resets it), else NumPy's global one."""
+    prog = current_or_none()
+    if prog is None:
+        return np.random
+    if getattr(prog, "rng", None) is None:
+        prog.rng = np.random.default_rng()
+    return prog.rng
+
+
+def random_seed(seed, *, mask=None):
+    """Seed the random generator of ``nl.dropout`` / ``nl.rand`` for this program (``nl.random_seed``).
+
+    ``seed`` is an int or a tile whose first element is the seed (the official samples pass a
+    ``[1, 1]`` tile loaded from HBM). Same seed, same random stream."""
+    value = seed
+    if isinstance(seed, Tile):
+        value = np.asarray(_values(seed, "seed")).reshape(-1)
+        if value.size == 0:
+            raise NKIError("random_seed", f"nl.random_seed: the seed tile of shape {seed.shape} is empty")
+        value = value[0]
+    current().rng = np.random.default_rng(int(np.asarray(value).astype(np.int64)) & 0xFFFFFFFF)
+
+
+def dropout(x, rate, *, dtype=None, mask=None):
+    """Zero elements of ``x`` with probability ``rate`` (``nl.dropout``), no rescaling.
+
+    ``rate`` is a scalar or a tile broadcasting against ``x`` (per-partition rates as a
+    ``[P, 1]`` tile); draws come from the program's generator (see :func:`random_seed`)."""
+    v = _values(x, "x")
+    r = _values(rate, "rate")
+    if isinstance(rate, Tile) and rate.ndim == 1 and isinstance(x, Tile) and x.ndim > 1:
+        r = np.reshape(r, np.shape(r) + (1,) * (x.ndim - 1))
+    keep = _rng().random(np.shape(v)) >= np.asarray(r, dtype=np.float64)
+    return _result(np.where(keep, v, 0), _out_dtype(dtype, x), mask)
+
+
+def rand(shape, dtype=None, *, buffer=None, name="", mask=None):
+    """A new tile of uniform random values in ``[0, 1)`` (``nl.rand``), from the program's generator."""
+    tile = _allocate(shape, dtype if dtype is not None else float32, buffer, 0, name)
+    tile.data[...] = dt.cast(_rng().random(tile.data.shape, dtype=np.float32), tile.dtype)
+    return tile
+
+
+def static_cast(x, dtype):
+    """``x`` converted to ``dtype`` (``nl.static_cast``): a tile in a kernel, or a NumPy array
+    outside one (as the official tests prepare inputs: ``nl.static_cast(q, nl.bfloat16)``).
+    Floats round to nearest even; float to int rounds and saturates like the engines do."""
+    d = dt.as_dtype(dtype)
+    if isinstance(x, Tile):
+        return _result(_values(x, "x"), d, engine="Scalar")
+    if isinstance(x, (Access, HBMTensor)):
+        _values(x, "x")  # the HBM error
+    return dt.cast(np.asarray(x), d)
+
+
+class finfo:
+    """Machine limits of a floating dtype (``nl.finfo``), ml_dtypes' bf16/fp8 included:
+    ``min``, ``max``, ``eps``, ``tiny``, ``bits``, ``dtype``."""
+
+    def __init__(self, dtype):
+        d = dt.as_dtype(dtype)
+        if not dt.is_float(d):
+            raise TypeError(f"nl.finfo: dtype {d} is not a floating type (use numpy.iinfo for integers)")
+        import ml_dtypes
+
+        info = ml_dtypes.finfo(d)
+        self.dtype = d
+        self.bits = int(info.bits)
+        self.min = float(info.min)
+        self.max = float(info.max)
+        self.eps = float(info.eps)
+        self.tiny = float(info.tiny)
+
+    def __repr__(self):
+        return f"finfo(dtype={self.dtype}, min={self.min}, max={self.max}, eps={self.eps})"
+
+
+fp32 = finfo(float32)  # nl.fp32.min is the most negative fp32, the samples' -inf stand-in
+
+
+def ds(start, size):
+    """The index range ``start, start+1, ..., start+size-1`` (``nl.ds``, a dynamic slice)."""
+    return slice(start, start + size)
+
+
+def shared_constant(constant, dtype=None):
+    """An HBM tensor holding ``constant`` (``nl.shared_constant``): a NumPy array or the path of
+    a ``.npy`` file, converted to ``dtype`` when given. It is read-only: stores into it raise."""
+    if isinstance(constant, (str, bytes)) or hasattr(constant, "__fspath__"):
+        constant = np.load(constant)
+    data = np.array(constant)
+    if dtype is not None:
+        data = dt.cast(data, dt.as_dtype(dtype))
+    data.flags.writeable = False
+    return HBMTensor(data, shared_hbm, "shared_constant")
+
+
+def shared_identity_matrix(n, dtype=float32):
+    """An ``n`` x ``n`` identity matrix in SBUF (``nl.shared_identity_matrix``)."""
+    tile = _allocate((int(n), int(n)), dtype, sbuf, 0)
+    tile.data[...] = np.eye(int(n), dtype=tile.dtype)
+    return tile
+
+
+def gather_flattened(data, indices, *, dtype=None, mask=None):
+    """Per-partition gather (``nl.gather_flattened``): ``out[p, j...] = data[p].flatten()[indices[p, j...]]``.
+
+    Indices are unsigned integers addressing each partition's flattened free axes; an index
+    outside ``[0, free size)`` is an error, as the hardware reads another partition's data."""
+    d = _need_tile(data, "data", "nl.gather_flattened")
+    i = _need_tile(indices, "indices", "nl.gather_flattened")
+    if not np.issubdtype(i.dtype, np.integer):
+        raise NKIError("gather indices", f"nl.gather_flattened: indices of dtype {i.dtype} must be integers")
+    if d.shape[0] != i.shape[0]:
+        raise NKIError("gather partitions", f"nl.gather_flattened: data {d.shape} and indices {i.shape} must "
+                       "have the same partition size")
+    flat = np.reshape(_values(d, "data"), (d.shape[0], -1))
+    idx = np.reshape(np.asarray(_values(i, "indices")).astype(np.int64), (i.shape[0], -1))
+    if idx.size and (idx.min() < 0 or idx.max() >= flat.shape[1]):
+        raise NKIError("gather index range", f"nl.gather_flattened: an index ({int(idx.min())}..{int(idx.max())}) "
+                       f"is outside the {flat.shape[1]} elements of a partition of data {d.shape}")
+    out = np.take_along_axis(flat, idx, axis=1).reshape(i.shape)
+    return _result(out, _out_dtype(dtype, d), mask, engine="GpSimd")
+
+
+def rms_norm(x, w, axis, n, epsilon=1e-6, *, dtype=None, compute_dtype=None, mask=None):
+    """``x / sqrt(sum(x**2, axis) / n + epsilon) * w`` (``nl.rms_norm``), fp32 statistics."""
+    axes = _axes(x, axis, "rms_norm")
+    v = np.asarray(_values(x, "x"), dtype=np.float32)
+    wv = _values(w, "w")
+    if isinstance(w, Tile) and isinstance(x, Tile) and w.ndim < x.ndim and w.shape[0] == x.shape[0]:
+        wv = np.reshape(wv, np.shape(wv) + (1,) * (x.ndim - w.ndim))
+    ms = np.sum(np.square(v), axis=tuple(a + _nb() for a in axes), keepdims=True) / float(n)
+    out = v / np.sqrt(ms + np.float32(epsilon)) * wv
+    return _result(out, _out_dtype(dtype if dtype is not None else compute_dtype, x), mask, engine="Vector")
+
+
+def prelu(x, alpha, *, dtype=None, mask=None):
+    """Parametric ReLU (``nl.prelu``): ``x`` where ``x >= 0``, else ``alpha * x``."""
+    v = _values(x, "x")
+    a = _values(alpha, "alpha")
+    return _result(np.where(v >= 0, v, a * v), _out_dtype(dtype, x), mask, engine="Scalar")
+
+
+def _memory_is(x, *buffers):
+    buf = x if isinstance(x, Buffer) else getattr(x, "buffer", None)
+    if buf is None:
+        raise TypeError(f"expected an NKI tensor or memory, got {type(x).__name__}")
+    return any(buf is b for b in buffers)
+
+
+def is_psum(x):
+    """Whether tensor (or memory) ``x`` is in PSUM (``nl.is_psum``)."""
+    return _memory_is(x, psum)
+
+
+def is_sbuf(x):
+    """Whether tensor (or memory) ``x`` is in SBUF (``nl.is_sbuf``)."""
+    return _memory_is(x, sbuf)
+
+
+def is_hbm(x):
+    """Whether tensor (or memory) ``x`` is in device memory, any HBM flavour (``nl.is_hbm``)."""
+    return _memory_is(x, hbm, shared_hbm, private_hbm)
+
+
+def is_on_chip(x):
+    """Whether tensor (or memory) ``x`` is in SBUF or PSUM (``nl.is_on_chip``)."""
+    return _memory_is(x, sbuf, psum)
 
 
 # ---------------------------------------------------------------------------
@@ -612,7 +797,8 @@ def arange(*args):
 
 
 class _Grid:
-    """Open index grid returned by ``nl.mgrid[...]``: iterable, with ``.p`` / ``.x`` for 2-D."""
+    """Open index grid returned by ``nl.mgrid[...]``: iterable, with ``.p`` / ``.x`` / ``.y`` / ``.z``
+    naming its axes in order (up to 4)."""
 
     def __init__(self, arrays):
         self._arrays = arrays
@@ -626,15 +812,30 @@ class _Grid:
     def __getitem__(self, i):
         return self._arrays[i]
 
+    def _axis(self, i, name):
+        if i >= len(self._arrays):
+            raise AttributeError(f"nl.mgrid of {len(self._arrays)} axes has no .{name} (axis {i})")
+        return self._arrays[i]
+
     @property
     def p(self):
         """The partition index (first axis)."""
-        return self._arrays[0]
+        return self._axis(0, "p")
 
     @property
     def x(self):
-        """The free index (second axis)."""
-        return self._arrays[1]
+        """The first free index (second axis)."""
+        return self._axis(1, "x")
+
+    @property
+    def y(self):
+        """The second free index (third axis)."""
+        return self._axis(2, "y")
+
+    @property
+    def z(self):
+        """The third free index (fourth axis)."""
+        return self._axis(3, "z")
 
 
 class _MGrid:

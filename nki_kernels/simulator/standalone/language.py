@@ -47,24 +47,12 @@ class tile_size(_gen1.tile_size):
     sbuf_min_align = 4
 
 
-def ds(start, size):
-    """A dynamic slice ``start:start+size`` (``nl.ds``)."""
-    return slice(start, start + size)
-
-
 def bypass(x):
     """The "no operation" ALU / activation identifier (``nl.bypass``): returns its input."""
     return x
 
 
 bypass._np = lambda x: np.array(x, copy=True)
-
-
-def shared_identity_matrix(n, dtype=float32, **_ignored):  # noqa: F405
-    """An ``n`` x ``n`` identity tile in SBUF (``nl.shared_identity_matrix``)."""
-    t = _allocate((int(n), int(n)), dtype, sbuf)
-    t.data[...] = np.eye(int(n), dtype=t.dtype)
-    return t
 
 
 def _op_function(op):
