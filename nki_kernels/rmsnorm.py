@@ -2,9 +2,11 @@
 
 ``y = x * rsqrt(mean(x**2, -1) + eps) * w`` over the last axis of a 2-D ``x``.
 Each program owns 128 rows and keeps them resident in SBUF; the hidden axis is
-processed in chunks of ``CHUNK`` so the fp32 temporaries stay bounded (fp32
-hidden sizes up to 8192 fit the 192 KiB per partition in both kernels; the
-simulator's capacity check says when a larger one does not). Statistics are accumulated in fp32 whatever
+processed in chunks of ``CHUNK`` so the fp32 temporaries stay bounded. Rows too
+long to stay resident in the 192 KiB per partition (more than ``FWD_RESIDENT_BYTES``
+/ ``BWD_RESIDENT_BYTES`` per row) take the streaming row bodies of
+``nki_kernels.library.residual_rms_norm``, which reload the row from HBM per pass,
+so any hidden size works. Statistics are accumulated in fp32 whatever
 the input dtype; outputs are written in the input dtype.
 
 The backward kernel produces ``dx`` and one fp32 partial ``dw`` per program
@@ -14,11 +16,20 @@ the caller sums the partials.
 
 from __future__ import annotations
 
+import numpy as np
+
 from .backend import nisa, nki, nl
+from .library.residual_rms_norm import rms_backward_rows, rms_forward_rows
 
 P = 128  # rows per program (nl.tile_size.pmax)
 CHUNK = 4096  # hidden elements per compute step: 16 KiB fp32 temporaries per partition
 MM_F = 512  # moving free size of one matmul (nl.tile_size.gemm_moving_fmax)
+FWD_RESIDENT_BYTES = 32 * 1024  # longest row (per partition) the forward keeps resident: x and w
+BWD_RESIDENT_BYTES = 16 * 1024  # the backward keeps x, dy and w resident
+
+
+def _row_bytes(t):
+    return t.shape[1] * np.dtype(t.dtype).itemsize
 
 
 def _chunks(d):
@@ -35,6 +46,9 @@ def rms_norm_fwd_kernel(x, w, eps=1e-6, return_rstd=False):
     n, d = x.shape
     y = nl.ndarray((n, d), dtype=x.dtype, buffer=nl.shared_hbm)
     rstd_out = nl.ndarray((n, 1), dtype=nl.float32, buffer=nl.shared_hbm) if return_rstd else None
+    if _row_bytes(x) > FWD_RESIDENT_BYTES:
+        rms_forward_rows(x, None, w, eps, y, rstd_out=rstd_out)
+        return (y, rstd_out) if return_rstd else y
 
     ip = nl.program_id(0) * P + nl.arange(P)[:, None]
     iw = nl.arange(d)[None, :]
@@ -73,6 +87,9 @@ def rms_norm_bwd_kernel(dy, x, w, rstd):
     n, d = x.shape
     dx = nl.ndarray((n, d), dtype=x.dtype, buffer=nl.shared_hbm)
     dw_partial = nl.ndarray((nl.num_programs(0), d), dtype=nl.float32, buffer=nl.shared_hbm)
+    if _row_bytes(x) > BWD_RESIDENT_BYTES:
+        rms_backward_rows(dy, x, w, rstd, dx, dw_partial)
+        return dx, dw_partial
 
     ip = nl.program_id(0) * P + nl.arange(P)[:, None]
     iw = nl.arange(d)[None, :]
