@@ -244,25 +244,92 @@ class LaunchLog:
 
     def __init__(self):
         self.tensors = {}
+        # key -> indices of writes that stored exactly the values already there (written by an
+        # earlier program): programs storing identical data is benign, not a race.
+        self.repeats = {}
+        self.extent = {}  # key -> (lo, hi) box around all writes so far, None once unknown
+        self.writers = {}  # key -> program ids that wrote it
 
-    def add(self, tensor, access, mask, write, prog, wh=None):
-        """Log one access of ``tensor`` by ``prog`` (``write`` or read) made at ``wh`` (file, line, fn)."""
+    def add(self, tensor, access, mask, write, prog, wh=None, values=None):
+        """Log one access of ``tensor`` by ``prog`` (``write`` or read) made at ``wh`` (file, line, fn);
+        ``values`` (about to be written) let a write that changes nothing be told apart."""
         key = _tensor_key(tensor)
         ent = self.tensors.get(key)
         if ent is None:
             ent = self.tensors[key] = [tensor, [], []]
         rec = (prog.pid, access.index, mask, wh or where())
+        if write and values is not None and ent[2] and self._may_overlap(key, access, mask, prog.pid, ent[2]) \
+                and _rewrites_same(tensor, access, mask, values):
+            self.repeats.setdefault(key, set()).add(len(ent[2]))
+        if write:
+            self._grow_extent(key, access, mask, not ent[2])
+            self.writers.setdefault(key, set()).add(prog.pid)
         ent[2 if write else 1].append(rec)
         if write and tensor.__dict__.get("written") is not None:
             _mark_written(tensor, access.index, mask)
+
+
+    def _may_overlap(self, key, access, mask, pid, writes) -> bool:
+        """Cheap test whether this write can touch what another program wrote before."""
+        if self.writers.get(key) == {pid}:
+            return False
+        ext = self.extent.get(key)
+        box = _fast_box(access.index, mask)
+        if ext is None or box is None:
+            return True
+        return all(l < eh and el < h for l, h, el, eh in zip(box[0], box[1], ext[0], ext[1]))
+
+    def _grow_extent(self, key, access, mask, first):
+        box = _fast_box(access.index, mask)
+        if box is None:
+            self.extent[key] = None
+        elif first:
+            self.extent[key] = (list(box[0]), list(box[1]))
+        elif self.extent.get(key) is not None:
+            lo, hi = self.extent[key]
+            self.extent[key] = ([min(a, b) for a, b in zip(lo, box[0])], [max(a, b) for a, b in zip(hi, box[1])])
+
+
+def _rewrites_same(tensor, access, mask, values) -> bool:
+    """Whether storing ``values`` at ``access`` leaves ``tensor`` unchanged (NaN equal to NaN)."""
+    from .indexing import full_mask
+
+    shape = access.index.out_shape
+    old = access.index.read(tensor.data, mask)
+    new = np.broadcast_to(np.asarray(values), shape).astype(tensor.dtype)
+    m = full_mask(mask, shape)
+    if m is not None:
+        new = np.where(m, new, np.zeros((), tensor.dtype))
+    kind = tensor.dtype.kind
+    return bool(np.array_equal(old, new, equal_nan=kind in "fc" or not np.issubdtype(tensor.dtype, np.number)))
+
+
+def wants_old_values(tensor, access, mask) -> bool:
+    """Whether a store must leave ``tensor`` untouched until :func:`hbm_access` has compared the
+    values it writes with what another program wrote there (so a deferred op cannot write in place)."""
+    prog = (_current_or_none or _bind_current())()
+    log = getattr(prog.launch, "diag", None) if prog is not None and not prog.nb else None
+    if log is None or not config.enabled("race"):
+        return False
+    key = _tensor_key(tensor)
+    ent = log.tensors.get(key)
+    return bool(ent and ent[2] and log._may_overlap(key, access, mask, prog.pid, ent[2]))
+
+
+def _bind_current():
+    global _current_or_none
+    from .core import current_or_none as _current_or_none
+
+    return _current_or_none
 
 
 def _mark_written(tensor, index, mask):
     index.write(tensor.written, np.True_, mask)
 
 
-def hbm_access(tensor, access, mask, write) -> None:
-    """Hook for every DMA between HBM and on-chip memory (``nl.load``/``nl.store``/``dma_copy``)."""
+def hbm_access(tensor, access, mask, write, values=None) -> None:
+    """Hook for every DMA between HBM and on-chip memory (``nl.load``/``nl.store``/``dma_copy``);
+    for a write, ``values`` are what is about to be stored (``None`` once already stored)."""
     global _current_or_none
     if _current_or_none is None:
         from .core import current_or_none as _current_or_none
@@ -291,7 +358,7 @@ def hbm_access(tensor, access, mask, write) -> None:
             if loops:
                 _loop_log(tensor, Region.of(access.index, mask), "r", hbm=True)
             return
-    log.add(tensor, access, mask, write, prog)
+    log.add(tensor, access, mask, write, prog, values=values if write else None)
     if loops:
         _loop_log(tensor, Region.of(access.index, mask), "w" if write else "r", hbm=True)
 
@@ -335,7 +402,7 @@ def launch_end(state, result=None) -> None:
             continue
         covered, regions = None, None
         if config.enabled("race"):
-            covered, regions = _check_races(tensor, reads, writes, state)
+            covered, regions = _check_races(tensor, reads, writes, state, log.repeats.get(key, ()))
         for out in results:
             if _same_memory(tensor, out):
                 written.add(id(out))
@@ -416,9 +483,10 @@ def _candidate_pairs(lo, hi):
     return order[i[ok]], order[j[ok]]
 
 
-def _check_races(tensor, reads, writes, state):
+def _check_races(tensor, reads, writes, state, repeats=()):
     """Report the first cross-program write/write or read/write overlap; return whether the
-    writes are pairwise disjoint (used for the output coverage shortcut)."""
+    writes are pairwise disjoint (used for the output coverage shortcut). Writes in ``repeats``
+    stored exactly what was already there: overlapping an earlier write with them is benign."""
     recs = [(r, True) for r in writes] + [(r, False) for r in reads]
     regions = _boxes([r for r, _ in recs])
     shapes = {r.shape for r in regions}
@@ -442,7 +510,7 @@ def _check_races(tensor, reads, writes, state):
             continue
         if is_w[a] and is_w[b]:
             writes_disjoint = False
-        if same:
+        if same or (is_w[a] and is_w[b] and max(a, b) in repeats):
             continue
         if not is_w[a]:
             a, b = b, a

@@ -286,11 +286,26 @@ def _normalize(shape, key, what):
         elif isinstance(k, np.ndarray) and np.issubdtype(k.dtype, np.integer):
             comps.append(_as_expr(k) or k)
         elif hasattr(k, "data") and hasattr(k, "buffer"):
-            raise NKIError("dynamic index", f"indexing {what} with a tile's values (dynamic/indirect access) "
-                           "is not supported by the simulator")
+            comps.append(_indirect(k, axis, what))
         else:
             raise NKIError("index type", f"cannot index {what} with {type(k).__name__} {k!r}")
     return comps
+
+
+def _indirect(tile, axis, what):
+    """The index array of an indirect (gather / scatter) access: a tile's integer values index
+    ``axis``, laid out like the tile (partition axis first), as ``nl.load(t[b, idx_tile, i_f])``
+    does on the DMA engines. Values out of bounds are errors unless the access's mask hides them."""
+    if getattr(tile, "nb", 0):
+        raise NotBatchable(f"an indirect index into {what}")
+    if tile.buffer.name != "sbuf":
+        raise NKIError("indirect index", f"the index tile for axis {axis} of {what} is in {tile.buffer.name}; "
+                       "indirect DMA reads its offsets from SBUF")
+    vals = np.asarray(tile.data)
+    if not np.issubdtype(vals.dtype, np.integer):
+        raise NKIError("indirect index", f"the index tile for axis {axis} of {what} has dtype {vals.dtype}; "
+                       "indirect offsets must be integers (int32 / uint32)")
+    return vals.astype(np.int64)
 
 
 def resolve(shape, key, what="tensor") -> Index:

@@ -537,10 +537,10 @@ def _store_deferred(acc, value: Tile, mask) -> bool:
             or _full_mask(mask, acc.shape) is not None or not t.data.flags.writeable):
         return False
     view = idx.view(t.data)
-    if idx.basic is None and idx._overlaps(t.data):
+    if (idx.basic is None and idx._overlaps(t.data)) or _diag.wants_old_values(t, acc, mask):
         return False
     _compute_into(t, value, view)
-    _prof.dma(t, view, "write", acc, mask)
+    _prof.dma(t, view, "write", acc, mask, written=True)
     return True
 
 
@@ -764,7 +764,7 @@ def _memory_is(x, *buffers):
     buf = x if isinstance(x, Buffer) else getattr(x, "buffer", None)
     if buf is None:
         raise TypeError(f"expected an NKI tensor or memory, got {type(x).__name__}")
-    return any(buf is b for b in buffers)
+    return buf in buffers  # (nl's own `any` shadows the builtin here)
 
 
 def is_psum(x):

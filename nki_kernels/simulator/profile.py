@@ -17,9 +17,10 @@ def instruction(engine: str, out) -> None:
         _recorder.instruction(engine, out)
 
 
-def dma(tensor, data, direction: str, access, mask) -> None:
-    """Record one DMA transfer of ``data`` to or from HBM ``tensor`` (and log it for diagnostics)."""
-    _hbm_access(tensor, access, mask, direction == "write")
+def dma(tensor, data, direction: str, access, mask, written=False) -> None:
+    """Record one DMA transfer of ``data`` to or from HBM ``tensor`` (and log it for diagnostics).
+    A write is recorded before ``tensor`` changes, or with ``written=True`` after."""
+    _hbm_access(tensor, access, mask, direction == "write", None if written else data)
     if _recorder is not None:
         _recorder.dma(tensor, data, direction, access, mask)
 

@@ -133,7 +133,7 @@ def store_batched(prog, acc, value, mask):
         if t._borrowers:
             t.materialize_borrowers()
         view[...] = dt.cast(vals, t.dtype)
-    _prof.dma(t, view, "write", acc, mask)
+    _prof.dma(t, view, "write", acc, mask, written=True)
 
 
 # ---------------------------------------------------------------------------

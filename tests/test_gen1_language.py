@@ -1,0 +1,280 @@
+"""First-generation ``nl`` names added from the reference pages, against float64 NumPy math,
+and the rules they bring (planted bugs rejected, valid edges accepted)."""
+
+import math
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from nki_kernels.simulator import NKIError
+from nki_kernels.simulator import language as nl
+from nki_kernels.simulator import nki
+
+RNG = np.random.default_rng(7)
+
+
+def run1(fn, *arrays, grid=()):
+    """Run ``fn`` (tiles -> tile) as a kernel storing its result into a fresh output."""
+
+    @nki.jit
+    def kernel(*tensors):
+        res = fn(*[nl.load(t) for t in tensors])
+        out = nl.ndarray(res.shape, dtype=res.dtype, buffer=nl.shared_hbm)
+        nl.store(out, value=res)
+        return out
+
+    return kernel[grid](*arrays)
+
+
+def _sig(v):
+    return 1.0 / (1.0 + np.exp(-v))
+
+
+def _gelu(v):
+    return 0.5 * v * (1 + np.vectorize(math.erf)(v / math.sqrt(2.0)))
+
+
+def _num_dx(f, v, h=1e-4):
+    return (f(v + h) - f(v - h)) / (2 * h)
+
+
+X = np.linspace(-5, 5, 128 * 16).reshape(128, 16).astype(np.float32)
+
+
+@pytest.mark.parametrize("name,f", [
+    ("gelu_apprx_sigmoid", lambda v: v * _sig(1.702 * v)),
+    ("gelu_dx", lambda v: _num_dx(_gelu, v)),
+    ("silu_dx", lambda v: _num_dx(lambda u: u * _sig(u), v)),
+    ("gelu_apprx_sigmoid_dx", lambda v: _num_dx(lambda u: u * _sig(1.702 * u), v)),
+    ("gelu_apprx_tanh_dx", lambda v: _num_dx(
+        lambda u: 0.5 * u * (1 + np.tanh(math.sqrt(2 / math.pi) * (u + 0.044715 * u ** 3))), v)),
+])
+def test_activation_functions_and_derivatives(name, f):
+    np.testing.assert_allclose(run1(getattr(nl, name), X), f(X.astype(np.float64)), atol=2e-5, rtol=1e-5)
+
+
+def test_abs_max_abs_min_keep_the_signed_value_and_ties_return_y():
+    a = np.array([[-5.0, 1.0, 2.0, -3.0]], np.float32).repeat(4, 0)
+    b = np.array([[3.0, -1.0, -7.0, 3.0]], np.float32).repeat(4, 0)
+    np.testing.assert_array_equal(run1(nl.abs_max, a, b), np.where(np.abs(a) > np.abs(b), a, b))
+    np.testing.assert_array_equal(run1(nl.abs_min, a, b), np.where(np.abs(a) < np.abs(b), a, b))
+    assert run1(nl.abs_max, a, b)[0, 1] == -1.0  # |1| == |-1|: y
+
+
+def test_static_cast_outside_and_inside_a_kernel():
+    v = RNG.standard_normal((8, 8)).astype(np.float32)
+    got = nl.static_cast(v, nl.bfloat16)
+    assert got.dtype == ml_dtypes.bfloat16
+    np.testing.assert_array_equal(got, v.astype(ml_dtypes.bfloat16))
+    ints = nl.static_cast(np.array([1.5, 2.5, -1e10, 3.4]), nl.int8)
+    np.testing.assert_array_equal(ints, [2, 2, -128, 3])  # round half even, saturate
+    out = run1(lambda t: nl.static_cast(t, nl.float16), v)
+    assert out.dtype == np.float16
+    np.testing.assert_array_equal(out, v.astype(np.float16))
+
+
+def test_finfo_and_fp32_min():
+    assert nl.fp32.min == float(np.finfo(np.float32).min)
+    assert nl.finfo(nl.bfloat16).max == float(ml_dtypes.finfo(ml_dtypes.bfloat16).max)
+    with pytest.raises(TypeError, match="not a floating"):
+        nl.finfo(nl.int32)
+
+
+def test_ds_selects_start_and_size():
+    v = RNG.standard_normal((128, 64)).astype(np.float32)
+
+    @nki.jit
+    def k(a):
+        out = nl.ndarray((128, 16), dtype=a.dtype, buffer=nl.shared_hbm)
+        nl.store(out[:, nl.ds(0, 16)], nl.load(a[:, nl.ds(20, 16)]))
+        return out
+
+    np.testing.assert_array_equal(k(v), v[:, 20:36])
+
+
+def test_shared_constant_is_read_only_hbm_data_of_the_given_dtype(tmp_path):
+    ident = np.identity(128, dtype=np.int8)
+    path = tmp_path / "c.npy"
+    np.save(path, np.arange(12, dtype=np.float32).reshape(3, 4))
+
+    @nki.jit
+    def k():
+        c = nl.shared_constant(ident, dtype=nl.bfloat16)
+        f = nl.shared_constant(str(path))
+        out = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.shared_hbm)
+        nl.store(out, nl.load(c, dtype=nl.float32))
+        out2 = nl.ndarray((3, 4), dtype=nl.float32, buffer=nl.shared_hbm)
+        nl.store(out2, nl.load(f))
+        return out, out2
+
+    a, b = k()
+    np.testing.assert_array_equal(a, np.identity(128))
+    np.testing.assert_array_equal(b, np.arange(12).reshape(3, 4))
+
+
+def test_random_seed_makes_dropout_and_rand_deterministic():
+    v = np.ones((128, 256), np.float32)
+
+    def body(t):
+        nl.random_seed(seed=1234)
+        return nl.dropout(t, rate=0.25)
+
+    a, b = run1(body, v), run1(body, v)
+    np.testing.assert_array_equal(a, b)
+    frac = 1.0 - a.mean()
+    assert 0.2 < frac < 0.3  # ~rate of the elements dropped, no rescaling
+    assert set(np.unique(a)) <= {0.0, 1.0}
+
+    @nki.jit
+    def r():
+        nl.random_seed(seed=5)
+        t = nl.rand((128, 64), dtype=nl.float32)
+        out = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+        nl.store(out, t)
+        return out
+
+    x, y = r(), r()
+    np.testing.assert_array_equal(x, y)
+    assert 0.0 <= x.min() and x.max() < 1.0 and 0.4 < x.mean() < 0.6
+
+
+def test_dropout_rate_per_partition():
+    v = np.ones((128, 512), np.float32)
+    rates = np.where(np.arange(128) < 64, 0.0, 1.0).astype(np.float32)[:, None]
+    got = run1(lambda t, r: nl.dropout(t, rate=r), v, rates)
+    assert got[:64].min() == 1.0 and got[64:].max() == 0.0
+
+
+def test_gather_flattened_per_partition_and_out_of_range_rejected():
+    data = RNG.standard_normal((64, 4, 8)).astype(np.float32)
+    idx = RNG.integers(0, 32, (64, 10)).astype(np.uint32)
+    want = np.take_along_axis(data.reshape(64, 32), idx.astype(np.int64), axis=1)
+    np.testing.assert_array_equal(run1(nl.gather_flattened, data, idx), want)
+    bad = idx.copy()
+    bad[3, 2] = 32
+    with pytest.raises(NKIError, match="gather index range"):
+        run1(nl.gather_flattened, data, bad)
+
+
+def test_rms_norm_and_prelu():
+    x = RNG.standard_normal((128, 96)).astype(np.float32)
+    w = RNG.standard_normal((128, 96)).astype(np.float32)
+    x64 = x.astype(np.float64)
+    want = x64 / np.sqrt((x64 ** 2).sum(1, keepdims=True) / 96 + 1e-6) * w
+    got = run1(lambda a, b: nl.rms_norm(a, b, axis=1, n=96), x, w)
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5)
+    got = run1(lambda a: nl.prelu(a, 0.1), x)
+    np.testing.assert_allclose(got, np.where(x64 >= 0, x64, 0.1 * x64), rtol=1e-6)
+
+
+def test_memory_predicates():
+    @nki.jit
+    def k(a):
+        t = nl.load(a)
+        p = nl.zeros((8, 8), dtype=nl.float32, buffer=nl.psum)
+        assert nl.is_sbuf(t) and nl.is_on_chip(t) and not nl.is_hbm(t)
+        assert nl.is_psum(p) and nl.is_on_chip(p)
+        assert nl.is_hbm(a) and not nl.is_on_chip(a)
+        out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+        nl.store(out, t)
+        return out
+
+    k(np.zeros((8, 8), np.float32))
+
+
+def test_mgrid_four_axes():
+    v = RNG.standard_normal((2, 16, 3, 5)).astype(np.float32)
+
+    @nki.jit
+    def k(a):
+        g = nl.mgrid[0:16, 0:3, 0:5, 0:1]
+        out = nl.ndarray((16, 3, 5), a.dtype, buffer=nl.shared_hbm)
+        t = nl.load(a[1, g.p, g.x, g.y])
+        nl.store(out[g.p, g.x, g.y], t)
+        assert g.z.shape[-1] == 1
+        with pytest.raises(AttributeError):
+            nl.mgrid[0:4, 0:2].y
+        return out
+
+    np.testing.assert_array_equal(k(v), v[1])
+
+
+def test_hbm_reshape_keyword_and_store_through_view_counts_as_output_write():
+    v = RNG.standard_normal((4, 6, 32)).astype(np.float32)
+
+    @nki.jit
+    def k(a):
+        out = nl.ndarray((4, 6, 32), a.dtype, buffer=nl.shared_hbm)
+        flat = out.reshape(shape=(24, 32))
+        nl.store(flat, nl.load(a.reshape((24, 32))))
+        return out
+
+    np.testing.assert_array_equal(k(v), v)  # no [uninit] for a fully written output
+
+    @nki.jit
+    def half(a):
+        out = nl.ndarray((4, 6, 32), a.dtype, buffer=nl.shared_hbm)
+        flat = out.reshape(shape=(24, 32))
+        nl.store(flat[0:12, :], nl.load(a.reshape((24, 32))[0:12, :]))
+        return out
+
+    with pytest.raises(NKIError, match="uninit"):
+        half(v)  # planted bug: half the output never stored
+
+
+def test_indirect_load_gathers_rows_and_masks_out_of_range():
+    data = RNG.standard_normal((3, 50, 16)).astype(np.float32)
+    rows = np.array([(7 * i) % 50 for i in range(128)], np.int32)[:, None]
+    rows[100:] = 9999  # only valid under the mask
+
+    @nki.jit
+    def k(a, r, n_valid):
+        out = nl.zeros((128, 16), a.dtype, buffer=nl.shared_hbm)
+        i_p = nl.arange(128)[:, None]
+        i_f = nl.arange(16)[None, :]
+        idx = nl.load(r)
+        t = nl.load(a[2, idx, i_f], mask=(i_p < n_valid))
+        nl.store(out[i_p, i_f], t, mask=(i_p < n_valid))
+        return out
+
+    got = k(data, rows, 100)
+    np.testing.assert_array_equal(got[:100], data[2, rows[:100, 0]])
+    with pytest.raises(NKIError, match="out-of-bounds"):
+        k(data, rows, 128)  # planted bug: out-of-range offsets not masked
+
+
+def test_indirect_index_must_be_an_integer_tile():
+    data = np.zeros((4, 8), np.float32)
+
+    @nki.jit
+    def k(a, r):
+        out = nl.ndarray((4, 8), a.dtype, buffer=nl.shared_hbm)
+        nl.store(out, nl.load(a[nl.load(r), nl.arange(8)[None, :]]))
+        return out
+
+    with pytest.raises(NKIError, match="indirect index"):
+        k(data, np.zeros((4, 1), np.float32))
+
+
+def _overlapping_writers(values_differ):
+    @nki.jit
+    def k(a):
+        out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+        t = nl.load(a)
+        if values_differ:
+            t = nl.add(t, nl.program_id(0))
+        nl.store(out, t)  # every program stores the whole output
+        return out
+
+    return k
+
+
+def test_programs_storing_identical_values_is_not_a_race():
+    v = RNG.standard_normal((64, 32)).astype(np.float32)
+    np.testing.assert_array_equal(_overlapping_writers(False)[4](v), v)
+
+
+def test_programs_storing_different_values_is_a_race():
+    with pytest.raises(NKIError, match="race"):
+        _overlapping_writers(True)[4](np.ones((64, 32), np.float32))
