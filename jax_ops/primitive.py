@@ -109,9 +109,8 @@ def nki_call(kernel, *args, grid=None, out_shape=None, **static) -> Any:
     kernel returns several. Works under ``jit``, ``vmap`` (one launch per batch
     element), sharding and on CPU (simulator behind the custom-call).
     """
-    neuronx = genuine.defer(kernel)
-    if neuronx is not None:  # pragma: no cover - needs the Neuron SDK
-        return neuronx.nki_call(kernel, *args, grid=grid, out_shape=out_shape, **static)
+    if genuine.route(kernel) != "simulator":  # a Neuron SDK kernel: that SDK's own entry point
+        return genuine.launch(kernel, grid, args, static, out_shape=out_shape)
     kernel, grid = _kernel_and_grid(kernel, grid)
     names = _tensor_param_names(kernel, len(args))
     for a, name in zip(args, names):
@@ -197,3 +196,20 @@ def _no_jvp(primals, tangents, *, kernel, **_):
 
 
 ad.primitive_jvps[nki_call_p] = _no_jvp
+
+
+def _take_launch(launch, args, kwargs):
+    """``kernel[grid](*jax_arrays)``: the launch as ``nki_call`` (registered with the simulator)."""
+    from nki_kernels.simulator.launch import split_arguments
+
+    tensors, static = split_arguments(launch, args, kwargs)
+    return nki_call(launch.kernel, *tensors, grid=launch.grid, **static)
+
+
+def _register_launches():
+    from nki_kernels.simulator.launch import register_array_dispatch
+
+    register_array_dispatch(lambda v: isinstance(v, jax.Array), _take_launch)  # tracers are jax.Arrays too
+
+
+_register_launches()

@@ -12,11 +12,17 @@ import math
 
 from . import validation as _v
 from .add import add_grid, tensor_add_kernel
+from .simulator import launch as _launch
 from .rmsnorm import rms_norm_bwd_kernel, rms_norm_fwd_kernel, row_grid
+from .neuron_env import NeuronEnvironment, neuron_environment
 
 ADD_DTYPES = ("float32", "bfloat16", "float16", "int32", "int16", "int8", "uint8")
 
-__all__ = ["tensor_add", "rms_norm", "rms_norm_backward", "tensor_add_kernel", "rms_norm_fwd_kernel",
+# Kernels called with a framework's arrays go to its adapter, imported on first sight of one.
+for _array_module, _adapter in (("jax", "jax_ops"), ("jaxlib", "jax_ops"), ("torch", "torch_ops")):
+    _launch.register_adapter_module(_array_module, _adapter)
+
+__all__ = ["neuron_environment", "NeuronEnvironment", "tensor_add", "rms_norm", "rms_norm_backward", "tensor_add_kernel", "rms_norm_fwd_kernel",
            "rms_norm_bwd_kernel", "add_grid", "row_grid"]
 
 

@@ -3,7 +3,9 @@
 This is what ``kernel[grid](*tensors)`` does when called with torch tensors. The
 device of the tensors picks the executor:
 
-- genuine Neuron stack importable: the official ``nki.jit`` path;
+- first, :func:`torch_ops.backend.route`: a genuine Neuron kernel goes to its SDK's entry
+  point (``nki.jit`` on XLA tensors, ``nki_op`` on TorchNeuron's ``neuron`` device), a
+  simulator kernel on a NeuronDevice round-trips through the host;
 - ``cpu``: the simulator, reading and writing the tensors' memory directly
   (zero-copy NumPy views, bf16 included);
 - ``xla``: an ``AwsNeuronCustomNativeKernel`` custom-call in the lazy graph
@@ -20,7 +22,9 @@ from __future__ import annotations
 
 import torch
 
-from nki_kernels.simulator.launch import Launch, ShapeDtype, eval_shape, normalize_grid, simulate
+from nki_kernels import backend as kernel_backend
+from nki_kernels.simulator.launch import (Launch, ShapeDtype, eval_shape, normalize_grid, register_array_dispatch,
+                                          simulate, split_arguments)
 
 from . import backend
 from .convert import from_numpy, numpy_dtype, to_numpy, torch_dtype
@@ -78,8 +82,13 @@ def nki_call(kernel, *tensors, grid=(), **static):
         kernel = kernel.kernel
     grid = normalize_grid(grid)
     device = _check_tensors(kernel, tensors)
-    if backend.genuine_neuron():  # pragma: no cover - needs the Neuron SDK
-        return backend.official_launch(kernel, tensors, grid, static)
+    path = backend.route(kernel, device)  # the one decision: simulator or the Neuron SDK's entry point
+    if path in backend.OFFICIAL:
+        return backend.official_launch(path, kernel, grid, tensors, static)
+    if path == "twin":  # a genuine kernel on tensors that never reach a NeuronDevice
+        kernel = kernel_backend.simulator_twin(kernel)
+    if path == "host":  # our payload never reaches the Neuron compiler
+        return _round_trip(kernel, grid, tensors, static, device)
     if torch.compiler.is_compiling():
         from .traced import traced_launch
 
@@ -92,5 +101,19 @@ def nki_call(kernel, *tensors, grid=(), **static):
         return xla_call(kernel, grid, tensors, static)
     if device.type == "meta":
         return meta_results(kernel, grid, tensors, static, device)
+    return _round_trip(kernel, grid, tensors, static, device)
+
+
+def _round_trip(kernel, grid, tensors, static, device):
+    """Run the simulator on CPU copies of ``tensors`` and move the results back to ``device``."""
     out = simulate_cpu(kernel, grid, [t.cpu() for t in tensors], static)
     return _map(out, lambda o: o.to(device))
+
+
+def _take_launch(launch, args, kwargs):
+    """``kernel[grid](*tensors)``: the launch as :func:`nki_call` (registered with the simulator)."""
+    tensors, static = split_arguments(launch, args, kwargs)
+    return nki_call(launch.kernel, *tensors, grid=launch.grid, **static)
+
+
+register_array_dispatch(lambda v: isinstance(v, torch.Tensor), _take_launch)

@@ -2,14 +2,18 @@
 
 ``kernel[grid](*args)`` runs one Python call of the kernel per program of the
 grid. What a call does depends on its arguments, as with the official
-``nki.jit``: NumPy arrays run the simulator and return NumPy arrays; JAX arrays
-or tracers go through ``jax_ops.nki_call``; torch tensors through
-``torch_ops.nki_call``.
+``nki.jit``: NumPy arrays run the simulator and return NumPy arrays; arrays of a
+framework go to the handler that framework's adapter registered with
+:func:`register_array_dispatch` (``jax_ops`` and ``torch_ops`` do on import).
+The simulator imports no adapter itself: :func:`register_adapter_module` names,
+per array type's top-level module (``"torch"``), the adapter module to import
+the first time such an array is seen.
 """
 
 from __future__ import annotations
 
 import functools
+import importlib
 import inspect
 import itertools
 import math
@@ -69,34 +73,61 @@ class Launch:
         self.grid = grid
 
     def __call__(self, *args, **kwargs):
-        fw = _framework(args, kwargs)
-        if fw == "jax":
-            import jax_ops
-
-            return _call_framework(jax_ops.nki_call, self, args, kwargs)
-        if fw == "torch":
-            import torch_ops
-
-            return _call_framework(torch_ops.nki_call, self, args, kwargs)
+        handler = array_handler(itertools.chain(args, kwargs.values()), _ARRAY_DISPATCH)
+        if handler is not None:
+            return handler(self, args, kwargs)
         return simulate(self.kernel, self.grid, *args, **kwargs)
 
 
-def _framework(args, kwargs) -> str:
-    for a in itertools.chain(args, kwargs.values()):
-        mod = type(a).__module__
-        if mod.startswith(("jax", "jaxlib")):
-            return "jax"
-        if mod.startswith("torch"):
-            return "torch"
-    return "numpy"
+# --- framework dispatch by registration ---------------------------------------------------------
+# (predicate, handler) pairs: a launch whose arguments include a value the predicate accepts is
+# handed to handler(launch, args, kwargs). Adapters (jax_ops, torch_ops) register on import.
+_ARRAY_DISPATCH: list = []
+# Top-level module of an array type -> the adapter module whose import registers its handler.
+_ADAPTER_MODULES: dict = {}
+
+
+def register_array_dispatch(predicate, handler) -> None:
+    """Route launches with an argument ``predicate`` accepts to ``handler(launch, args, kwargs)``.
+
+    A framework adapter calls this on import; later registrations are tried first.
+    :func:`split_arguments` turns ``args``/``kwargs`` into tensors and static keywords.
+    """
+    _ARRAY_DISPATCH.insert(0, (predicate, handler))
+
+
+def register_adapter_module(array_module: str, adapter_module: str) -> None:
+    """Import ``adapter_module`` the first time an argument whose type lives in the top-level
+    module ``array_module`` (e.g. ``"torch"``) reaches a dispatch point, so it can register."""
+    _ADAPTER_MODULES[array_module] = adapter_module
+
+
+def array_handler(values, registry):
+    """The handler of the first of ``values`` some predicate of ``registry`` accepts, or None.
+
+    Values of a type whose top-level module has an adapter module registered trigger that
+    module's import once (it registers its handlers), then the lookup is repeated.
+    """
+    values = list(values)
+    for v in values:
+        for predicate, handler in registry:
+            if predicate(v):
+                return handler
+    for v in values:
+        adapter = _ADAPTER_MODULES.pop(type(v).__module__.partition(".")[0], None)
+        if adapter is not None:
+            importlib.import_module(adapter)
+            return array_handler(values, registry)
+    return None
 
 
 def _is_tensor(x) -> bool:
     return hasattr(x, "shape") and hasattr(x, "dtype") and not isinstance(x, (np.generic,))
 
 
-def _call_framework(nki_call, launch, args, kwargs):
-    """Split arguments into tensors (positional, in order) and static keywords for ``nki_call``."""
+def split_arguments(launch, args, kwargs) -> tuple:
+    """``(tensors, static)`` of a launch's arguments: array arguments positionally, in parameter
+    order, and the non-tensor ones as keywords (what the frameworks' ``nki_call`` take)."""
     bound = launch.kernel.signature.bind(*args, **kwargs)
     tensors, static = [], {}
     for name, value in bound.arguments.items():
@@ -107,7 +138,7 @@ def _call_framework(nki_call, launch, args, kwargs):
             tensors.append(value)
         else:
             static[name] = value
-    return nki_call(launch.kernel, *tensors, grid=launch.grid, **static)
+    return tensors, static
 
 
 def is_kernel(obj) -> bool:
