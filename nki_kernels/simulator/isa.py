@@ -19,17 +19,10 @@ from .core import PMAX, Access, HBMTensor, Tile, psum, sbuf
 from .core import current_or_none as _current_or_none
 from .errors import NKIError
 from .indexing import _full_mask
-
-
-class engine:
-    """Engine selectors accepted by ``engine=`` arguments."""
-
-    unknown = "unknown"
-    tensor = "Tensor"
-    vector = "Vector"
-    scalar = "Scalar"
-    gpsimd = "GpSimd"
-    sync = "Sync"
+from .instructions import operands as _ops
+from .instructions import registers as _regs
+from .instructions import vector as _vector
+from .instructions.target import dge_mode, engine, get_nc_version, nc_version, reduce_cmd
 
 
 unknown_engine = engine.unknown
@@ -53,11 +46,12 @@ def _tile(x, name, op, buffers=(sbuf, psum)):
 
 
 def nc_matmul(stationary, moving, *, is_stationary_onezero=False, is_moving_onezero=False,
-              is_transpose=False, mask=None, **_ignored):
+              is_transpose=False, tile_position=(), tile_size=(), mask=None, perf_mode=None, name=None):
     """``stationary.T @ moving`` on the Tensor engine; fp32 result tile in PSUM.
 
     stationary is [K, M], moving is [K, N]: K <= 128 partitions (the contraction),
-    M <= 128 (``gemm_stationary_fmax``), N <= 512 (``gemm_moving_fmax``).
+    M <= 128 (``gemm_stationary_fmax``), N <= 512 (``gemm_moving_fmax``). ``tile_position`` /
+    ``tile_size`` (PE-array tiling), ``perf_mode`` and ``name`` do not change results.
     """
     s = _tile(stationary, "stationary", "nc_matmul", (sbuf,))
     m = _tile(moving, "moving", "nc_matmul", (sbuf,))
@@ -99,7 +93,7 @@ def _matmul_dtypes(*operands):
                 "on nl.load or nl.copy)"))
 
 
-def nc_transpose(data, *, mask=None, dtype=None, engine=engine.unknown, **_ignored):
+def nc_transpose(data, *, mask=None, dtype=None, engine=engine.unknown, name=None):
     """Transpose a 2-D tile: Tensor engine (<= 128x128, result in PSUM) or Vector (<= 32x32, SBUF)."""
     x = _tile(data, "data", "nc_transpose")
     if x.ndim != 2:
@@ -127,11 +121,22 @@ def _per_partition(v, x, name, op):
     return nl._values(v, name)
 
 
-def activation(op, data, *, bias=None, scale=1.0, reduce_op=None, reduce_res=None, mask=None, dtype=None,
-               **_ignored):
-    """``op(data * scale + bias)`` on the Scalar engine; bias/scale are scalars or [P, 1] tiles."""
+_DEFAULT_CMD = object()
+
+
+def activation(op, data, *, bias=None, scale=1.0, reduce_op=None, reduce_res=None, reduce_cmd=_DEFAULT_CMD,
+               mask=None, dtype=None, name=None):
+    """``op(data * scale + bias)`` on the Scalar engine; bias/scale are scalars or [P, 1] tiles.
+
+    With ``reduce_cmd`` the Scalar engine's per-partition accumulation registers
+    take this instruction's free-axis reduction (``reduce_op``, default add):
+    ``reset`` / ``reduce`` / ``reset_reduce`` / ``load_reduce`` / ``idle``, so
+    ``reduce`` really accumulates across instructions; ``reduce_res`` receives
+    the registers. Without ``reduce_cmd``, a given ``reduce_res`` gets this
+    instruction's reduction alone (``reset_reduce``).
+    """
     x = _tile(data, "data", "activation")
-    fn = nl.np_function(op)
+    fn = _ops.alu(op)
     v = nl._values(x, "data")
     s = _per_partition(scale, x, "scale", "activation")
     b = _per_partition(bias, x, "bias", "activation")
@@ -139,35 +144,27 @@ def activation(op, data, *, bias=None, scale=1.0, reduce_op=None, reduce_res=Non
     if b is not None:
         v = v + b
     out = nl._result(fn(v), nl._out_dtype(dtype, x), mask, engine="Scalar")
-    if reduce_res is not None:
-        red = nl.np_function(reduce_op or nl.add)
+    if reduce_cmd is not _DEFAULT_CMD:
+        _regs.accumulate("activation", "Scalar", dt.compute_view(out.data), x.shape[0], reduce_op, reduce_res,
+                         reduce_cmd)
+    elif reduce_res is not None:
         axes = tuple(range(1 + x.nb, x.ndim + x.nb))
-        vals = red.reduce(out.data.astype(np.float32), axis=axes, keepdims=True) if isinstance(red, np.ufunc) \
-            else red(out.data, axis=axes, keepdims=True)
+        vals = _ops.reducer(reduce_op if reduce_op is not None else np.add)(
+            dt.compute_view(out.data).astype(np.float32), axis=axes, keepdims=True)
         reduce_res[...] = Tile(np.asarray(vals, np.float32), sbuf, parent=out)
     return out
 
 
-def activation_reduce(op, data, *, reduce_op, reduce_res, bias=None, scale=1.0, mask=None, dtype=None,
-                      **_ignored):
+def activation_reduce(op, data, *, reduce_op, reduce_res, bias=None, scale=1.0, mask=None, dtype=None, name=None):
     """``activation`` that also reduces each partition's results into ``reduce_res``."""
     return activation(op, data, bias=bias, scale=scale, reduce_op=reduce_op, reduce_res=reduce_res,
                       mask=mask, dtype=dtype)
 
 
-_REDUCERS = {np.add: np.sum, np.maximum: np.max, np.minimum: np.min, np.multiply: np.prod}
+_reducer = _ops.reducer
 
 
-def _reducer(op):
-    fn = nl.np_function(op)
-    if fn in _REDUCERS:
-        return _REDUCERS[fn]
-    if isinstance(fn, np.ufunc):
-        return fn.reduce
-    raise NKIError("op", f"{op!r} cannot be used as a reduction")
-
-
-def tensor_reduce(op, data, axis, *, mask=None, dtype=None, negate=False, keepdims=False, **_ignored):
+def tensor_reduce(op, data, axis, *, mask=None, dtype=None, negate=False, keepdims=False, name=None):
     """Reduce free ``axis`` of a tile with ``op`` (nl.add / nl.maximum / ...) on the Vector engine."""
     x = _tile(data, "data", "tensor_reduce")
     axes = tuple(a + x.nb for a in nl._axes(x, axis, "tensor_reduce"))
@@ -177,14 +174,14 @@ def tensor_reduce(op, data, axis, *, mask=None, dtype=None, negate=False, keepdi
     return nl._result(res, nl._out_dtype(dtype, x), mask)
 
 
-def tensor_partition_reduce(op, data, *, mask=None, dtype=None, **_ignored):
+def tensor_partition_reduce(op, data, *, mask=None, dtype=None, name=None):
     """Reduce across the partition axis with ``op``; result has one partition (GpSimd engine)."""
     x = _tile(data, "data", "tensor_partition_reduce")
     res = _reducer(op)(nl._values(x, "data"), axis=(x.nb,), keepdims=True)
     return nl._result(res, nl._out_dtype(dtype, x), mask, engine="GpSimd")
 
 
-def tensor_tensor(data1, data2, op, *, dtype=None, mask=None, **_ignored):
+def tensor_tensor(data1, data2, op, *, dtype=None, mask=None, engine=engine.unknown, name=None):
     """Element-wise ``op(data1, data2)`` of two tiles of the same partition size (Vector engine)."""
     a = _tile(data1, "data1", "tensor_tensor")
     b = _tile(data2, "data2", "tensor_tensor")
@@ -193,18 +190,20 @@ def tensor_tensor(data1, data2, op, *, dtype=None, mask=None, **_ignored):
     if a.buffer is psum and b.buffer is psum:
         raise NKIError("operand memory", "nisa.tensor_tensor: data1 and data2 cannot both be in PSUM")
     nl._broadcast_check("tensor_tensor", a, b)
-    fn = nl.np_function(op)
+    _ops.no_gpsimd_psum(engine, "tensor_tensor", a, b)
+    fn = _ops.alu(op)
     return nl._result(fn(nl._values(a, "data1"), nl._values(b, "data2")), nl._out_dtype(dtype, a, b), mask)
 
 
 def tensor_scalar(data, op0, operand0, reverse0=False, *, op1=None, operand1=None, reverse1=False,
-                  dtype=None, mask=None, **_ignored):
+                  dtype=None, mask=None, engine=engine.unknown, name=None):
     """``(data op0 operand0) op1 operand1`` with scalar or [P, 1] operands (Vector/Scalar/GpSimd)."""
     x = _tile(data, "data", "tensor_scalar")
+    _ops.no_gpsimd_psum(engine, "tensor_scalar", x, operand0, operand1)
     v = nl._values(x, "data")
 
     def apply(v, op, operand, reverse, name):
-        fn = nl.np_function(op)
+        fn = _ops.alu(op)
         o = _per_partition(operand, x, name, "tensor_scalar")
         return fn(o, v) if reverse else fn(v, o)
 
@@ -215,7 +214,7 @@ def tensor_scalar(data, op0, operand0, reverse0=False, *, op1=None, operand1=Non
 
 
 def tensor_scalar_reduce(*, data, op0, operand0, reduce_op, reduce_res, reverse0=False, dtype=None, mask=None,
-                         **_ignored):
+                         name=None):
     """``data op0 operand0`` on the Vector engine, also reducing the result over all free axes with
     ``reduce_op`` into ``reduce_res`` ([P, 1], written in place); returns the result tile."""
     out = tensor_scalar(data, op0, operand0, reverse0, dtype=dtype, mask=mask)
@@ -225,13 +224,14 @@ def tensor_scalar_reduce(*, data, op0, operand0, reduce_op, reduce_res, reverse0
     return out
 
 
-def tensor_copy(src, *, mask=None, dtype=None, engine=engine.unknown, **_ignored):
+def tensor_copy(src, *, mask=None, dtype=None, engine=engine.unknown, name=None):
     """Copy a tile within on-chip memory, casting to ``dtype``."""
     x = _tile(src, "src", "tensor_copy")
+    _ops.no_gpsimd_psum(engine, "tensor_copy", x)
     return nl._result(np.array(x.data), nl._out_dtype(dtype, x), mask)
 
 
-def iota(expr, dtype, *, mask=None, **_ignored):
+def iota(expr, dtype, *, mask=None, name=None):
     """A tile holding the values of an index expression (``nl.arange`` arithmetic), GpSimd engine."""
     nb = nl._nb()
     if type(expr) is nl.BExpr:
@@ -247,7 +247,7 @@ def iota(expr, dtype, *, mask=None, **_ignored):
     return nl._result(vals, dt.as_dtype(dtype), mask, engine="GpSimd")
 
 
-def memset(shape, value, dtype, *, mask=None, engine=engine.unknown, **_ignored):
+def memset(shape, value, dtype, *, mask=None, engine=engine.unknown, name=None):
     """A new SBUF tile of ``shape`` filled with ``value``."""
     shape, _ = nl._parse_shape(shape)
     prog = _current_or_none()
@@ -257,13 +257,18 @@ def memset(shape, value, dtype, *, mask=None, engine=engine.unknown, **_ignored)
     return nl._result(full, dt.as_dtype(dtype), mask)
 
 
-def dma_copy(*, dst, src, mask=None, dst_rmw_op=None, **_ignored):
-    """Copy ``src`` into ``dst`` through DMA (any memory to any memory); ``dst_rmw_op`` accumulates."""
+def dma_copy(*, dst, src, mask=None, dst_rmw_op=None, oob_mode=None, dge_mode=dge_mode.unknown, name=None):
+    """Copy ``src`` into ``dst`` through DMA; ``dst_rmw_op`` accumulates. ``dge_mode`` does not change
+    results; ``oob_mode`` concerns indirect accesses (direct ones are always bounds-checked)."""
+    for x, what in ((dst, "dst"), (src, "src")):
+        if isinstance(x, Tile) and x.buffer is psum:
+            raise NKIError("operand memory", f"nisa.dma_copy: {what} (shape {x.shape}) is in PSUM; DMA moves data "
+                           "between HBM and SBUF (copy PSUM to SBUF with nisa.tensor_copy first)")
     if isinstance(dst, (Access, HBMTensor)):
         if dst_rmw_op is not None:
             acc = nl._as_access(dst, "dst", "nisa.dma_copy")
             cur = Tile(acc.index.read(acc.tensor.data, mask), sbuf)
-            src = nl._make_binary("rmw", nl.np_function(dst_rmw_op))(cur, nl.load(src) if not isinstance(
+            src = nl._make_binary("rmw", _ops.alu(dst_rmw_op))(cur, nl.load(src) if not isinstance(
                 src, Tile) else src)
         if isinstance(src, (Access, HBMTensor)):
             src = nl.load(src, mask=mask)
@@ -273,12 +278,12 @@ def dma_copy(*, dst, src, mask=None, dst_rmw_op=None, **_ignored):
         raise NKIError("operand type", f"nisa.dma_copy: dst must be a tensor, got {type(dst).__name__}")
     val = nl.load(src, mask=mask) if isinstance(src, (Access, HBMTensor)) else src
     if dst_rmw_op is not None:
-        val = nl._make_binary("rmw", nl.np_function(dst_rmw_op))(dst, val)
+        val = nl._make_binary("rmw", _ops.alu(dst_rmw_op))(dst, val)
     dst[...] = val
     return None
 
 
-def affine_select(pred, on_true_tile, on_false_value, *, dtype=None, mask=None, **_ignored):
+def affine_select(pred, on_true_tile, on_false_value, *, dtype=None, mask=None, name=None):
     """Select ``on_true_tile`` where the affine predicate (index expression) holds, else a scalar."""
     x = _tile(on_true_tile, "on_true_tile", "affine_select")
     cond = np.broadcast_to(np.asarray(pred), x.shape)
@@ -287,11 +292,11 @@ def affine_select(pred, on_true_tile, on_false_value, *, dtype=None, mask=None, 
 
 
 def tensor_tensor_scan(data0, data1, initial, op0, op1, reverse0=False, reverse1=False, *, dtype=None,
-                       mask=None, **_ignored):
+                       mask=None, name=None):
     """Inclusive scan along the free axis: ``r[i] = (data0[i] op0 r[i-1]) op1 data1[i]``."""
     a = nl._values(_tile(data0, "data0", "tensor_tensor_scan"), "data0").astype(np.float32)
     b = nl._values(_tile(data1, "data1", "tensor_tensor_scan"), "data1").astype(np.float32)
-    f0, f1 = nl.np_function(op0), nl.np_function(op1)
+    f0, f1 = _ops.alu(op0), _ops.alu(op1)
     init = _per_partition(initial, data0, "initial", "tensor_tensor_scan")
     prev = np.broadcast_to(np.asarray(init, np.float32), a.shape[:1] + (1,) * (a.ndim - 1))[..., 0]
     out = np.empty_like(a)
@@ -302,7 +307,7 @@ def tensor_tensor_scan(data0, data1, initial, op0, op1, reverse0=False, reverse1
     return nl._result(out, nl._out_dtype(dtype, data0, data1), mask)
 
 
-def bn_stats(data, *, mask=None, dtype=None, **_ignored):
+def bn_stats(data, *, mask=None, dtype=None, name=None):
     """Per-partition batch-norm statistics of <= 512 free elements (Vector engine).
 
     Returns a [P, 6] tile: ``(count, mean, var * count)`` of the even-indexed and
@@ -321,7 +326,7 @@ def bn_stats(data, *, mask=None, dtype=None, **_ignored):
     return nl._result(np.concatenate(cols, 1), nl._out_dtype(dtype, x), mask)
 
 
-def bn_aggr(data, *, mask=None, dtype=None, **_ignored):
+def bn_aggr(data, *, mask=None, dtype=None, name=None):
     """Combine :func:`bn_stats` outputs (concatenated along the free axis) into [P, 2] (mean, variance)."""
     x = _tile(data, "data", "bn_aggr")
     s = nl._values(x, "data").reshape(x.shape[0], -1, 3).astype(np.float64)
@@ -330,6 +335,73 @@ def bn_aggr(data, *, mask=None, dtype=None, **_ignored):
     m = (n * mean).sum(1, keepdims=True) / tot
     var = (m2 + n * (mean - m) ** 2).sum(1, keepdims=True) / tot
     return nl._result(np.concatenate([m, var], 1), nl._out_dtype(dtype, x), mask)
+
+
+# ---------------------------------------------------------------------------
+# Instructions implemented once, destination-style, in nki_kernels.simulator.instructions: the
+# first generation's functional forms allocate the result tile and pass it as dst.
+# ---------------------------------------------------------------------------
+def _functional(shape, dtype, mask, run, buffer=sbuf):
+    """A new result tile of ``shape`` / ``dtype`` written by ``run(dst)``; elements outside the
+    first generation's ``mask`` stay zero."""
+    out = _ops.new_tile(shape, dtype, buffer)
+    if mask is None:
+        run(out)
+        return out
+    tmp = _ops.new_tile(shape, dtype, buffer)
+    run(tmp)
+    keep = _full_mask(mask, tuple(shape))
+    out.data[...] = tmp.data if keep is None else np.where(keep, tmp.data, out.data)
+    return out
+
+
+def _in_place(dst, mask, dtype, op, run):
+    """Run ``run()`` writing ``dst`` in place; elements outside ``mask`` keep their values."""
+    if dtype is not None and dt.as_dtype(dtype) != getattr(dst, "dtype", None):
+        raise NKIError("dtype", f"nisa.{op}: dtype={dtype} differs from dst's dtype {getattr(dst, 'dtype', None)}; "
+                       "this instruction writes dst in its own dtype")
+    before = np.array(dst.data) if mask is not None and isinstance(dst, Tile) else None
+    run()
+    if before is not None:
+        keep = _full_mask(mask, tuple(dst.shape))
+        if keep is not None:
+            dst[...] = np.where(keep, dst.data, before)
+
+
+def nc_stream_shuffle(src, dst, shuffle_mask, *, dtype=None, mask=None, name=None):
+    """Move partitions within 32-partition quadrants of ``src`` into ``dst`` (in place, Vector
+    engine); see :func:`nki_kernels.simulator.instructions.vector.nc_stream_shuffle`."""
+    _in_place(dst, mask, dtype, "nc_stream_shuffle", lambda: _vector.nc_stream_shuffle(dst, src, shuffle_mask))
+
+
+def tensor_copy_predicated(*, src, dst, predicate, reverse_pred=False, mask=None, dtype=None, name=None):
+    """Copy ``src`` into ``dst`` (in place) where ``predicate`` holds; see
+    :func:`nki_kernels.simulator.instructions.vector.tensor_copy_predicated`."""
+    _in_place(dst, mask, dtype, "tensor_copy_predicated",
+              lambda: _vector.tensor_copy_predicated(dst, src, predicate, reverse_pred))
+
+
+def max8(*, src, mask=None, dtype=None, name=None):
+    """The 8 largest values of each partition of ``src``, descending: a new [P, 8] tile
+    (``dtype``, default src's)."""
+    x = _tile(src, "src", "max8")
+    return _functional((x.shape[0], 8), dtype or x.dtype, mask, lambda d: _vector.max8(d, x))
+
+
+def nc_find_index8(*, data, vals, mask=None, dtype=None, name=None):
+    """Indices of the first occurrences of the 8 ``vals`` in each partition of ``data``: a new
+    [P, 8] uint32 (or ``dtype`` uint16) tile; ``mask`` applies to ``data`` only."""
+    x = _tile(data, "data", "nc_find_index8")
+    return _functional((x.shape[0], 8), dtype or dt.uint32, None,
+                       lambda d: _vector.find_index8(d, x, vals, mask))
+
+
+def nc_match_replace8(*, data, vals, imm, dst_idx=None, mask=None, dtype=None, name=None):
+    """``data`` with the first occurrence of each of the 8 ``vals`` replaced by ``imm``: a new tile
+    (``dtype``, default data's); ``dst_idx`` receives the matched positions."""
+    x = _tile(data, "data", "nc_match_replace8")
+    return _functional(x.shape, dtype or x.dtype, mask,
+                       lambda d: _vector.nc_match_replace8(d, x, vals, imm, dst_idx))
 
 
 # Instructions with batched implementations (see nl.BATCH_SAFE); the others run one program at a time.

@@ -39,210 +39,21 @@ from ..errors import NKIError
 from . import language as nl
 
 
-# ---------------------------------------------------------------------------
-# enums of the standalone package
-# ---------------------------------------------------------------------------
-class engine:
-    """Engine selectors (``nisa.engine.vector`` ...); the simulator uses them for memory rules."""
+from ..instructions import operands as _ops
+from ..instructions import vector as _vector
+from ..instructions.operands import (check_dst as _check_dst, fit_dst as _fit_dst, mark_read as _mark_read,
+                                     per_partition as _per_partition, psum_state as _psum_state,
+                                     scratch as _scratch, write as _write)
+from ..instructions.registers import accumulate as _accumulate
+from ..instructions.target import (dge_mode, dma_engine, engine, get_nc_version, matmul_perf_mode, nc_version,
+                                   oob_mode, reduce_cmd)
+from ..instructions.vector import max8, nc_find_index8, nc_match_replace8, nc_stream_shuffle, tensor_copy_predicated
 
-    unknown = "unknown"
-    tensor = "Tensor"
-    vector = "Vector"
-    scalar = "Scalar"
-    gpsimd = "GpSimd"
-    sync = "Sync"
-
-
-engine_enum = engine
 unknown_engine = engine.unknown
 tensor_engine = engine.tensor
 vector_engine = engine.vector
 scalar_engine = engine.scalar
 gpsimd_engine = engine.gpsimd
-
-
-class reduce_cmd:
-    """State commands for the engines' reduction registers (``nisa.reduce_cmd``)."""
-
-    idle = "idle"
-    reset = "reset"
-    reduce = "reduce"
-    reset_reduce = "reset_reduce"
-    load_reduce = "load_reduce"
-
-
-class dge_mode:
-    """DMA descriptor generation modes (accepted, no effect on the simulator)."""
-
-    unknown = "unknown"
-    none = "none"
-    swdge = "swdge"
-    hwdge = "hwdge"
-
-
-class oob_mode:
-    """Out-of-bounds handling of indirect DMA (accepted; direct accesses are always checked)."""
-
-    error = "error"
-    skip = "skip"
-
-
-class matmul_perf_mode:
-    """Tensor Engine performance modes (accepted; ``double_row`` is not modelled)."""
-
-    none = "none"
-    double_row = "double_row"
-
-
-class nc_version:
-    """NeuronCore versions."""
-
-    gen2 = "gen2"
-    gen3 = "gen3"
-    gen4 = "gen4"
-
-
-def get_nc_version():
-    """The target NeuronCore version; the simulator models a Trn2 (NeuronCore-v3) target."""
-    return nc_version.gen3
-
-
-# ---------------------------------------------------------------------------
-# destinations
-# ---------------------------------------------------------------------------
-_ON_CHIP = (sbuf, psum)
-# Per PSUM tile (by id: Tile overloads ==, so no WeakKeyDictionary): which elements hold a
-# value, for nc_matmul's accumulate=None inference. Entries go when the tile does.
-_psum_written = {}
-
-
-def _written_mask(root, create=False):
-    ent = _psum_written.get(id(root))
-    if ent is not None and ent[0]() is root:
-        return ent[1]
-    if not create:
-        return None
-    key = id(root)
-    mask = np.zeros(root.shape, dtype=bool)
-    _psum_written[key] = (weakref.ref(root, lambda _, k=key: _psum_written.pop(k, None)), mask)
-    return mask
-
-
-@contextlib.contextmanager
-def _scratch():
-    """Run a first-generation op without registering its result tile with the program.
-
-    The result is an intermediate that only lives until it is copied into
-    ``dst``; hardware has no such buffer, so it must not count against the
-    program's SBUF/PSUM capacity.
-    """
-    prog = core.current_or_none()
-    core.set_current(None)
-    try:
-        yield
-    finally:
-        core.set_current(prog)
-
-
-def _names(buffers):
-    return " or ".join(b.name.upper() for b in buffers)
-
-
-def _check_dst(dst, op, buffers=_ON_CHIP):
-    """``dst`` must be a tile (or a view of one) in one of ``buffers``."""
-    if isinstance(dst, (Access, HBMTensor)):
-        raise NKIError("dst memory", f"nisa.{op}: dst ({dst._label()}, shape {tuple(dst.shape)}) is in HBM; "
-                       f"this instruction writes {_names(buffers)} (use nisa.dma_copy to reach HBM)")
-    if not isinstance(dst, Tile):
-        raise NKIError("dst type", f"nisa.{op}: dst must be a tile allocated with nl.ndarray (or a view of "
-                       f"one), got {type(dst).__name__}")
-    if dst.buffer not in buffers:
-        raise NKIError("dst memory", f"nisa.{op}: dst (shape {dst.shape}) is in {dst.buffer.name.upper()}; "
-                       f"this instruction must write {_names(buffers)}")
-    return dst
-
-
-def _per_partition(shape):
-    return int(np.prod(shape[1:])) if len(shape) > 1 else 1
-
-
-def _fit_dst(dst, values, op, what="result"):
-    """``values`` in ``dst``'s shape: equal shapes, or the same partition size and elements per partition."""
-    vshape, dshape = tuple(np.shape(values)), tuple(dst.shape)
-    if vshape == dshape:
-        return values
-    if vshape and dshape and vshape[0] == dshape[0] and _per_partition(vshape) == _per_partition(dshape):
-        return np.reshape(values, dshape)
-    raise NKIError("dst shape", f"nisa.{op}: dst has shape {dshape} but the {what} has shape {vshape}; dst "
-                   "needs the same partition size and the same number of elements per partition")
-
-
-def _root(tile):
-    while tile._parent is not None:
-        tile = tile._parent
-    return tile
-
-
-def _region_mask(mask, root, dst):
-    """The part of a root-shaped bool ``mask`` that the view ``dst`` covers (``None`` if unknown)."""
-    if dst is root:
-        return mask
-    rd, vd = root.data, dst.data
-    if not rd.flags.c_contiguous or vd.dtype != rd.dtype:
-        return None
-    item = rd.itemsize
-    off = vd.__array_interface__["data"][0] - rd.__array_interface__["data"][0]
-    if off % item or any(s % item for s in vd.strides):
-        return None
-    flat = mask.reshape(-1)[off // item:]
-    return as_strided(flat, vd.shape, tuple(s // item for s in vd.strides))
-
-
-def _write(dst, values, op, what="result"):
-    """Round ``values`` to ``dst.dtype`` and write them into ``dst`` (a tile or a view of one)."""
-    vals = _fit_dst(dst, np.asarray(values), op, what)
-    root = _root(dst)
-    core.flush_pending()  # a deferred op may still read the memory about to be written
-    if dst is not root:
-        data = dst.data
-        if not data.flags.writeable or not np.may_share_memory(data, root.data):
-            raise NKIError("dst view", f"nisa.{op}: dst (shape {dst.shape}) is a copy, not a view, of a "
-                           f"{root.buffer.name} tile {root.shape}; write to a basic-slice view of the tile "
-                           "(e.g. t[0:128, 0:512]) or to the tile itself")
-    dst[...] = dt.cast(vals, dst.dtype)
-    if root.buffer is psum:
-        mask = _written_mask(root, create=True)
-        region = _region_mask(mask, root, dst)
-        if region is None:
-            mask[...] = True
-        else:
-            region[...] = True
-
-
-def _psum_state(dst):
-    """Bool array in ``dst``'s shape: which of its PSUM elements already hold a value."""
-    root = _root(dst)
-    mask = _written_mask(root)
-    if mask is None:
-        return np.zeros(dst.shape, dtype=bool)
-    region = _region_mask(mask, root, dst)
-    return np.broadcast_to(bool(mask.any()), dst.shape) if region is None else region
-
-
-def _op(op):
-    """An operator identifier the first-generation ops accept (``nl.copy`` becomes identity)."""
-    if op is nl.copy or op is nl.bypass:
-        return _nl1.identity
-    return op
-
-
-def _mark_read(tile):
-    """Tell the diagnostics (uninitialised reads, loop-carried dependencies) that an op reads ``tile``."""
-    from .. import diagnostics as _diag
-
-    hook = getattr(_diag, "on_read", None)
-    if hook is not None:
-        hook(tile)
 
 
 def _compute_dtype(dst, *tiles):
@@ -252,12 +63,15 @@ def _compute_dtype(dst, *tiles):
     return dt.float32
 
 
+def _op(op):
+    """An operator identifier the first-generation ops accept (``nl.copy`` becomes identity)."""
+    if op is nl.copy or op is nl.bypass:
+        return _nl1.identity
+    return op
+
+
 def _gpsimd_psum(eng, op, *tiles):
-    if eng == engine.gpsimd:
-        for t in tiles:
-            if isinstance(t, Tile) and t.buffer is psum:
-                raise NKIError("operand memory", f"nisa.{op}: engine=GpSimd cannot access PSUM (a tile of shape "
-                               f"{t.shape} is in PSUM); use the Vector or Scalar engine")
+    _ops.no_gpsimd_psum(_ops.engine_name(eng), op, *tiles)
 
 
 # ---------------------------------------------------------------------------
@@ -265,7 +79,7 @@ def _gpsimd_psum(eng, op, *tiles):
 # ---------------------------------------------------------------------------
 def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_onezero=False,
               is_transpose=False, accumulate=None, tile_position=(), tile_size=(), perf_mode=None,
-              name=None, **_ignored):
+              name=None):
     """``dst = stationary.T @ moving`` (or ``+=``) on the Tensor engine; ``dst`` must be a PSUM tile.
 
     stationary [K, M] and moving [K, N] are SBUF tiles with K <= 128, M <= 128,
@@ -300,7 +114,7 @@ def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_on
     _write(d, vals, "nc_matmul")
 
 
-def nc_transpose(dst, data, engine=engine.unknown, name=None, **_ignored):
+def nc_transpose(dst, data, engine=engine.unknown, name=None):
     """Transpose partition and (flattened) free axes of ``data`` into ``dst``.
 
     Tensor engine: <= 128x128, SBUF in, PSUM out. Vector engine: <= 32x32, SBUF
@@ -327,7 +141,7 @@ def nc_transpose(dst, data, engine=engine.unknown, name=None, **_ignored):
 # ---------------------------------------------------------------------------
 # Vector / Scalar / GpSimd engines
 # ---------------------------------------------------------------------------
-def tensor_copy(dst, src, engine=engine.unknown, name=None, **_ignored):
+def tensor_copy(dst, src, engine=engine.unknown, name=None):
     """Copy ``src`` (SBUF/PSUM) into ``dst`` (SBUF/PSUM), casting to ``dst.dtype``.
 
     Same dtype: a bit-exact copy; different dtypes: through fp32. ``dst`` has
@@ -342,7 +156,7 @@ def tensor_copy(dst, src, engine=engine.unknown, name=None, **_ignored):
     _write(d, res.data, "tensor_copy", f"source (shape {x.shape})")
 
 
-def tensor_tensor(dst, data1, data2, op, engine=engine.unknown, name=None, **_ignored):
+def tensor_tensor(dst, data1, data2, op, engine=engine.unknown, name=None):
     """``dst = op(data1, data2)`` element-wise (Vector engine; ``nl.power`` on GpSimd).
 
     data1 and data2 have the same partition size and the same number of
@@ -366,8 +180,7 @@ def tensor_tensor(dst, data1, data2, op, engine=engine.unknown, name=None, **_ig
     _write(d, res.data, "tensor_tensor")
 
 
-def scalar_tensor_tensor(dst, data, op0, operand0, op1, operand1, reverse0=False, reverse1=False, name=None,
-                         **_ignored):
+def scalar_tensor_tensor(dst, data, op0, operand0, op1, operand1, reverse0=False, reverse1=False, name=None):
     """``dst = (data op0 operand0) op1 operand1``: operand0 a scalar or [P, 1] tile, operand1 a tile like data."""
     d = _check_dst(dst, "scalar_tensor_tensor")
     x = _gen1._tile(data, "data", "scalar_tensor_tensor")
@@ -386,7 +199,7 @@ def scalar_tensor_tensor(dst, data, op0, operand0, op1, operand1, reverse0=False
 
 
 def tensor_scalar(dst, data, op0, operand0=None, reverse0=False, op1=None, operand1=None, reverse1=False,
-                  engine=engine.unknown, name=None, **_ignored):
+                  engine=engine.unknown, name=None):
     """``dst = (data op0 operand0) op1 operand1`` with scalar or [P, 1] operands broadcast along the free axes.
 
     ``reverse0`` / ``reverse1`` swap an operator's inputs; ``op1`` is optional.
@@ -406,8 +219,7 @@ def tensor_scalar(dst, data, op0, operand0=None, reverse0=False, op1=None, opera
 
 
 def tensor_scalar_reduce(dst, data, op0, operand0, reduce_op, reduce_res=None, reverse0=False,
-                         reduce_cmd=reduce_cmd.reset_reduce, reduce_init=None, reduce_res_negate=False, name=None,
-                         **_ignored):
+                         reduce_cmd=reduce_cmd.reset_reduce, reduce_init=None, reduce_res_negate=False, name=None):
     """``dst = data op0 operand0`` (one arithmetic operator) plus a reduction of the result over all
     free axes with ``reduce_op`` into ``reduce_res`` ([P, 1]) through the Vector engine's registers
     (``reduce_cmd``, default ``reset_reduce``; ``reduce_res_negate`` writes the negated result).
@@ -419,8 +231,8 @@ def tensor_scalar_reduce(dst, data, op0, operand0, reduce_op, reduce_res=None, r
         res = _gen1.tensor_scalar(x, _op(op0), operand0, reverse0, dtype=dt.float32)
     out = res.data
     _write(d, out, "tensor_scalar_reduce")
-    _reduce_registers("tensor_scalar_reduce", "Vector", out, x, reduce_op, reduce_res, reduce_cmd, reduce_init,
-                      negate=reduce_res_negate)
+    _accumulate("tensor_scalar_reduce", "Vector", out, x.shape[0], reduce_op, reduce_res, reduce_cmd, reduce_init,
+                negate=reduce_res_negate)
 
 
 def _is_unary(op) -> bool:
@@ -428,16 +240,11 @@ def _is_unary(op) -> bool:
     return op is nl.copy or op is nl.bypass or getattr(op, "__name__", None) in _nl1._UNARY
 
 
-def _program_regs():
-    """The running program's engine reduction registers (engine name -> [P, 1] fp32)."""
-    return core.current().__dict__.setdefault("_nki_reduce_regs", {})
-
-
 _DEFAULT_CMD = object()
 
 
 def activation(dst, op, data, bias=None, scale=1.0, reduce_op=None, reduce_res=None, reduce_cmd=_DEFAULT_CMD,
-               name=None, **_ignored):
+               name=None):
     """``dst = op(data * scale + bias)`` on the Scalar engine, with an optional free-axis reduction.
 
     ``scale`` is a scalar or a [P, 1] tile, ``bias`` a scalar or a [P, 1] tile.
@@ -457,44 +264,16 @@ def activation(dst, op, data, bias=None, scale=1.0, reduce_op=None, reduce_res=N
     _write(d, out, "activation")
     if reduce_cmd is _DEFAULT_CMD:
         reduce_cmd = "reset_reduce" if (reduce_res is not None and reduce_op is not None) else "idle"
-    _reduce_registers("activation", "Scalar", out, x, reduce_op, reduce_res, reduce_cmd)
+    _accumulate("activation", "Scalar", out, x.shape[0], reduce_op, reduce_res, reduce_cmd)
 
 
-def _reset_value(reduce_op):
-    """A reset register's value: the identity of the reduction (0 for add/subtract, 1 for
-    multiply, -inf for max, +inf for min), as nisa.tensor_scalar_cumulative documents."""
-    fn = nl.np_function(reduce_op if reduce_op is not None else nl.add)
-    return {np.multiply: 1.0, np.maximum: -np.inf, np.minimum: np.inf}.get(fn, 0.0)
-
-
-def _reduce_registers(op, eng, out, x, reduce_op, reduce_res, cmd, init=None, negate=False):
-    regs = _program_regs()
-    cur = regs.get(eng)
-    if cur is None or cur.shape[0] != x.shape[0]:
-        cur = np.zeros((x.shape[0], 1), np.float32)
-    if cmd in ("reset", "reset_reduce"):
-        cur = np.full((x.shape[0], 1), _reset_value(reduce_op), np.float32)
-    if cmd == "load_reduce":
-        cur = np.broadcast_to(np.asarray(_gen1._per_partition(init, x, "reduce_init", op), np.float32)
-                              .reshape(-1, 1) if init is not None else 0.0, (x.shape[0], 1)).astype(np.float32)
-    if cmd in ("reduce", "reset_reduce", "load_reduce"):
-        fn = _gen1._reducer(reduce_op if reduce_op is not None else nl.add)
-        part = np.asarray(fn(np.asarray(out, np.float32).reshape(x.shape[0], -1), axis=1, keepdims=True),
-                          np.float32)
-        comb = nl.np_function(reduce_op if reduce_op is not None else nl.add)
-        cur = np.asarray(comb(cur, part), np.float32)
-    regs[eng] = cur
-    if reduce_res is not None:
-        _write(_check_dst(reduce_res, op), -cur if negate else cur, op, "reduction result ([P, 1])")
-
-
-def activation_reduce(dst, op, data, reduce_op, reduce_res, bias=None, scale=1.0, name=None, **_ignored):
+def activation_reduce(dst, op, data, reduce_op, reduce_res, bias=None, scale=1.0, name=None):
     """``activation`` plus a free-axis reduction of its result into ``reduce_res`` (registers reset first)."""
     activation(dst, op, data, bias=bias, scale=scale, reduce_op=reduce_op, reduce_res=reduce_res,
                reduce_cmd="reset_reduce")
 
 
-def tensor_reduce(dst, op, data, axis, negate=False, keepdims=False, name=None, **_ignored):
+def tensor_reduce(dst, op, data, axis, negate=False, keepdims=False, name=None):
     """Reduce ``data`` over free ``axis`` with ``op`` into ``dst`` (Vector engine).
 
     ``axis`` must be the last contiguous free dimension(s), ending at the last
@@ -514,7 +293,7 @@ def tensor_reduce(dst, op, data, axis, negate=False, keepdims=False, name=None, 
     _write(d, res.data, "tensor_reduce", f"reduction of {x.shape} over axis {axis}")
 
 
-def tensor_partition_reduce(dst, op, data, name=None, **_ignored):
+def tensor_partition_reduce(dst, op, data, name=None):
     """Reduce ``data`` across its partitions with ``op`` into a one-partition ``dst`` (GpSimd: SBUF only)."""
     d = _check_dst(dst, "tensor_partition_reduce", (sbuf,))
     x = _gen1._tile(data, "data", "tensor_partition_reduce", (sbuf,))
@@ -523,8 +302,7 @@ def tensor_partition_reduce(dst, op, data, name=None, **_ignored):
     _write(d, res.data, "tensor_partition_reduce")
 
 
-def tensor_tensor_scan(dst, data0, data1, initial, op0, op1, reverse0=False, reverse1=False, name=None,
-                       **_ignored):
+def tensor_tensor_scan(dst, data0, data1, initial, op0, op1, reverse0=False, reverse1=False, name=None):
     """Scan along the free axis: ``r[i] = op1(op0(data0[i], r[i-1]), data1[i])`` into ``dst``."""
     d = _check_dst(dst, "tensor_tensor_scan")
     with _scratch():
@@ -533,7 +311,7 @@ def tensor_tensor_scan(dst, data0, data1, initial, op0, op1, reverse0=False, rev
     _write(d, res.data, "tensor_tensor_scan")
 
 
-def reciprocal(dst, data, name=None, **_ignored):
+def reciprocal(dst, data, name=None):
     """``dst = 1 / data`` element-wise (Vector engine)."""
     d = _check_dst(dst, "reciprocal")
     x = _gen1._tile(data, "data", "reciprocal")
@@ -542,7 +320,7 @@ def reciprocal(dst, data, name=None, **_ignored):
     _write(d, res.data, "reciprocal")
 
 
-def memset(dst, value, engine=engine.unknown, name=None, **_ignored):
+def memset(dst, value, engine=engine.unknown, name=None):
     """Fill ``dst`` with the constant ``value`` (Vector or GpSimd engine; GpSimd cannot reach PSUM)."""
     d = _check_dst(dst, "memset")
     _gpsimd_psum(engine, "memset", d)
@@ -559,7 +337,7 @@ def _pattern_values(pattern, offset, channel_multiplier, parts):
     return vals
 
 
-def iota(dst, pattern, offset=0, channel_multiplier=0, name=None, **_ignored):
+def iota(dst, pattern, offset=0, channel_multiplier=0, name=None):
     """Fill SBUF ``dst`` with ``offset + p * channel_multiplier + sum(i_k * step_k)`` (GpSimd engine).
 
     ``pattern`` is ``[[step, num], ...]`` (up to 4-D), the number of elements
@@ -583,7 +361,7 @@ def iota(dst, pattern, offset=0, channel_multiplier=0, name=None, **_ignored):
 
 
 def affine_select(dst, pattern, channel_multiplier, on_true_tile, on_false_value, cmp_op=None, offset=0,
-                  name=None, **_ignored):
+                  name=None):
     """``dst = where(cmp_op(offset + p * channel_multiplier + pattern, 0), on_true_tile, on_false_value)``."""
     d = _check_dst(dst, "affine_select", (sbuf,))
     x = _gen1._tile(on_true_tile, "on_true_tile", "affine_select", (sbuf,))
@@ -596,7 +374,7 @@ def affine_select(dst, pattern, channel_multiplier, on_true_tile, on_false_value
     _write(d, out, "affine_select")
 
 
-def bn_stats(dst, data, name=None, **_ignored):
+def bn_stats(dst, data, name=None):
     """Per-partition mean/variance statistics of ``data`` (<= 512 elements) into ``dst`` (Vector engine)."""
     d = _check_dst(dst, "bn_stats")
     with _scratch():
@@ -604,25 +382,12 @@ def bn_stats(dst, data, name=None, **_ignored):
     _write(d, res.data, "bn_stats")
 
 
-def bn_aggr(dst, data, name=None, **_ignored):
+def bn_aggr(dst, data, name=None):
     """Combine ``bn_stats`` outputs into [P, 2] mean and variance in ``dst``."""
     d = _check_dst(dst, "bn_aggr")
     with _scratch():
         res = _gen1.bn_aggr(data, dtype=dt.float32)
     _write(d, res.data, "bn_aggr")
-
-
-def max8(dst, src, name=None, **_ignored):
-    """The 8 largest values of each partition of ``src``, descending, into a [P, 8] ``dst``."""
-    d = _check_dst(dst, "max8")
-    x = _gen1._tile(src, "src", "max8")
-    _mark_read(x)
-    v = dt.compute_view(x.data).reshape(x.shape[0], -1).astype(np.float32)
-    if not 8 <= v.shape[1] <= 16384:
-        raise NKIError("max8", f"nisa.max8 reads 8..16384 elements per partition, got {v.shape[1]}")
-    out = -np.sort(-v, axis=1)[:, :8]
-    _prof.instruction("Vector", out)
-    _write(d, out, "max8")
 
 
 # ---------------------------------------------------------------------------
@@ -685,8 +450,8 @@ def _dma_write(dst, vals, src_shape, op, dst_rmw_op=None):
     _write(d, vals, op, "source")
 
 
-def dma_copy(dst, src, dst_rmw_op=None, oob_mode=None, dge_mode=None, priority=None, engine=None, name=None,
-             **_ignored):
+def dma_copy(dst, src, dst_rmw_op=None, oob_mode=oob_mode.error, dge_mode=dge_mode.unknown, engine=engine.unknown,
+             unique_indices=True, priority=None, name=None):
     """Copy ``src`` to ``dst`` with a DMA engine: each is an HBM tensor/region or an SBUF tile.
 
     Element counts must match (shapes may differ); different dtypes convert
@@ -698,7 +463,7 @@ def dma_copy(dst, src, dst_rmw_op=None, oob_mode=None, dge_mode=None, priority=N
     _dma_write(dst, vals, np.shape(vals), "dma_copy", dst_rmw_op)
 
 
-def dma_transpose(dst, src, axes=None, name=None, **_ignored):
+def dma_transpose(dst, src, axes=None, name=None):
     """Transpose ``src`` (HBM or SBUF) into SBUF/HBM ``dst`` through DMA: 2-D swaps axes, 3-D reverses them,
     4-D permutes ``[3, 1, 2, 0]`` (or ``axes`` when given)."""
     vals, _ = _dma_source(src, "dma_transpose")

@@ -1,0 +1,323 @@
+"""Operands and destinations of the instructions: the checks and the write every instruction shares.
+
+* :func:`instruction` marks a function as one engine instruction (one program at
+  a time: a vectorised batch of programs falls back to running them singly);
+* :func:`check_dst` / :func:`tile_operand`: a destination or an operand is a tile
+  in an allowed memory (an :class:`NKIError` naming the rule otherwise);
+* :func:`write`: round computed values to ``dst.dtype`` and write them into
+  ``dst`` (a tile or a view of one), leaving elements that ``mask`` excludes
+  unmodified, as the reference pages state for ``dst=`` instructions;
+* :func:`partition_range`: where a tile view starts in its partitions (the
+  quadrant rules of cross-partition instructions need it);
+* :func:`alu` / :func:`reducer`: the NumPy function behind an operator given as
+  ``op=`` (``nl.*`` and ``np.*`` names of the "Supported Math Operators" table,
+  ``nl.max`` / ``np.max`` / ``np.min`` / ``np.sum`` as reductions and
+  ``nl.copy`` / ``np.copy`` as the identity).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import weakref
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+from .. import core
+from .. import dtypes as dt
+from ..core import Access, HBMTensor, Tile, psum, sbuf
+from ..errors import NKIError, NotBatchable
+from ..indexing import _full_mask
+
+ON_CHIP = (sbuf, psum)
+
+
+def instruction(fn):
+    """Mark ``fn`` as an engine instruction: it runs one program at a time (a vectorised batch
+    of programs raises :class:`NotBatchable` and the launcher runs the programs singly)."""
+
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        prog = core.current_or_none()
+        if prog is not None and prog.nb:
+            raise NotBatchable(f"nisa.{fn.__name__} runs one program at a time")
+        return fn(*args, **kwargs)
+
+    return run
+
+
+def names(buffers):
+    """``"SBUF or PSUM"`` for a tuple of memories."""
+    return " or ".join(b.name.upper() for b in buffers)
+
+
+def mark_read(tile):
+    """Tell the diagnostics (uninitialised reads, loop-carried dependencies) that an op reads ``tile``."""
+    from .. import diagnostics as _diag
+
+    if tile._diag is not None or _diag.loops:
+        _diag.on_read(tile)
+
+
+def tile_operand(x, name, op, buffers=ON_CHIP):
+    """``x`` as an on-chip operand tile in one of ``buffers`` (read for the diagnostics)."""
+    if isinstance(x, (Access, HBMTensor)):
+        t = x.tensor if isinstance(x, Access) else x
+        raise NKIError("operand memory", f"nisa.{op}: {name} ({t.name}, shape {tuple(x.shape)}) is in HBM; this "
+                       f"operand must be in {names(buffers)} (move it with nisa.dma_copy first)")
+    if not isinstance(x, Tile):
+        raise NKIError("operand type", f"nisa.{op}: {name} must be a tile, got {type(x).__name__}")
+    if x.buffer not in buffers:
+        raise NKIError("operand memory", f"nisa.{op}: {name} (shape {x.shape}) is in {x.buffer.name.upper()}; "
+                       f"this operand must be in {names(buffers)}")
+    mark_read(x)
+    return x
+
+
+def check_dst(dst, op, buffers=ON_CHIP):
+    """``dst`` must be a tile (or a view of one) in one of ``buffers``."""
+    if isinstance(dst, (Access, HBMTensor)):
+        raise NKIError("dst memory", f"nisa.{op}: dst ({dst._label()}, shape {tuple(dst.shape)}) is in HBM; "
+                       f"this instruction writes {names(buffers)} (use nisa.dma_copy to reach HBM)")
+    if not isinstance(dst, Tile):
+        raise NKIError("dst type", f"nisa.{op}: dst must be a tile allocated with nl.ndarray (or a view of "
+                       f"one), got {type(dst).__name__}")
+    if dst.buffer not in buffers:
+        raise NKIError("dst memory", f"nisa.{op}: dst (shape {dst.shape}) is in {dst.buffer.name.upper()}; "
+                       f"this instruction must write {names(buffers)}")
+    return dst
+
+
+def no_gpsimd_psum(eng, op, *tiles):
+    """GpSimd cannot access PSUM (NeuronCore-v2 Compute Engines): a PSUM operand on GpSimd is an error."""
+    if eng in ("GpSimd", "gpsimd"):
+        for t in tiles:
+            if isinstance(t, Tile) and t.buffer is psum:
+                raise NKIError("operand memory", f"nisa.{op}: engine=GpSimd cannot access PSUM (a tile of shape "
+                               f"{t.shape} is in PSUM); use the Vector or Scalar engine")
+
+
+def per_partition(shape) -> int:
+    """Elements per partition of a tile shape (partition axis first)."""
+    return int(np.prod(shape[1:])) if len(shape) > 1 else 1
+
+
+def rows(values, parts):
+    """``values`` as ``[parts, elements per partition]``."""
+    return np.reshape(values, (parts, -1))
+
+
+def values_of(x, name, op, buffers=ON_CHIP):
+    """The fp32 compute view of operand tile ``x`` as ``[partitions, elements]``."""
+    t = tile_operand(x, name, op, buffers)
+    return rows(dt.compute_view(t.data), t.shape[0]).astype(np.float32, copy=False)
+
+
+def same_rows(op, a, an, b, bn):
+    """``a`` and ``b`` occupy the same partitions and elements per partition."""
+    if a.shape[0] != b.shape[0] or per_partition(a.shape) != per_partition(b.shape):
+        raise NKIError("operand shapes", f"nisa.{op}: {an} {a.shape} and {bn} {b.shape} must occupy the same "
+                       "number of partitions and the same number of elements per partition")
+
+
+# ---------------------------------------------------------------------------
+# writing a destination
+# ---------------------------------------------------------------------------
+# Per PSUM tile (by id: Tile overloads ==): which elements hold a value, for nc_matmul's
+# accumulate=None inference. Entries go when the tile does.
+_psum_written = {}
+
+
+def _written_mask(root, create=False):
+    ent = _psum_written.get(id(root))
+    if ent is not None and ent[0]() is root:
+        return ent[1]
+    if not create:
+        return None
+    key = id(root)
+    mask = np.zeros(root.shape, dtype=bool)
+    _psum_written[key] = (weakref.ref(root, lambda _, k=key: _psum_written.pop(k, None)), mask)
+    return mask
+
+
+@contextlib.contextmanager
+def scratch():
+    """Compute without registering new tiles with the program: intermediates that only live
+    until they are copied into ``dst`` have no hardware buffer and must not count against the
+    program's SBUF/PSUM capacity."""
+    prog = core.current_or_none()
+    core.set_current(None)
+    try:
+        yield
+    finally:
+        core.set_current(prog)
+
+
+def fit_dst(dst, values, op, what="result"):
+    """``values`` in ``dst``'s shape: equal shapes, or the same partition size and elements per partition."""
+    vshape, dshape = tuple(np.shape(values)), tuple(dst.shape)
+    if vshape == dshape:
+        return values
+    if vshape and dshape and vshape[0] == dshape[0] and per_partition(vshape) == per_partition(dshape):
+        return np.reshape(values, dshape)
+    raise NKIError("dst shape", f"nisa.{op}: dst has shape {dshape} but the {what} has shape {vshape}; dst "
+                   "needs the same partition size and the same number of elements per partition")
+
+
+def root_of(tile):
+    """The allocated tile a view belongs to."""
+    while tile._parent is not None:
+        tile = tile._parent
+    return tile
+
+
+def _offset_in_root(view, root):
+    """Element offset of ``view``'s first element in ``root`` (``None`` if not a view of it)."""
+    rd, vd = root.data, view.data
+    if not rd.flags.c_contiguous or vd.dtype != rd.dtype or not np.may_share_memory(rd, vd):
+        return None
+    off = vd.__array_interface__["data"][0] - rd.__array_interface__["data"][0]
+    if off % rd.itemsize or any(s % rd.itemsize for s in vd.strides):
+        return None
+    return off // rd.itemsize
+
+
+def _region_mask(mask, root, dst):
+    """The part of a root-shaped bool ``mask`` that the view ``dst`` covers (``None`` if unknown)."""
+    if dst is root:
+        return mask
+    off = _offset_in_root(dst, root)
+    if off is None:
+        return None
+    item = root.data.itemsize
+    return as_strided(mask.reshape(-1)[off:], dst.data.shape, tuple(s // item for s in dst.data.strides))
+
+
+def partition_range(tile):
+    """``(start, count)``: the partitions of its allocation that a tile (or a view of one) covers."""
+    root = root_of(tile)
+    count = tile.shape[0] if tile.shape else 1
+    if tile is root:
+        return 0, count
+    off = _offset_in_root(tile, root)
+    if off is None:
+        return 0, count
+    pdim = root.pdim
+    coords = np.unravel_index(off, root.data.shape) if root.data.size else (0,) * root.data.ndim
+    start = int(coords[pdim]) if len(coords) > pdim else 0
+    pstride = root.data.strides[pdim] if root.data.ndim > pdim else 0
+    if tile.data.ndim and pstride and tile.data.strides[0] == 0:
+        count = 1
+    return start, count
+
+
+def write(dst, values, op, what="result", mask=None):
+    """Round ``values`` to ``dst.dtype`` and write them into ``dst`` (a tile or a view of one).
+
+    ``mask`` (a first-generation predicate, or a bool array in ``dst``'s shape)
+    leaves the elements it excludes unmodified.
+    """
+    vals = fit_dst(dst, np.asarray(values), op, what)
+    root = root_of(dst)
+    core.flush_pending()  # a deferred op may still read the memory about to be written
+    if dst is not root:
+        data = dst.data
+        if not data.flags.writeable or not np.may_share_memory(data, root.data):
+            raise NKIError("dst view", f"nisa.{op}: dst (shape {dst.shape}) is a copy, not a view, of a "
+                           f"{root.buffer.name} tile {root.shape}; write to a basic-slice view of the tile "
+                           "(e.g. t[0:128, 0:512]) or to the tile itself")
+    keep = None if mask is None else (mask if isinstance(mask, np.ndarray) and mask.dtype == bool
+                                      else _full_mask(mask, tuple(dst.shape)))
+    new = dt.cast(vals, dst.dtype)
+    if keep is not None:
+        new = np.where(np.broadcast_to(keep, new.shape), new, dst.data)
+    dst[...] = new
+    if root.buffer is psum:
+        written = _written_mask(root, create=True)
+        region = _region_mask(written, root, dst)
+        if region is None:
+            written[...] = True
+        else:
+            region[...] = True if keep is None else (region | np.broadcast_to(keep, region.shape))
+
+
+def psum_state(dst):
+    """Bool array in ``dst``'s shape: which of its PSUM elements already hold a value."""
+    root = root_of(dst)
+    written = _written_mask(root)
+    if written is None:
+        return np.zeros(dst.shape, dtype=bool)
+    region = _region_mask(written, root, dst)
+    return np.broadcast_to(bool(written.any()), dst.shape) if region is None else region
+
+
+def new_tile(shape, dtype, buffer=sbuf):
+    """A zero-filled result tile of a first-generation functional instruction (masked-off
+    elements of a result stay zero, as the first generation's ops leave them)."""
+    return Tile(np.zeros(tuple(int(s) for s in shape), dt.as_dtype(dtype)), buffer)
+
+
+# ---------------------------------------------------------------------------
+# operators
+# ---------------------------------------------------------------------------
+def _identity(x):
+    return np.array(x, copy=True)
+
+
+# NumPy reductions and copies the "Supported Math Operators" / activation tables list as
+# operator identifiers: as an ALU operator a reduction is its pairwise form.
+_NUMPY_ALIASES = {np.max: np.maximum, np.amax: np.maximum, np.min: np.minimum, np.amin: np.minimum,
+                  np.sum: np.add, np.prod: np.multiply, np.copy: _identity}
+_NL_REDUCTIONS = {"max": np.maximum, "min": np.minimum, "sum": np.add, "prod": np.multiply}
+
+
+def alu(op):
+    """The NumPy function behind an operator identifier (``nl.add``, ``np.add``, ``nl.max``,
+    ``np.max``, ``np.sum``, ``nl.copy``, ``np.copy``, ``nl.exp`` ...)."""
+    if op is None:
+        raise NKIError("op", "an operator is required here (nl.add, nl.maximum, ...)")
+    try:
+        alias = _NUMPY_ALIASES.get(op)
+    except TypeError:
+        alias = None
+    if alias is not None:
+        return alias
+    name = getattr(op, "__name__", None)
+    mod = getattr(op, "__module__", "") or ""
+    if name in _NL_REDUCTIONS and "nki_kernels" in mod:
+        return _NL_REDUCTIONS[name]
+    if name in ("copy", "identity", "bypass") and "nki_kernels" in mod:
+        return _identity
+    from .. import language as _nl
+
+    return _nl.np_function(op)
+
+
+_REDUCERS = {np.add: np.sum, np.maximum: np.max, np.minimum: np.min, np.multiply: np.prod}
+
+
+def reducer(op):
+    """``f(values, axis=..., keepdims=...)`` reducing with operator ``op`` (``nl.add``, ``np.max`` ...)."""
+    fn = alu(op)
+    if fn in _REDUCERS:
+        return _REDUCERS[fn]
+    if isinstance(fn, np.ufunc) and fn.nin == 2:
+        return fn.reduce
+    raise NKIError("op", f"{op!r} cannot be used as a reduction operator (use nl.add, nl.maximum, nl.minimum, "
+                   "np.sum, np.max, ...)")
+
+
+def identity_of(op):
+    """The reduction identity of ``op`` (0 for add, 1 for multiply, -inf for max, +inf for min)."""
+    fn = alu(op if op is not None else np.add)
+    return {np.multiply: 1.0, np.maximum: -np.inf, np.minimum: np.inf}.get(fn, 0.0)
+
+
+def engine_name(eng):
+    """The canonical engine name of an ``engine=`` value (``nisa.vector_engine``, "Vector", ...)."""
+    if eng is None:
+        return "unknown"
+    v = getattr(eng, "value", eng)
+    return {"vector": "Vector", "scalar": "Scalar", "gpsimd": "GpSimd", "tensor": "Tensor", "sync": "Sync",
+            "activation": "Scalar", "pool": "GpSimd", "act": "Scalar", "pe": "Tensor"}.get(str(v).lower(), str(v))

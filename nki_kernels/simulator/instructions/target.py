@@ -1,0 +1,135 @@
+"""The simulated target (``nki.isa.nc_version`` / ``get_nc_version``) and the ISA config enums.
+
+The target defaults to NeuronCore-v3 (Trn2). Select another with the
+environment variable ``NKI_SIM_NC_VERSION`` (``gen2`` / ``gen3`` / ``gen4``)
+or, in code, ``with target.use(nc_version.gen4): ...``; rules that depend on
+the version (matmul dtypes, NeuronCore-v4-only instructions) read
+:func:`get_nc_version` when an instruction runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import os
+import threading
+
+from ..errors import NKIError
+
+
+class nc_version(enum.Enum):
+    """NeuronCore version (``nki.isa.nc_version``): ``gen2`` Trn1/Inf2, ``gen3`` Trn2, ``gen4`` Trn3."""
+
+    gen2 = 2
+    gen3 = 3
+    gen4 = 4
+
+
+_local = threading.local()
+
+
+def _from_env():
+    name = os.environ.get("NKI_SIM_NC_VERSION", "gen3").strip().lower()
+    aliases = {"trn1": "gen2", "inf2": "gen2", "trn2": "gen3", "trn3": "gen4", "v2": "gen2", "v3": "gen3",
+               "v4": "gen4"}
+    name = aliases.get(name, name)
+    if name not in nc_version.__members__:
+        raise ValueError(f"NKI_SIM_NC_VERSION={name!r}: expected gen2, gen3 or gen4 (or trn1, trn2, trn3)")
+    return nc_version[name]
+
+
+def get_nc_version():
+    """The ``nc_version`` of the current target context (default ``gen3``, Trn2)."""
+    v = getattr(_local, "version", None)
+    return v if v is not None else _from_env()
+
+
+@contextlib.contextmanager
+def use(version):
+    """Simulate ``version`` (an ``nc_version`` or its name) inside the ``with`` block."""
+    v = version if isinstance(version, nc_version) else nc_version[str(version)]
+    prev = getattr(_local, "version", None)
+    _local.version = v
+    try:
+        yield v
+    finally:
+        _local.version = prev
+
+
+def require(op, version):
+    """An instruction available from ``version`` on: an error on an older target."""
+    cur = get_nc_version()
+    if cur.value < version.value:
+        raise NKIError("target", f"nisa.{op} is available only on NeuronCore-v{version.value} and newer; the "
+                       f"simulated target is {cur.name} (NeuronCore-v{cur.value}); select it with "
+                       f"NKI_SIM_NC_VERSION={version.name}")
+
+
+class engine(enum.Enum):
+    """Compute engines (``nki.isa.engine``); ``engine=`` arguments take them."""
+
+    unknown = "unknown"
+    tensor = "Tensor"
+    vector = "Vector"
+    scalar = "Scalar"
+    gpsimd = "GpSimd"
+    sync = "Sync"
+
+    def __eq__(self, other):
+        # The first generation compared engine= values with plain names ("Vector").
+        return self.value == getattr(other, "value", other)
+
+    __hash__ = enum.Enum.__hash__
+
+
+class reduce_cmd(enum.Enum):
+    """Commands for an engine's accumulation registers (``nki.isa.reduce_cmd``)."""
+
+    idle = "idle"
+    reset = "reset"
+    reduce = "reduce"
+    reset_reduce = "reset_reduce"
+    load_reduce = "load_reduce"
+
+
+class dge_mode(enum.Enum):
+    """DMA descriptor generation modes (``nki.isa.dge_mode``); no effect on simulated results."""
+
+    unknown = "unknown"
+    none = "none"
+    swdge = "swdge"
+    hwdge = "hwdge"
+
+
+class oob_mode(enum.Enum):
+    """Out-of-bounds handling of indirect DMA (``nki.isa.oob_mode``): ``error`` raises, ``skip``
+    leaves the out-of-bounds rows untouched."""
+
+    error = "error"
+    skip = "skip"
+
+
+class matmul_perf_mode(enum.Enum):
+    """Tensor Engine performance modes (``nki.isa.matmul_perf_mode``); results are the same."""
+
+    none = "none"
+    double_row = "double_row"
+    double_row_gen3 = "double_row_gen3"
+
+
+class dma_engine(enum.Enum):
+    """DMA queues an instruction may be issued on (``nki.isa.dma_engine``); no effect on results."""
+
+    unknown = "unknown"
+    sync = "sync"
+    act = "act"
+    pool = "pool"
+    gpsimd = "gpsimd"
+
+
+def command(cmd):
+    """The name of a ``reduce_cmd`` value (an enum member or its name)."""
+    name = getattr(cmd, "value", cmd)
+    if name not in reduce_cmd.__members__:
+        raise NKIError("reduce_cmd", f"reduce_cmd={cmd!r} is not one of {sorted(reduce_cmd.__members__)}")
+    return name

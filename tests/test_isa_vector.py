@@ -1,0 +1,269 @@
+"""Vector Engine instructions (nc_stream_shuffle, tensor_copy_predicated, max8, nc_find_index8,
+nc_match_replace8) in both API generations, against NumPy references written from their pages."""
+
+import numpy as np
+import pytest
+
+from nki_kernels.simulator import NKIError
+from nki_kernels.simulator import isa as nisa1
+from nki_kernels.simulator import language as nl1
+from nki_kernels.simulator import nki as nki1
+from nki_kernels.simulator import standalone as nki
+
+nl = nki.language
+nisa = nki.isa
+RNG = np.random.default_rng(14)
+
+
+def _shuffle_ref(dst, src, mask):
+    """dst partition q*32+i takes src partition q*32+mask[i]; 255 keeps dst."""
+    out = dst.copy()
+    for p in range(dst.shape[0]):
+        m = mask[p % 32]
+        if m != 255:
+            out[p] = src[(p // 32) * 32 + m]
+    return out
+
+
+# ---------------------------------------------------------------------------
+# nc_stream_shuffle
+# ---------------------------------------------------------------------------
+@nki.jit
+def shuffle_kernel(x, init, mask, src_parts=None, dst_lo=0, dst_hi=None):
+    P, F = init.shape
+    out = nl.ndarray((P, F), dtype=x.dtype, buffer=nl.shared_hbm)
+    s = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+    d = nl.ndarray((P, F), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=s, src=x)
+    nisa.dma_copy(dst=d, src=init)
+    hi = P if dst_hi is None else dst_hi
+    src = s if src_parts is None else s[0:src_parts, :]
+    nisa.nc_stream_shuffle(dst=d[dst_lo:hi, :], src=src, shuffle_mask=mask)
+    nisa.dma_copy(dst=out, src=d)
+    return out
+
+
+def test_stream_shuffle_reverses_each_quadrant():
+    x = RNG.standard_normal((128, 16)).astype(np.float32)
+    init = np.zeros((128, 16), np.float32)
+    mask = list(range(31, -1, -1))
+    got = nki.simulate(shuffle_kernel)(x, init, mask)
+    np.testing.assert_array_equal(got, _shuffle_ref(init, x, mask))
+
+
+def test_stream_shuffle_255_keeps_partition():
+    x = RNG.standard_normal((64, 8)).astype(np.float32)
+    init = RNG.standard_normal((64, 8)).astype(np.float32)
+    mask = [255 if i % 3 == 0 else (i + 5) % 32 for i in range(32)]
+    got = nki.simulate(shuffle_kernel)(x, init, mask)
+    np.testing.assert_array_equal(got, _shuffle_ref(init, x, mask))
+
+
+def test_stream_shuffle_broadcast_one_partition_into_a_later_quadrant():
+    # src is partition 0 only; dst is quadrant 2 (partitions 64..95): every dst row copies src row 0.
+    x = RNG.standard_normal((4, 8)).astype(np.float32)
+    init = np.full((128, 8), -1.0, np.float32)
+    got = nki.simulate(shuffle_kernel)(x, init, [0] * 32, src_parts=1, dst_lo=64, dst_hi=96)
+    want = init.copy()
+    want[64:96] = x[0]
+    np.testing.assert_array_equal(got, want)
+
+
+def test_stream_shuffle_rejects_crossing_a_quadrant():
+    x = RNG.standard_normal((4, 8)).astype(np.float32)
+    init = np.zeros((128, 8), np.float32)
+    with pytest.raises(NKIError, match="quadrant"):
+        nki.simulate(shuffle_kernel)(x, init, [0] * 32, src_parts=1, dst_lo=16, dst_hi=48)
+
+
+def test_stream_shuffle_rejects_wide_access_off_boundary():
+    x = RNG.standard_normal((64, 8)).astype(np.float32)
+    init = np.zeros((128, 8), np.float32)
+    with pytest.raises(NKIError, match="quadrant boundary"):
+        nki.simulate(shuffle_kernel)(x, init, list(range(32)), dst_lo=16, dst_hi=80)
+
+
+def test_stream_shuffle_rejects_short_mask_and_missing_source_partition():
+    x = RNG.standard_normal((32, 8)).astype(np.float32)
+    init = np.zeros((32, 8), np.float32)
+    with pytest.raises(NKIError, match="32"):
+        nki.simulate(shuffle_kernel)(x, init, [0] * 16)
+    with pytest.raises(NKIError, match="source partition"):
+        nki.simulate(shuffle_kernel)(x, init, [5] * 32, src_parts=2)
+
+
+def test_stream_shuffle_rejects_dtype_mismatch():
+    @nki.jit
+    def k(x):
+        out = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+        s = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.sbuf)
+        d = nl.ndarray(x.shape, dtype=nl.bfloat16, buffer=nl.sbuf)
+        nisa.dma_copy(dst=s, src=x)
+        nisa.nc_stream_shuffle(dst=d, src=s, shuffle_mask=list(range(32)))
+        return out
+
+    with pytest.raises(NKIError, match="dtype"):
+        nki.simulate(k)(np.zeros((32, 4), np.float32))
+
+
+def test_gen1_stream_shuffle_in_place_with_mask():
+    x = RNG.standard_normal((32, 8)).astype(np.float32)
+    mask = [(i + 1) % 32 for i in range(32)]
+
+    @nki1.jit
+    def k(a):
+        out = nl1.ndarray(a.shape, dtype=a.dtype, buffer=nl1.shared_hbm)
+        t = nl1.load(a)
+        d = nl1.zeros(a.shape, dtype=a.dtype)
+        i_p, i_f = nl1.mgrid[0:32, 0:8]
+        nisa1.nc_stream_shuffle(t, d, mask, mask=(i_f < 4))
+        nl1.store(out, d)
+        return out
+
+    got = k(x)
+    want = np.zeros_like(x)
+    want[:, :4] = _shuffle_ref(np.zeros_like(x), x, mask)[:, :4]
+    np.testing.assert_array_equal(got, want)
+
+
+# ---------------------------------------------------------------------------
+# tensor_copy_predicated
+# ---------------------------------------------------------------------------
+@nki.jit
+def predicated_kernel(src, pred, init, reverse=False, scalar=None):
+    out = nl.ndarray(init.shape, dtype=init.dtype, buffer=nl.shared_hbm)
+    s = nl.ndarray(src.shape, dtype=src.dtype, buffer=nl.sbuf)
+    p = nl.ndarray(pred.shape, dtype=pred.dtype, buffer=nl.sbuf)
+    d = nl.ndarray(init.shape, dtype=init.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=s, src=src)
+    nisa.dma_copy(dst=p, src=pred)
+    nisa.dma_copy(dst=d, src=init)
+    nisa.tensor_copy_predicated(dst=d, src=s if scalar is None else scalar, predicate=p, reverse_pred=reverse)
+    nisa.dma_copy(dst=out, src=d)
+    return out
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_copy_predicated(reverse):
+    src = RNG.standard_normal((64, 40)).astype(np.float32)
+    init = RNG.standard_normal((64, 40)).astype(np.float32)
+    pred = (RNG.random((64, 40)) > 0.5).astype(np.uint8) * 7
+    got = nki.simulate(predicated_kernel)(src, pred, init, reverse)
+    cond = (pred != 0) != reverse
+    np.testing.assert_array_equal(got, np.where(cond, src, init))
+
+
+def test_copy_predicated_scalar_src():
+    init = RNG.standard_normal((16, 8)).astype(np.float32)
+    pred = (RNG.random((16, 8)) > 0.5).astype(np.uint32)
+    got = nki.simulate(predicated_kernel)(init, pred, init, scalar=2.5)
+    np.testing.assert_array_equal(got, np.where(pred != 0, np.float32(2.5), init))
+
+
+def test_copy_predicated_rejects_float_predicate_and_int_scalar_into_float():
+    init = np.zeros((16, 8), np.float32)
+    with pytest.raises(NKIError, match="predicate"):
+        nki.simulate(predicated_kernel)(init, np.ones((16, 8), np.float32), init)
+    with pytest.raises(NKIError, match="int scalar"):
+        nki.simulate(predicated_kernel)(init, np.ones((16, 8), np.uint8), init, scalar=3)
+
+
+def test_gen1_copy_predicated():
+    src = RNG.standard_normal((32, 16)).astype(np.float32)
+    pred = (RNG.random((32, 16)) > 0.3).astype(np.uint16)
+
+    @nki1.jit
+    def k(a, p):
+        out = nl1.ndarray(a.shape, dtype=a.dtype, buffer=nl1.shared_hbm)
+        d = nl1.zeros(a.shape, dtype=a.dtype)
+        nisa1.tensor_copy_predicated(src=nl1.load(a), dst=d, predicate=nl1.load(p))
+        nl1.store(out, d)
+        return out
+
+    np.testing.assert_array_equal(k(src, pred), np.where(pred != 0, src, 0))
+
+
+# ---------------------------------------------------------------------------
+# max8 / nc_find_index8 / nc_match_replace8
+# ---------------------------------------------------------------------------
+@nki.jit
+def top8_kernel(x, vals_in):
+    P = x.shape[0]
+    mx = nl.ndarray((P, 8), dtype=nl.float32, buffer=nl.shared_hbm)
+    idx = nl.ndarray((P, 8), dtype=nl.uint32, buffer=nl.shared_hbm)
+    rep = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+    ridx = nl.ndarray((P, 8), dtype=nl.uint32, buffer=nl.shared_hbm)
+    t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    m = nl.ndarray((P, 8), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.max8(dst=m, src=t)
+    nisa.dma_copy(dst=mx, src=m)
+    v = nl.ndarray((P, 8), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=v, src=vals_in)
+    i = nl.ndarray((P, 8), dtype=nl.uint32, buffer=nl.sbuf)
+    nisa.nc_find_index8(dst=i, data=t, vals=v)
+    nisa.dma_copy(dst=idx, src=i)
+    r = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.sbuf)
+    ri = nl.ndarray((P, 8), dtype=nl.uint32, buffer=nl.sbuf)
+    nisa.nc_match_replace8(dst=r, data=t, vals=v, imm=-1e9, dst_idx=ri)
+    nisa.dma_copy(dst=rep, src=r)
+    nisa.dma_copy(dst=ridx, src=ri)
+    return mx, idx, rep, ridx
+
+
+def test_max8_find_index8_match_replace8():
+    x = RNG.permutation(np.arange(16 * 100, dtype=np.float32)).reshape(16, 100)
+    top = -np.sort(-x, axis=1)[:, :8]
+    mx, idx, rep, ridx = nki.simulate(top8_kernel)(x, top)
+    np.testing.assert_array_equal(mx, top)
+    want_idx = np.array([[np.flatnonzero(x[p] == v)[0] for v in top[p]] for p in range(16)])
+    np.testing.assert_array_equal(idx, want_idx)
+    np.testing.assert_array_equal(ridx, want_idx)
+    want_rep = x.copy()
+    np.put_along_axis(want_rep, want_idx, -1e9, axis=1)
+    np.testing.assert_array_equal(rep, want_rep)
+
+
+def test_find_index8_and_match_replace8_duplicates_follow_the_page():
+    # data = [1, 2, 3, 4, 8 x 7], vals = [3, 8 x 7] (the nc_match_replace8 page's example).
+    data = np.array([[1, 2, 3, 4] + [8] * 7 + [0] * 5], np.float32)
+    vals = np.array([[3] + [8] * 7], np.float32)
+    _, idx, _, ridx = nki.simulate(top8_kernel)(data, vals)
+    np.testing.assert_array_equal(ridx[0], [2, 10, 9, 8, 7, 6, 5, 4])
+    np.testing.assert_array_equal(idx[0], [2, 4, 5, 6, 7, 8, 9, 10])
+
+
+def test_find_index8_value_not_found_gives_sentinel():
+    data = np.arange(16, dtype=np.float32)[None, :]
+    vals = np.array([[0, 1, 2, 3, 4, 5, 6, 99]], np.float32)
+    _, idx, _, _ = nki.simulate(top8_kernel)(data, vals)
+    assert idx[0, 7] == 0xFFFFFFFF and list(idx[0, :7]) == list(range(7))
+
+
+def test_max8_rejects_too_few_elements():
+    with pytest.raises(NKIError, match="8..16384"):
+        nki.simulate(top8_kernel)(np.zeros((4, 7), np.float32), np.zeros((4, 8), np.float32))
+
+
+def test_gen1_max8_find_index8_match_replace8():
+    x = RNG.standard_normal((8, 64)).astype(np.float32)
+
+    @nki1.jit
+    def k(a):
+        t = nl1.load(a)
+        m = nisa1.max8(src=t)
+        i = nisa1.nc_find_index8(data=t, vals=m)
+        r = nisa1.nc_match_replace8(data=t, vals=m, imm=0.0)
+        outs = [nl1.ndarray(v.shape, dtype=v.dtype, buffer=nl1.shared_hbm) for v in (m, i, r)]
+        for o, v in zip(outs, (m, i, r)):
+            nl1.store(o, v)
+        return tuple(outs)
+
+    m, i, r = k(x)
+    top = -np.sort(-x, axis=1)[:, :8]
+    np.testing.assert_array_equal(m, top)
+    assert i.dtype == np.uint32
+    np.testing.assert_array_equal(i, np.argsort(-x, axis=1, kind="stable")[:, :8])
+    want = x.copy()
+    np.put_along_axis(want, i.astype(np.int64), 0.0, axis=1)
+    np.testing.assert_array_equal(r, want)
