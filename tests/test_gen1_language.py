@@ -278,3 +278,29 @@ def test_programs_storing_identical_values_is_not_a_race():
 def test_programs_storing_different_values_is_a_race():
     with pytest.raises(NKIError, match="race"):
         _overlapping_writers(True)[4](np.ones((64, 32), np.float32))
+
+
+def test_partition_vectors_broadcast_along_the_free_axes_when_p_equals_f():
+    # A [P] tile (a reduction without keepdims) is per partition; with P == F NumPy's
+    # right-aligned broadcasting would silently spread it along the free axis instead.
+    x = RNG.standard_normal((128, 128)).astype(np.float32)
+    s = x.sum(axis=1, dtype=np.float64)
+
+    @nki.jit
+    def k(a):
+        t = nl.load(a)
+        v = nl.sum(t, axis=1)  # [128]
+        assert v.shape == (128,)
+        outs = [nl.ndarray((128, 128), nl.float32, buffer=nl.shared_hbm) for _ in range(4)]
+        nl.store(outs[0], v.broadcast_to((128, 128)))
+        nl.store(outs[1], nl.multiply(t, v))
+        nl.store(outs[2], nl.where(nl.greater(t, 0.0), v, 0.0))
+        nl.store(outs[3], v)  # stored into a [P, F] region: repeated along F
+        return tuple(outs)
+
+    bcast, prod, sel, stored = k(x)
+    col = s[:, None]
+    np.testing.assert_allclose(bcast, np.broadcast_to(col, x.shape), rtol=1e-5)
+    np.testing.assert_allclose(prod, x * col, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(sel, np.where(x > 0, col, 0.0), rtol=1e-5)
+    np.testing.assert_allclose(stored, np.broadcast_to(col, x.shape), rtol=1e-5)

@@ -9,6 +9,7 @@ run over free axes only; ``mask=`` leaves masked-off elements untouched.
 
 from __future__ import annotations
 
+import builtins
 import math
 
 import numpy as np
@@ -210,15 +211,10 @@ def _align_partitions(x, y, a, b):
     reduced ``[P]`` tile combines with a ``[P, F]`` tile as ``[P, 1]``, as the official
     samples rely on (``nl.multiply(a_tile, nl.rsqrt(nl.sum(sq, axis=[1]) / n))`` in the NKI
     RMSNorm tutorial)."""
-    if not (isinstance(x, Tile) and isinstance(y, Tile)):
+    if not (isinstance(x, Tile) and isinstance(y, Tile)) or x.ndim == y.ndim:
         return a, b
-    sx, sy = x.shape, y.shape
-    na, nb = len(sx), len(sy)
-    if na == nb or not na or not nb or sx[0] != sy[0]:
-        return a, b
-    if na < nb:
-        return np.reshape(a, np.shape(a) + (1,) * (nb - na)), b
-    return a, np.reshape(b, np.shape(b) + (1,) * (na - nb))
+    rank, nb = builtins.max(x.ndim, y.ndim), _nb()
+    return _partition_first(a, rank, nb), _partition_first(b, rank, nb)
 
 
 def _make_binary(name, fn):
@@ -262,7 +258,11 @@ def where(condition, x, y, *, dtype=None, mask=None, **_ignored):
     """Element-wise select: ``x`` where ``condition`` is non-zero, else ``y`` (``nl.where``)."""
     c = _values(condition, "condition")
     a, b = _values(x, "x"), _values(y, "y")
-    _broadcast_check("where", condition, x, y)
+    rank = builtins.max((t.ndim for t in (condition, x, y) if isinstance(t, Tile)), default=0)
+    nb = _nb()
+    c, a, b = (_partition_first(v, rank, nb) if isinstance(t, Tile) else v
+               for v, t in ((c, condition), (a, x), (b, y)))
+    _broadcast_check("where", c, a, b)
     return _result(np.where(np.asarray(c) != 0, a, b), _out_dtype(dtype, x, y), mask)
 
 
@@ -557,11 +557,25 @@ def _compute_into(t, value: Tile, view) -> None:
     t._borrowers.add(value)
 
 
+def _partition_first(vals, ndim, nb=0):
+    """A lower-rank tile's values padded with trailing size-1 axes up to ``ndim``: tiles broadcast
+    with their partition axes aligned (a ``[P]`` vector is ``[P, 1]``), never NumPy's right-aligned
+    way, which would spread a per-partition vector along the free axis when ``P`` equals it."""
+    vshape = np.shape(vals)
+    if len(vshape) - nb >= ndim or len(vshape) == nb:
+        return vals
+    return np.reshape(vals, vshape + (1,) * (ndim - len(vshape) + nb))
+
+
 def _fit(vals, shape, op, dst):
-    """``vals`` shaped for a destination of ``shape``: equal up to size-1 dims, or broadcastable."""
+    """``vals`` shaped for a destination of ``shape``: equal up to size-1 dims, or broadcastable
+    with partition axes aligned (see :func:`_partition_first`)."""
     vshape = np.shape(vals)
     if vshape == tuple(shape) or not vshape:
         return vals
+    if 0 < len(vshape) < len(shape) and vshape[0] == shape[0]:
+        vals = _partition_first(vals, len(shape))
+        vshape = np.shape(vals)
     if [d for d in vshape if d != 1] == [d for d in shape if d != 1]:
         return np.reshape(vals, shape)
     try:
@@ -596,7 +610,7 @@ def broadcast_to(x, shape, **_ignored):
     x = _need_tile(x, "x", "nl.broadcast_to")
     shape = tuple(int(s) for s in shape)
     try:
-        data = np.broadcast_to(x.data, x.data.shape[:x.nb] + shape)
+        data = np.broadcast_to(_partition_first(x.data, len(shape), x.nb), x.data.shape[:x.nb] + shape)
     except ValueError:
         raise NKIError("broadcast", f"cannot broadcast a tile of shape {x.shape} to {shape} "
                        "(only size-1 dims broadcast)") from None
