@@ -20,6 +20,7 @@ import numpy as np
 from . import config as _config
 from . import diagnostics as _diag
 from . import dtypes as dt
+from .access_pattern import NkiTensor
 from .errors import NKIError, NotBatchable
 from .indexing import compose, resolve, resolve_batched, tile_view, tile_write
 
@@ -184,7 +185,7 @@ class _InHBM:
     __truediv__ = __rtruediv__ = __pow__ = __neg__ = _no_compute
 
 
-class HBMTensor(_InHBM):
+class HBMTensor(_InHBM, NkiTensor):
     """A tensor in device memory (kernel inputs and ``nl.ndarray(..., buffer=nl.shared_hbm)``)."""
 
     is_output = False  # allocated by the launch (shared_hbm outputs), not a kernel argument
@@ -252,7 +253,7 @@ class HBMTensor(_InHBM):
         return self.name
 
 
-class Access(_InHBM):
+class Access(_InHBM, NkiTensor):
     """An indexed region of an HBM tensor, the argument of ``nl.load`` / ``nl.store``."""
 
     def __init__(self, tensor: HBMTensor, index, nb: int = 0):
@@ -306,7 +307,7 @@ class Access(_InHBM):
 # --------------------------------------------------------------------------
 # On-chip tiles
 # --------------------------------------------------------------------------
-class Tile:
+class Tile(NkiTensor):
     """An SBUF or PSUM tensor; the first dimension after ``pdim`` block dims is the partition.
 
     A tile's values may be *deferred*: an element-wise op records ``fn(*args)``

@@ -1,0 +1,791 @@
+"""``nl.NkiTensor``: every on-chip and HBM tensor is a view of a storage (access patterns).
+
+The current ``nki.language`` reference (``NkiTensor``) and the "NKI Access
+Patterns" deep dive describe a tensor as a storage plus an access pattern: an
+element ``offset`` and ``[[step, num], ...]`` per dimension, a loop over the
+*flattened* storage. That is exactly a NumPy strided view, so a view here is a
+NumPy array made with ``as_strided`` over the storage of its root (the tile
+allocated by ``nl.ndarray``, or the HBM tensor), with its element strides as the
+pattern. Views share storage: what an ISA instruction or a DMA writes through one
+is visible through every other.
+
+Rules (an :class:`NKIError` naming the rule where one is broken):
+
+* ``pattern`` entries are ``[step, num]`` with ``num >= 1``; every address the
+  pattern reaches lies inside the storage.
+* SBUF / PSUM: the first entry walks the partitions, and its step must be the
+  storage's number of free elements per partition (partition access is
+  contiguous on NeuronCore v2-v4); the free pattern stays inside one partition.
+* ``ap`` addresses the storage directly (the pattern of the view it is called on
+  is replaced), ``offset`` adds to the view's storage offset (``None``: keep it);
+  ``dtype`` reinterprets the storage (pattern and offset count elements of it).
+* The view methods (``slice``, ``select``, ``permute``, ...) keep the partition
+  dimension first on on-chip tensors, as each method's reference states.
+* Dynamic views (``select`` with a tensor index, ``vector_select``, ``ap`` with
+  ``scalar_offset`` / ``vector_offset``) read their index tensor when an
+  instruction uses the view, not when the view is made; an index that leaves
+  the storage is an error (``oob_mode.error``). One dynamic index per view.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+from . import dtypes as dt
+from .errors import NKIError, NotBatchable
+from .nki_object import NKIObject
+
+
+# ---------------------------------------------------------------------------
+# layouts: storage + dtype + offset + shape + strides (+ a dynamic index)
+# ---------------------------------------------------------------------------
+class _Dynamic:
+    """A runtime index of a view: ``kind`` "scalar" adds ``value * stride`` to every address;
+    "vector" adds ``value[p] * stride`` to the addresses of partition ``p`` (dimension 0)."""
+
+    __slots__ = ("kind", "index", "stride")
+
+    def __init__(self, kind, index, stride):
+        self.kind, self.index, self.stride = kind, index, int(stride)
+
+
+class Layout:
+    """Where a view's elements live: ``root`` (the storage owner), element ``dtype``,
+    ``offset`` and ``strides`` in elements of ``dtype``, ``shape``, optional ``dynamic`` index."""
+
+    __slots__ = ("root", "dtype", "offset", "shape", "strides", "dynamic", "source")
+
+    def __init__(self, root, dtype, offset, shape, strides, dynamic=None, source=None):
+        self.root = root
+        self.dtype = np.dtype(dtype)
+        self.offset = int(offset)
+        self.shape = tuple(int(s) for s in shape)
+        self.strides = tuple(int(s) for s in strides)
+        self.dynamic = dynamic
+        self.source = source if source is not None else root
+
+    def replace(self, **kw):
+        """A copy with some fields changed."""
+        fields = {k: getattr(self, k) for k in self.__slots__}
+        fields.update(kw)
+        return Layout(**fields)
+
+    @property
+    def on_chip(self) -> bool:
+        """SBUF / PSUM storage (partition dimension first)."""
+        return bool(self.root.buffer.on_chip)
+
+    def pattern(self):
+        """``[[step, num], ...]`` in dimension order."""
+        return [[s, n] for s, n in zip(self.strides, self.shape)]
+
+
+def _storage_bytes(root) -> np.ndarray:
+    """The root's memory as a flat byte array (the storage every view addresses)."""
+    data = root.data
+    if not data.flags.c_contiguous:
+        raise NKIError("storage layout", f"{_label(root)} of shape {tuple(data.shape)} is not a row-major "
+                       "(C-contiguous) array, so it has no flat storage to address with an access pattern; pass "
+                       "np.ascontiguousarray(...) as the kernel argument")
+    return data.reshape(-1).view(np.uint8)
+
+
+def _label(t) -> str:
+    name = getattr(t, "name", None)
+    if name:
+        return f"{t.buffer.name} tensor {name}"
+    return f"{t.buffer.name} tensor"
+
+
+def _free_elems(root, dtype) -> int:
+    """Free elements per partition of an on-chip root, counted in ``dtype``."""
+    shape = root.shape
+    nbytes = math.prod(shape[1:]) * root.dtype.itemsize
+    if nbytes % dtype.itemsize:
+        raise NKIError("reinterpret dtype", f"a partition of {_label(root)} {shape} {root.dtype} holds {nbytes} "
+                       f"bytes, not a whole number of {dtype} elements ({dtype.itemsize} B)")
+    return nbytes // dtype.itemsize
+
+
+def _storage_elems(root, dtype) -> int:
+    return root.data.nbytes // dtype.itemsize
+
+
+def _root_tile(t):
+    while t._parent is not None:
+        t = t._parent
+    return t
+
+
+def layout_of(t) -> Layout:
+    """The layout of a tile, HBM tensor or HBM access (its position in its root's storage)."""
+    from .core import Access, HBMTensor, Tile
+
+    if getattr(t, "nb", 0):  # a tile with batch axes: views run one program at a time
+        raise NotBatchable("NkiTensor views of a batch of programs' tiles")
+    lay = getattr(t, "_layout", None)
+    if lay is not None:  # a dynamic view keeps its layout
+        return lay
+    if isinstance(t, Tile):
+        root = _root_tile(t)
+        if root.pdim:
+            raise NKIError("partition dimension", f"NkiTensor views need the partition dimension first; this "
+                           f"{root.buffer.name} tile {root.shape} has {root.pdim} leading block dimension(s)")
+        if t is root:
+            root.own()  # views write into the root's memory: it must be private and writeable
+            if not root.data.flags.c_contiguous:
+                root.data = np.ascontiguousarray(root.data)
+        arr = t.data
+    elif isinstance(t, HBMTensor):
+        root = getattr(t, "_storage_root", t)
+        arr = t.data
+    elif isinstance(t, Access):
+        if not t.index.is_view or t.within is not None:
+            raise NKIError("view of a gather", f"{t._label()} selects its elements by index arrays; an access "
+                           "pattern (and every NkiTensor view) needs a strided region (ints and slices)")
+        root = getattr(t.tensor, "_storage_root", t.tensor)
+        arr = t.index.view(t.tensor.data)
+    else:
+        raise NKIError("operand type", f"expected an NkiTensor (tile or HBM tensor), got {type(t).__name__}")
+    return _geometry(root, arr, t)
+
+
+def _geometry(root, arr, source) -> Layout:
+    base = _storage_bytes(root)
+    isz = arr.dtype.itemsize
+    ptr = arr.__array_interface__["data"][0] - base.__array_interface__["data"][0]
+    if not np.may_share_memory(arr, base) and arr.size > 0 or ptr % isz or any(s % isz for s in arr.strides):
+        raise NKIError("view of a copy", f"this {root.buffer.name} tensor of shape {tuple(arr.shape)} is a copy, "
+                       "not a view of its storage (it was made by a gather); NkiTensor views need a strided view")
+    return Layout(root, arr.dtype, ptr // isz, arr.shape, tuple(s // isz for s in arr.strides), None, source)
+
+
+# ---------------------------------------------------------------------------
+# checking and materialising layouts
+# ---------------------------------------------------------------------------
+def _extent(offset, shape, strides):
+    lo = offset + sum(min(0, (n - 1) * s) for n, s in zip(shape, strides))
+    hi = offset + sum(max(0, (n - 1) * s) for n, s in zip(shape, strides))
+    return lo, hi
+
+
+def check_layout(lay: Layout, what: str, extra_offset: int = 0) -> None:
+    """Every address of ``lay`` (shifted by ``extra_offset``) inside its storage, partitions contiguous."""
+    offset = lay.offset + extra_offset
+    if any(n < 1 for n in lay.shape):
+        raise NKIError("access pattern", f"{what}: pattern {lay.pattern()} has a dimension with num < 1")
+    if lay.on_chip:
+        if not lay.shape:
+            raise NKIError("access pattern", f"{what}: an on-chip access pattern needs a partition entry")
+        free = _free_elems(lay.root, lay.dtype)
+        parts = lay.root.shape[0]
+        if lay.shape[0] > 1 and lay.strides[0] != free:
+            raise NKIError("partition step", f"{what}: the partition entry of pattern {lay.pattern()} steps "
+                           f"{lay.strides[0]} elements; on {lay.root.buffer.name.upper()} it must be the free size "
+                           f"of the tensor ({free} {lay.dtype} elements per partition): partitions are accessed "
+                           "contiguously, one after another")
+        p0, f0 = divmod(offset, free) if offset >= 0 else (-1, 0)
+        flo, fhi = _extent(f0, lay.shape[1:], lay.strides[1:])
+        if p0 < 0 or p0 + lay.shape[0] > parts:
+            raise NKIError("out-of-bounds access", f"{what}: offset {offset} and pattern {lay.pattern()} reach "
+                           f"partitions {p0}..{p0 + lay.shape[0] - 1} of a tensor with {parts} partitions")
+        if flo < 0 or fhi >= free:
+            raise NKIError("out-of-bounds access", f"{what}: pattern {lay.pattern()} at offset {offset} reaches "
+                           f"free elements {flo}..{fhi} of a partition, outside [0, {free}) of "
+                           f"{_label(lay.root)} {lay.root.shape} ({lay.dtype}); a free pattern stays in its partition")
+        return
+    n = _storage_elems(lay.root, lay.dtype)
+    lo, hi = _extent(offset, lay.shape, lay.strides)
+    if lo < 0 or hi >= n:
+        raise NKIError("out-of-bounds access", f"{what}: offset {offset} and pattern {lay.pattern()} reach "
+                       f"elements {lo}..{hi} of {_label(lay.root)} {lay.root.shape}, which holds {n} {lay.dtype} "
+                       "elements")
+
+
+def strided_array(lay: Layout, extra_offset: int = 0) -> np.ndarray:
+    """The NumPy view of ``lay`` (checked first)."""
+    base = _storage_bytes(lay.root)
+    isz = lay.dtype.itemsize
+    flat = base[: base.size - base.size % isz].view(lay.dtype)
+    start = lay.offset + extra_offset
+    return as_strided(flat[start:], lay.shape, tuple(s * isz for s in lay.strides),
+                      writeable=bool(lay.root.data.flags.writeable))
+
+
+def addresses(lay: Layout) -> np.ndarray:
+    """Element addresses (into the storage, in ``lay.dtype``) of every element of ``lay``."""
+    addr = np.full(lay.shape, lay.offset, dtype=np.int64)
+    for ax, (n, s) in enumerate(zip(lay.shape, lay.strides)):
+        shp = [1] * len(lay.shape)
+        shp[ax] = n
+        addr = addr + (np.arange(n, dtype=np.int64) * s).reshape(shp)
+    return addr
+
+
+def _index_value(index, what) -> np.ndarray:
+    """Integer values of a dynamic index: an SBUF tensor (or a Python int)."""
+    from .core import Tile
+
+    if isinstance(index, (int, np.integer)):
+        return np.asarray(int(index), dtype=np.int64)
+    if not isinstance(index, Tile):
+        raise NKIError("dynamic offset", f"{what}: the dynamic offset must be an SBUF tensor, got "
+                       f"{type(index).__name__}")
+    if index.buffer.name != "sbuf":
+        raise NKIError("dynamic offset", f"{what}: the dynamic offset tensor is in {index.buffer.name.upper()}; "
+                       "offsets are read from SBUF")
+    if not np.issubdtype(index.dtype, np.integer):
+        raise NKIError("dynamic offset", f"{what}: the dynamic offset tensor has dtype {index.dtype}; offsets "
+                       "are integers (int32)")
+    return np.asarray(index.data).astype(np.int64)
+
+
+def _scalar_shift(lay: Layout, what) -> int:
+    value = _index_value(lay.dynamic.index, what).reshape(-1)
+    if value.size != 1:
+        raise NKIError("dynamic offset", f"{what}: a scalar offset is a (1, 1) tensor, got {value.size} values")
+    return int(value[0]) * lay.dynamic.stride
+
+
+def resolve_now(lay: Layout, what="dynamic view") -> np.ndarray:
+    """The values a dynamic view addresses now: a strided view (scalar offset) or a gathered copy (vector)."""
+    if lay.dynamic is None:
+        return strided_array(lay)
+    if lay.dynamic.kind == "scalar":
+        shift = _scalar_shift(lay, what)
+        check_layout(lay, what, shift)
+        return strided_array(lay, shift)
+    addr = vector_addresses(lay, what)
+    base = _storage_bytes(lay.root)
+    isz = lay.dtype.itemsize
+    return base[: base.size - base.size % isz].view(lay.dtype)[addr]
+
+
+def vector_addresses(lay: Layout, what) -> np.ndarray:
+    """Addresses of a vector-offset view: partition ``p`` starts ``index[p] * stride`` into the storage."""
+    vals = _index_value(lay.dynamic.index, what).reshape(-1)
+    if vals.size != lay.shape[0]:
+        raise NKIError("dynamic offset", f"{what}: the vector offset has {vals.size} values for "
+                       f"{lay.shape[0]} partitions")
+    addr = addresses(lay.replace(strides=(0,) + lay.strides[1:]))
+    addr = addr + (vals * lay.dynamic.stride).reshape((-1,) + (1,) * (len(lay.shape) - 1))
+    n = _storage_elems(lay.root, lay.dtype)
+    bad = (addr < 0) | (addr >= n)
+    if bad.any():
+        p = int(np.argwhere(bad)[0][0])
+        raise NKIError("out-of-bounds access", f"{what}: vector offset {int(vals[p])} of partition {p} reaches "
+                       f"element {int(addr[bad].flat[0])} of {_label(lay.root)} {lay.root.shape}, which holds "
+                       f"{n} {lay.dtype} elements (oob_mode.error)")
+    return addr
+
+
+def _root_index(lay: Layout):
+    """The root elements a static layout covers, as an :class:`~.indexing.Index` (for diagnostics)."""
+    from .indexing import Index
+
+    root = lay.root
+    addr = addresses(lay) * lay.dtype.itemsize // root.dtype.itemsize
+    return Index(root.shape, lay.shape, list(np.unravel_index(addr, root.shape)))
+
+
+def materialize(lay: Layout, what: str):
+    """The tensor object of a layout: a Tile (on chip) or an HBM tensor view sharing the storage."""
+    from . import diagnostics as _diag
+    from .core import HBMTensor, Tile
+
+    if lay.dynamic is None:
+        check_layout(lay, what)
+        arr = strided_array(lay)
+        if lay.on_chip:
+            view = Tile(arr, lay.root.buffer, 0, parent=lay.source)
+            if lay.root._diag is not None or _diag.loops:
+                _diag.on_view(lay.root, view, _root_index(lay))
+            return view
+        view = HBMTensor(arr, lay.root.buffer, lay.root.name)
+        _share_hbm(view, lay.root)
+        return view
+    tile_cls, hbm_cls = _dynamic_classes()
+    if lay.dynamic.kind == "scalar":
+        check_layout(lay, what, _scalar_shift(lay, what) if _ready(lay.dynamic.index) else 0)
+    if lay.on_chip:
+        if lay.dynamic.kind == "vector":
+            raise NKIError("vector offset", f"{what}: per-partition (vector) offsets address HBM tensors (DMA "
+                           f"gathers); {_label(lay.root)} is on chip")
+        view = tile_cls(strided_array(lay), lay.root.buffer, 0, parent=lay.source)
+        view._layout = lay
+        return view
+    view = hbm_cls(np.empty(lay.shape, lay.dtype), lay.root.buffer, lay.root.name)
+    view._layout = lay
+    _share_hbm(view, lay.root)
+    return view
+
+
+def _ready(index) -> bool:
+    """Whether a dynamic index can be read now (its tile holds values)."""
+    return not hasattr(index, "_diag") or index._diag is None or index._diag.written is None
+
+
+def _share_hbm(view, root) -> None:
+    view._borrowers = root._borrowers  # copy-on-write tiles of the storage see writes through the view
+    view.is_output = root.is_output
+    view._storage_root = root
+
+
+@functools.cache
+def _dynamic_classes():
+    """The tile and HBM tensor classes of dynamic views (made on first use: they subclass core's)."""
+    from .core import Access, HBMTensor, Tile
+    from .indexing import Index
+
+    class DynamicTile(Tile):
+        """An on-chip view whose offset is read from an SBUF tensor each time it is used."""
+
+        __slots__ = ("_layout",)
+
+        @property
+        def data(self):
+            """The addressed elements at the current value of the dynamic offset."""
+            return resolve_now(self._layout, f"dynamic view of {_label(self._layout.root)}")
+
+        @data.setter
+        def data(self, value):
+            self._data = value
+
+    class DynamicHBMTensor(HBMTensor):
+        """An HBM view whose offset (or per-partition offsets) are read when an instruction uses it."""
+
+        @property
+        def data(self):
+            """The addressed elements at the current value of the dynamic offset (a copy for a gather)."""
+            lay = self.__dict__.get("_layout")
+            if lay is None:
+                return self.__dict__["_init_data"]
+            return resolve_now(lay, f"dynamic view of {_label(lay.root)}")
+
+        @data.setter
+        def data(self, value):
+            self.__dict__["_init_data"] = value
+
+        def __getitem__(self, key):
+            lay = self._layout
+            what = f"dynamic view of {_label(lay.root)}"
+            if lay.dynamic.kind == "scalar":
+                static = HBMTensor(resolve_now(lay, what), lay.root.buffer, lay.root.name)
+                _share_hbm(static, lay.root)
+                return static[key]
+            addr = vector_addresses(lay, what)[key]
+            flat = HBMTensor(_storage_bytes(lay.root)[: _storage_elems(lay.root, lay.dtype) * lay.dtype.itemsize]
+                             .view(lay.dtype), lay.root.buffer, lay.root.name)
+            _share_hbm(flat, lay.root)
+            return Access(flat, Index(flat.shape, np.shape(addr), [np.asarray(addr)]))
+
+    return DynamicTile, DynamicHBMTensor
+
+
+# ---------------------------------------------------------------------------
+# the NkiTensor API
+# ---------------------------------------------------------------------------
+def _dim(d, ndim, what, allow_end=False) -> int:
+    if isinstance(d, bool) or not isinstance(d, (int, np.integer)):
+        raise TypeError(f"{what}: dim must be an int, got {type(d).__name__}")
+    d = int(d)
+    top = ndim + 1 if allow_end else ndim
+    if d < 0:
+        d += top
+    if not 0 <= d < top:
+        raise NKIError("dimension", f"{what}: dim {d} is out of range for a tensor of rank {ndim}")
+    return d
+
+
+def _not_partition(lay, d, what, rule="cannot change the partition dimension (dim 0)"):
+    if lay.on_chip and d == 0:
+        raise NKIError("partition dimension", f"{what} on {_label(lay.root)}: {rule} of an on-chip tensor")
+    if lay.dynamic is not None and lay.dynamic.kind == "vector" and d == 0:
+        raise NKIError("indirect dimension", f"{what}: dim 0 of a vector_select view is indirect; it stays "
+                       "outermost and cannot be changed")
+
+
+def _no_dynamic(lay, what):
+    if lay.dynamic is not None:
+        raise NKIError("indirect view", f"{what}: this view already has a dynamic index (is_indirect()); "
+                       "one dynamic select per tensor")
+
+
+def _dtype(dtype):
+    return dt.as_dtype(dtype)
+
+
+class NkiTensor(NKIObject):
+    """The view methods of ``nl.NkiTensor``, shared by on-chip tiles, HBM tensors and HBM accesses.
+
+    Every method returns a new tensor sharing the storage (no copy); see the module docstring for
+    the rules and the official ``nki.language.NkiTensor`` reference for each method.
+    """
+
+    __slots__ = ()
+
+    # -- geometry ------------------------------------------------------------
+    @property
+    def strides(self) -> tuple:
+        """Element strides of each dimension in the storage (the access pattern's steps)."""
+        return layout_of(self).strides
+
+    @property
+    def offset(self) -> int:
+        """Element offset of the first element in the storage."""
+        return layout_of(self).offset
+
+    @property
+    def size(self) -> int:
+        """Number of elements."""
+        return math.prod(self.shape)
+
+    def get_pattern(self) -> list:
+        """The view's access pattern as ``[[stride, count], ...]`` in dimension order."""
+        return layout_of(self).pattern()
+
+    def is_contiguous(self) -> bool:
+        """True when the view covers its storage row-major without gaps (on chip: per partition)."""
+        lay = layout_of(self)
+        expect = 1
+        dims = list(zip(lay.shape, lay.strides))
+        first = 1 if lay.on_chip else 0
+        for n, s in reversed(dims[first:]):
+            if n != 1 and s != expect:
+                return False
+            expect *= n
+        return True
+
+    def is_indirect(self) -> bool:
+        """True when the view uses a dynamic (runtime) index."""
+        return getattr(self, "_layout", None) is not None and self._layout.dynamic is not None
+
+    # -- the access pattern --------------------------------------------------
+    def ap(self, pattern, offset=None, scalar_offset=None, vector_offset=None, indirect_dim=0, dtype=None):
+        """A view with an explicit access pattern ``[[step, num], ...]`` over the storage.
+
+        ``offset`` is added to this view's storage offset (``None`` keeps it); ``dtype``
+        reinterprets the storage (pattern and offset count its elements);
+        ``scalar_offset`` / ``vector_offset`` add a runtime index times the stride of
+        ``indirect_dim`` of this tensor (``vector_offset``: one index per partition, dim 0).
+        """
+        what = "NkiTensor.ap"
+        lay = layout_of(self)
+        if isinstance(pattern, (list, tuple)) and len(pattern) == 2 and all(
+                isinstance(p, (int, np.integer)) for p in pattern):
+            pattern = [pattern]
+        try:
+            steps = [int(p[0]) for p in pattern]
+            nums = [int(p[1]) for p in pattern]
+            if any(len(p) != 2 for p in pattern):
+                raise ValueError
+        except (TypeError, ValueError, IndexError):
+            raise TypeError(f"{what}: pattern must be a list of [step, num] pairs, got {pattern!r}") from None
+        new = _dtype(dtype) if dtype is not None else lay.dtype
+        ratio_num, ratio_den = lay.dtype.itemsize, new.itemsize
+        if (lay.offset * ratio_num) % ratio_den:
+            raise NKIError("reinterpret dtype", f"{what}: the view's byte offset {lay.offset * ratio_num} is not a "
+                           f"multiple of {new} ({new.itemsize} B)")
+        base = lay.offset * ratio_num // ratio_den
+        if offset is not None:
+            if isinstance(offset, bool) or not isinstance(offset, (int, np.integer)):
+                raise TypeError(f"{what}: offset must be an int (use scalar_offset= for a runtime offset), "
+                                f"got {type(offset).__name__}")
+            base += int(offset)
+        dyn = None
+        if scalar_offset is not None and vector_offset is not None:
+            raise NKIError("dynamic offset", f"{what}: give at most one of scalar_offset and vector_offset")
+        if scalar_offset is not None or vector_offset is not None:
+            d = _dim(indirect_dim, len(lay.shape), what)
+            stride = lay.strides[d] * ratio_num
+            if stride % ratio_den:
+                raise NKIError("reinterpret dtype", f"{what}: the stride of indirect_dim {d} is not a whole number "
+                               f"of {new} elements")
+            if vector_offset is not None:
+                if d != 0:
+                    raise NKIError("vector offset", f"{what}: vector_offset supports indirect_dim=0 only, got {d}")
+                dyn = _Dynamic("vector", vector_offset, stride // ratio_den)
+            else:
+                dyn = _Dynamic("scalar", scalar_offset, stride // ratio_den)
+        out = Layout(lay.root, new, base, nums, steps, dyn, self)
+        if vector_offset is not None and getattr(vector_offset, "shape", None) and \
+                vector_offset.shape[0] != nums[0]:
+            raise NKIError("vector offset", f"{what}: vector_offset has {vector_offset.shape[0]} partitions, the "
+                           f"pattern's first entry {nums[0]}")
+        return materialize(out, what)
+
+    # -- shape views ---------------------------------------------------------
+    def slice(self, dim, start, end, step=1):
+        """Elements ``start:end:step`` of dimension ``dim`` (``0 <= start < end <= shape[dim]``, ``step >= 1``)."""
+        what = "NkiTensor.slice"
+        lay = layout_of(self)
+        d = _dim(dim, len(lay.shape), what)
+        start, end, step = int(start), int(end), int(step)
+        if not (0 <= start < end <= lay.shape[d]) or step < 1:
+            raise NKIError("slice", f"{what}(dim={d}, start={start}, end={end}, step={step}) on shape {lay.shape}: "
+                           f"needs 0 <= start < end <= {lay.shape[d]} and step >= 1")
+        if lay.dynamic is not None and lay.dynamic.kind == "vector" and d == 0:
+            _not_partition(lay, d, what)
+        if lay.on_chip and d == 0 and step != 1:
+            raise NKIError("partition step", f"{what}: step {step} on the partition dimension of "
+                           f"{_label(lay.root)}; partitions are accessed contiguously")
+        shape, strides = list(lay.shape), list(lay.strides)
+        shape[d] = len(range(start, end, step))
+        off = lay.offset + start * strides[d]
+        strides[d] *= step
+        return materialize(lay.replace(offset=off, shape=shape, strides=strides, source=self), what)
+
+    def select(self, dim, index):
+        """Dimension ``dim`` at ``index`` (an int, or a (1, 1) SBUF tensor read at run time), removed."""
+        what = "NkiTensor.select"
+        lay = layout_of(self)
+        d = _dim(dim, len(lay.shape), what)
+        if isinstance(index, (int, np.integer)) and not isinstance(index, bool):
+            i = int(index)
+            if not 0 <= i < lay.shape[d]:
+                raise NKIError("select", f"{what}(dim={d}, index={i}) on shape {lay.shape}: needs "
+                               f"0 <= index < {lay.shape[d]}")
+            _not_partition(lay, d, what, "cannot select (remove) the partition dimension (dim 0); use slice")
+            off = lay.offset + i * lay.strides[d]
+            return materialize(lay.replace(offset=off, shape=lay.shape[:d] + lay.shape[d + 1:],
+                                           strides=lay.strides[:d] + lay.strides[d + 1:], source=self), what)
+        _no_dynamic(lay, what)
+        _not_partition(lay, d, what, "cannot select the partition dimension (dim 0) dynamically")
+        if lay.strides[d] == 0:
+            raise NKIError("select", f"{what}: dim {d} is a broadcast dimension (stride 0)")
+        dyn = _Dynamic("scalar", index, lay.strides[d])
+        return materialize(lay.replace(shape=lay.shape[:d] + lay.shape[d + 1:],
+                                       strides=lay.strides[:d] + lay.strides[d + 1:], dynamic=dyn, source=self), what)
+
+    def vector_select(self, dim, vector_offset):
+        """Per-partition indirect rows: partition ``p`` reads dim-0 row ``vector_offset[p]`` (HBM only)."""
+        what = "NkiTensor.vector_select"
+        lay = layout_of(self)
+        if dim != 0:
+            raise NKIError("vector_select", f"{what}: dim must be 0, got {dim}")
+        if lay.on_chip:
+            raise NKIError("vector_select", f"{what}: only HBM tensors; {_label(lay.root)} is on chip")
+        _no_dynamic(lay, what)
+        if lay.strides[0] == 0:
+            raise NKIError("vector_select", f"{what}: dim 0 is a broadcast dimension (stride 0)")
+        if any(lay.strides[0] < abs(s) for s in lay.strides[1:]):
+            raise NKIError("vector_select", f"{what}: dim 0 must have the largest stride (strides {lay.strides}); "
+                           "permute after vector_select, not before")
+        n = vector_offset.shape[0]
+        dyn = _Dynamic("vector", vector_offset, lay.strides[0])
+        return materialize(lay.replace(shape=(n,) + lay.shape[1:], dynamic=dyn, source=self), what)
+
+    def permute(self, dims):
+        """Dimensions reordered: new dimension ``i`` is old dimension ``dims[i]`` (on chip ``dims[0] == 0``)."""
+        what = "NkiTensor.permute"
+        lay = layout_of(self)
+        dims = tuple(int(d) for d in dims)
+        if sorted(dims) != list(range(len(lay.shape))):
+            raise NKIError("permute", f"{what}: {dims} is not a permutation of range({len(lay.shape)})")
+        if dims and dims[0] != 0:
+            _not_partition(lay, 0, what, "must keep the partition dimension first (dims[0] == 0)")
+        return materialize(lay.replace(shape=[lay.shape[d] for d in dims], strides=[lay.strides[d] for d in dims],
+                                       source=self), what)
+
+    def broadcast(self, dim, size):
+        """Size-1 dimension ``dim`` repeated ``size`` times (stride 0)."""
+        what = "NkiTensor.broadcast"
+        lay = layout_of(self)
+        d = _dim(dim, len(lay.shape), what)
+        if lay.shape[d] != 1:
+            raise NKIError("broadcast", f"{what}: dim {d} has size {lay.shape[d]}; only size-1 dims broadcast")
+        _not_partition(lay, d, what, "cannot broadcast the partition dimension (dim 0)")
+        shape, strides = list(lay.shape), list(lay.strides)
+        shape[d], strides[d] = int(size), 0
+        return materialize(lay.replace(shape=shape, strides=strides, source=self), what)
+
+    def expand_dim(self, dim):
+        """A new size-1 dimension at position ``dim``."""
+        what = "NkiTensor.expand_dim"
+        lay = layout_of(self)
+        d = _dim(dim, len(lay.shape), what, allow_end=True)
+        _not_partition(lay, d, what, "cannot insert a dimension before the partition dimension (dim 0)")
+        stride = lay.strides[d] * lay.shape[d] if d < len(lay.shape) else 1
+        return materialize(lay.replace(shape=lay.shape[:d] + (1,) + lay.shape[d:],
+                                       strides=lay.strides[:d] + (stride,) + lay.strides[d:], source=self), what)
+
+    def squeeze_dim(self, dim):
+        """Size-1 dimension ``dim`` removed."""
+        what = "NkiTensor.squeeze_dim"
+        lay = layout_of(self)
+        d = _dim(dim, len(lay.shape), what)
+        if lay.shape[d] != 1:
+            raise NKIError("squeeze_dim", f"{what}: dim {d} has size {lay.shape[d]}, not 1")
+        _not_partition(lay, d, what, "cannot remove the partition dimension (dim 0)")
+        return materialize(lay.replace(shape=lay.shape[:d] + lay.shape[d + 1:],
+                                       strides=lay.strides[:d] + lay.strides[d + 1:], source=self), what)
+
+    def reshape_dim(self, dim, shape):
+        """Dimension ``dim`` split into ``shape`` (one entry may be -1)."""
+        what = "NkiTensor.reshape_dim"
+        lay = layout_of(self)
+        d = _dim(dim, len(lay.shape), what)
+        sizes = _infer(tuple(int(s) for s in shape), lay.shape[d], what)
+        if len(sizes) != 1:
+            _not_partition(lay, d, what, "cannot split the partition dimension (dim 0)")
+        inner = lay.strides[d]
+        strides = []
+        for n in reversed(sizes):
+            strides.insert(0, inner)
+            inner *= n
+        return materialize(lay.replace(shape=lay.shape[:d] + sizes + lay.shape[d + 1:],
+                                       strides=lay.strides[:d] + tuple(strides) + lay.strides[d + 1:],
+                                       source=self), what)
+
+    def flatten_dims(self, start_dim, end_dim):
+        """Dimensions ``start_dim..end_dim`` (inclusive) merged; they must be contiguous in storage."""
+        what = "NkiTensor.flatten_dims"
+        lay = layout_of(self)
+        a = _dim(start_dim, len(lay.shape), what)
+        b = _dim(end_dim, len(lay.shape), what)
+        if a > b:
+            raise NKIError("flatten_dims", f"{what}: start_dim {a} > end_dim {b}")
+        _not_partition(lay, a, what, "cannot merge the partition dimension (start_dim must be > 0)")
+        for i in range(a, b):
+            if lay.shape[i + 1] != 1 and lay.shape[i] != 1 and lay.strides[i] != lay.shape[i + 1] * lay.strides[i + 1]:
+                raise NKIError("flatten_dims", f"{what}({a}, {b}): dims {i} and {i + 1} (shape {lay.shape}, strides "
+                               f"{lay.strides}) are not contiguous in storage, so they cannot merge into one "
+                               "dimension")
+        inner = [i for i in range(a, b + 1) if lay.shape[i] != 1]
+        stride = lay.strides[inner[-1]] if inner else lay.strides[b]
+        merged = math.prod(lay.shape[a:b + 1])
+        return materialize(lay.replace(shape=lay.shape[:a] + (merged,) + lay.shape[b + 1:],
+                                       strides=lay.strides[:a] + (stride,) + lay.strides[b + 1:], source=self), what)
+
+    def reshape(self, *shape, **kwargs):
+        """The same elements in another shape, without a copy (``shape=`` or positional sizes).
+
+        On chip the partition size stays; a layout that cannot be reshaped without a copy
+        (after a permute or a strided slice) is an error."""
+        what = "NkiTensor.reshape"
+        if kwargs:
+            if set(kwargs) != {"shape"} or shape:
+                raise TypeError(f"{what}: unexpected arguments {sorted(kwargs)}; takes shape")
+            shape = (kwargs["shape"],)
+        if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+            shape = tuple(shape[0])
+        lay = layout_of(self)
+        shape = _infer(tuple(int(s) for s in shape), math.prod(lay.shape), what)
+        if lay.on_chip and (not shape or shape[0] != lay.shape[0]):
+            raise NKIError("reshape", f"{what}: {_label(lay.root)} of shape {lay.shape} into {shape}: the "
+                           f"partition size ({lay.shape[0]}) must stay")
+        if lay.dynamic is not None and lay.dynamic.kind == "vector" and shape[0] != lay.shape[0]:
+            raise NKIError("indirect dimension", f"{what}: the indirect partition dimension of a vector_select "
+                           f"view must keep its size {lay.shape[0]}")
+        probe = as_strided(np.zeros(1, np.int8), lay.shape, lay.strides)
+        try:
+            moved = np.reshape(probe, shape, copy=False)
+        except ValueError:
+            raise NKIError("reshape", f"{what}: a view of shape {lay.shape} with strides {lay.strides} cannot be "
+                           f"reshaped into {shape} without a copy (its layout is not contiguous across the merged "
+                           "dimensions)") from None
+        return materialize(lay.replace(shape=shape, strides=moved.strides, source=self), what)
+
+    def rearrange(self, src_pattern, dst_pattern, fixed_sizes=None):
+        """einops-style: split the grouped dims of ``src_pattern``, reorder, merge ``dst_pattern``'s groups."""
+        what = "NkiTensor.rearrange"
+        sizes = dict(fixed_sizes or {})
+        src, dst = tuple(src_pattern), tuple(dst_pattern)
+        if len(src) != len(self.shape):
+            raise NKIError("rearrange", f"{what}: src_pattern {src} has {len(src)} entries for a tensor of rank "
+                           f"{len(self.shape)}")
+        t, names = self, []
+        pos = 0
+        for group, n in zip(src, self.shape):
+            if isinstance(group, str):
+                names.append(group)
+                if group in sizes and sizes[group] != n:
+                    raise NKIError("rearrange", f"{what}: {group} is {n}, fixed_sizes says {sizes[group]}")
+                sizes[group] = n
+                pos += 1
+                continue
+            unknown = [g for g in group if g not in sizes]
+            if len(unknown) > 1:
+                raise NKIError("rearrange", f"{what}: sizes of {unknown} in group {group} are unknown; give them "
+                               "in fixed_sizes")
+            split = tuple(sizes.get(g, -1) for g in group)
+            t = t.reshape_dim(pos, split)
+            for g, m in zip(group, t.shape[pos:pos + len(group)]):
+                sizes[g] = m
+            names.extend(group)
+            pos += len(group)
+        flat_dst = [g for grp in dst for g in ((grp,) if isinstance(grp, str) else grp)]
+        if sorted(flat_dst) != sorted(names) or len(set(names)) != len(names):
+            raise NKIError("rearrange", f"{what}: dst_pattern {dst} must name the dims of src_pattern {src} once each")
+        t = t.permute(tuple(names.index(g) for g in flat_dst))
+        pos = 0
+        for grp in dst:
+            if isinstance(grp, str):
+                pos += 1
+                continue
+            if len(grp) > 1:
+                t = t.flatten_dims(pos, pos + len(grp) - 1)
+            elif not grp:
+                t = t.expand_dim(pos)
+            pos += 1
+        return t
+
+    def view(self, dtype):
+        """The storage reinterpreted as ``dtype``; the last dimension scales by the itemsize ratio."""
+        what = "NkiTensor.view"
+        lay = layout_of(self)
+        new = _dtype(dtype)
+        if lay.dynamic is not None:
+            raise NKIError("indirect view", f"{what}: not supported on a dynamic (indirect) view")
+        old_sz, new_sz = lay.dtype.itemsize, new.itemsize
+        if old_sz == new_sz:
+            return materialize(lay.replace(dtype=new, source=self), what)
+        if not lay.shape:
+            raise NKIError("view", f"{what}: a 0-d view cannot change its element size")
+        if lay.strides[-1] != 1 and lay.shape[-1] != 1:
+            raise NKIError("view", f"{what}: the last dimension (stride {lay.strides[-1]}) must be contiguous in "
+                           f"storage to reinterpret {lay.dtype} as {new}")
+        if new_sz < old_sz:
+            if old_sz % new_sz:
+                raise NKIError("view", f"{what}: {lay.dtype} ({old_sz} B) is not a multiple of {new} ({new_sz} B)")
+            r = old_sz // new_sz
+            shape = lay.shape[:-1] + (lay.shape[-1] * r,)
+            strides = tuple(s * r for s in lay.strides[:-1]) + (1,)
+            return materialize(lay.replace(dtype=new, offset=lay.offset * r, shape=shape, strides=strides,
+                                           source=self), what)
+        if new_sz % old_sz:
+            raise NKIError("view", f"{what}: {new} ({new_sz} B) is not a multiple of {lay.dtype} ({old_sz} B)")
+        r = new_sz // old_sz
+        if lay.shape[-1] % r or lay.offset % r or any(s % r for s in lay.strides[:-1]):
+            raise NKIError("view", f"{what}: reinterpreting {lay.dtype} as {new} groups {r} elements: the last "
+                           f"dimension ({lay.shape[-1]}), the offset ({lay.offset}) and the strides "
+                           f"{lay.strides[:-1]} must be multiples of {r}")
+        shape = lay.shape[:-1] + (lay.shape[-1] // r,)
+        strides = tuple(s // r for s in lay.strides[:-1]) + (1,)
+        return materialize(lay.replace(dtype=new, offset=lay.offset // r, shape=shape, strides=strides,
+                                       source=self), what)
+
+    reinterpret_cast = view
+
+    def indirect(self, index, num_elem=None):
+        """Tensor Indirection (NeuronCore-v4): not modelled by the simulator yet."""
+        raise NKIError("not modelled", "NkiTensor.indirect (Tensor Indirection, NeuronCore-v4) is not modelled by "
+                       "the simulator; the gather/scatter group size depends on the consuming engine")
+
+
+def _infer(sizes, total, what):
+    if sizes.count(-1) > 1:
+        raise NKIError("reshape", f"{what}: at most one size may be -1, got {sizes}")
+    if -1 in sizes:
+        known = math.prod(s for s in sizes if s != -1)
+        if known == 0 or total % known:
+            raise NKIError("reshape", f"{what}: cannot infer -1 in {sizes} for {total} elements")
+        sizes = tuple(total // known if s == -1 else s for s in sizes)
+    if any(s < 1 for s in sizes) or math.prod(sizes) != total:
+        raise NKIError("reshape", f"{what}: sizes {sizes} hold {math.prod(sizes)} elements, the dimension(s) "
+                       f"{total}")
+    return sizes
