@@ -1,31 +1,84 @@
-"""The genuine AWS ``jax_neuronx`` when it imports (a Neuron SDK host), else nothing.
+"""The one decision point of a JAX launch: the simulator's ``nki_call`` or the Neuron SDK's own entry point.
 
-The packages of that name on the public index are placeholders whose import
-raises ``ImportError``; the real one comes from the Neuron repository. When it
-is present and the kernel is a genuine ``neuronxcc`` kernel (not one of the
-simulator's), ``nki_call`` defers to it so the Neuron compiler gets the
-official payload rather than ours.
+:func:`launch` takes ``(kernel, grid, args, static)`` and does what the SDK
+the kernel belongs to prescribes:
+
+- a simulator kernel: our ``nki_call`` primitive (custom-call run by the
+  simulator on CPU; its lowering is refused on any other platform, so our
+  payload never reaches the Neuron compiler);
+- a genuine kernel, SDK <= 2.22 (``jax_neuronx`` has ``nki_call``):
+  ``jax_neuronx.nki_call(kernel, *args, grid=grid, out_shape=..., **static)``;
+  ``out_shape`` is derived from the kernel's simulator twin when not given;
+- a genuine kernel, SDK 2.23+ (``nki_call`` removed; "call functions annotated
+  with ``nki.jit`` directly"): ``kernel[grid](*args, **static)`` on the
+  ``jax.Array``\\ s / tracers (:func:`nki_kernels.backend.genuine_call`, which
+  refuses an SPMD grid on the standalone ``nki``, whose bracket is a core count).
+
+Ops built on outer primitives (``jax_ops.add``, ``rms_norm``, ``nki_kernels.op``)
+reach this from their implementations, i.e. inside their ``custom_vjp``, their
+vmap rule (rows folded into one launch before the kernel is called) and their
+``custom_partitioning`` rule (per-shard arrays), so the genuine kernel only ever
+sees plain, unbatched arrays.
 """
 
 from __future__ import annotations
 
 import functools
 
+from nki_kernels import backend
+from nki_kernels.neuron_env import neuron_environment, probe
+
 
 @functools.lru_cache(maxsize=1)
 def jax_neuronx():
-    """The genuine ``jax_neuronx`` module, or None."""
-    try:
-        import jax_neuronx as mod  # noqa: PLC0415
-    except Exception:  # noqa: BLE001 - placeholders raise ImportError, broken installs anything
-        return None
-    return mod if hasattr(mod, "nki_call") else None
+    """The genuine ``jax_neuronx`` module if it still has ``nki_call`` (SDK <= 2.22), else None."""
+    mod, _ = probe("jax_neuronx")
+    return mod if mod is not None and hasattr(mod, "nki_call") else None
 
 
-def defer(kernel):
-    """The genuine ``jax_neuronx`` if ``kernel`` should go to it, else None."""
-    from nki_kernels.simulator import is_kernel
+def route(kernel) -> str:
+    """``"simulator"``, ``"nki_call"`` (jax_neuronx, SDK <= 2.22) or ``"direct"`` (SDK 2.23+) for ``kernel``."""
+    if not backend.is_genuine_kernel(kernel):
+        return "simulator"
+    return "nki_call" if neuron_environment().jax_nki_call and jax_neuronx() is not None else "direct"
 
-    if is_kernel(kernel):
-        return None  # a simulator kernel means no Neuron compiler to hand it to
-    return jax_neuronx()
+
+def _grid(grid) -> tuple:
+    from nki_kernels.simulator.launch import normalize_grid
+
+    return normalize_grid(grid)
+
+
+def out_shape_of(kernel, grid, args, static):
+    """``jax.ShapeDtypeStruct`` (or a tuple of them) of a genuine kernel's results, from its simulator twin."""
+    import jax
+    from nki_kernels.simulator import ShapeDtype
+    from nki_kernels.simulator.launch import eval_shape
+
+    specs = [ShapeDtype(tuple(a.shape), a.dtype) for a in args]
+    got = eval_shape(backend.simulator_twin(kernel), grid, *specs, **static)
+    if isinstance(got, ShapeDtype):
+        return jax.ShapeDtypeStruct(got.shape, got.dtype)
+    return tuple(jax.ShapeDtypeStruct(g.shape, g.dtype) for g in got)
+
+
+def launch(kernel, grid, args, static, out_shape=None):
+    """Launch ``kernel`` over ``grid`` on JAX ``args`` with ``static`` keywords, by the path :func:`route` picks.
+
+    ``grid``: int, tuple or None (one program); ``args``: the tensor arguments in
+    order; ``static``: dict of non-tensor keyword arguments; ``out_shape``: optional
+    ``jax.ShapeDtypeStruct`` (or tuple). Returns what the kernel returns: an array
+    or a tuple of arrays.
+    """
+    path = route(kernel)
+    static = dict(static)
+    if path == "simulator":
+        from .primitive import nki_call
+
+        return nki_call(kernel, *args, grid=grid, out_shape=out_shape, **static)
+    grid = _grid(grid)
+    if path == "nki_call":
+        if out_shape is None:
+            out_shape = out_shape_of(kernel, grid, args, static)
+        return jax_neuronx().nki_call(kernel, *args, grid=grid, out_shape=out_shape, **static)
+    return backend.genuine_call(kernel, grid, args, static)

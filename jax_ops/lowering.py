@@ -1,11 +1,13 @@
 """Lowerings of ``nki_call``: the ``AwsNeuronCustomNativeKernel`` custom-call, or a host callback.
 
-CPU (and the default for any platform): a ``stablehlo.custom_call`` with the
+CPU: a ``stablehlo.custom_call`` with the
 kernel inputs as operands, its outputs as results and the versioned payload
 as ``backend_config``; on CPU our ctypes target (:mod:`jax_ops.cpu_target`)
 executes it with the simulator. The payload's shapes come from the lowering
 context, so inside a partitioned program each shard's custom-call describes
-the shard. GPU: a host callback into the simulator (correct, not fast).
+the shard. GPU: a host callback into the simulator (correct, not fast). Any
+other platform (a NeuronDevice) refuses: our payload never reaches the Neuron
+compiler; genuine kernels take the SDK's own path (:mod:`jax_ops.genuine`).
 """
 
 from __future__ import annotations
@@ -74,8 +76,18 @@ def _host_callback_lowering(ctx, *operands, kernel, grid, static, out_specs):
     return mlir.lower_fun(fn, multiple_results=True)(ctx, *operands)
 
 
+def _refused_lowering(ctx, *operands, kernel, grid, static, out_specs):
+    """Any other platform (a NeuronDevice above all): the nki-ops payload must never reach its compiler."""
+    platforms = ", ".join(ctx.module_context.platforms)
+    raise NotImplementedError(
+        f"nki_call of the simulator kernel {kernel.func.__qualname__} cannot be lowered for platform {platforms}: "
+        "its custom-call payload is nki-ops' own, run by the simulator on CPU only. On a NeuronDevice use a "
+        "genuine kernel (decorate with nki_kernels.backend.nki.jit; see python -m nki_kernels.env), or place "
+        "the computation on the CPU device")
+
+
 cpu_target.register()
-mlir.register_lowering(nki_call_p, _custom_call_lowering)  # every platform: HLO shows the custom-call
+mlir.register_lowering(nki_call_p, _refused_lowering)
 mlir.register_lowering(nki_call_p, _custom_call_lowering, platform="cpu")
 for _platform in ("cuda", "rocm"):
     try:
