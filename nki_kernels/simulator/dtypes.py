@@ -28,15 +28,39 @@ bool_ = np.dtype(np.bool_)
 float64 = np.dtype(np.float64)
 int64 = np.dtype(np.int64)
 
+# The standalone package's fp8 types, distinct as on Neuron: ``float8_e4m3`` is the IEEE-style
+# type (inf and NaN, max 240), ``float8_e4m3fn`` the extended-range OCP one (no inf, max 448).
+# The first generation's ``nl.float8_e4m3`` stays the e4m3fn container above.
+float8_e4m3fn = np.dtype(ml_dtypes.float8_e4m3fn)
+float8_e4m3_ieee = np.dtype(ml_dtypes.float8_e4m3)
+float8_e8m0fnu = np.dtype(ml_dtypes.float8_e8m0fnu)  # MX shared scale: unsigned power of two, NaN 0xFF
+
+
+def _packed(name: str, nbytes: int) -> np.dtype:
+    # A structured dtype of raw bytes: a distinct type of the right size that NumPy never
+    # converts to or from numbers implicitly (cast() refuses it; see pack_x4 / unpack_x4).
+    return np.dtype([(name, np.uint8, (nbytes,))])
+
+
+# Packed MX types: four values per element (nki.isa.nc_matmul_mx / quantize_mx, NeuronCore-v4).
+float8_e4m3fn_x4 = _packed("float8_e4m3fn_x4", 4)
+float8_e5m2_x4 = _packed("float8_e5m2_x4", 4)
+float4_e2m1fn_x4 = _packed("float4_e2m1fn_x4", 2)
+PACKED_X4 = {
+    float8_e4m3fn_x4: np.dtype(ml_dtypes.float8_e4m3fn),
+    float8_e5m2_x4: np.dtype(ml_dtypes.float8_e5m2),
+    float4_e2m1fn_x4: np.dtype(ml_dtypes.float4_e2m1fn),
+}
+
 SUPPORTED = {
     float32, bfloat16, float16, float8_e4m3, float8_e5m2, int8, int16, int32,
-    uint8, uint16, uint32, bool_,
+    uint8, uint16, uint32, bool_, float8_e4m3_ieee, float8_e8m0fnu, *PACKED_X4,
 }
-_LOW_FLOATS = {bfloat16, float16, float8_e4m3, float8_e5m2}
+_LOW_FLOATS = {bfloat16, float16, float8_e4m3, float8_e5m2, float8_e4m3_ieee, float8_e8m0fnu}
 # Rank used to pick "the input type with the highest precision" (NKI's default output dtype).
 _RANK = {
     bool_: 0, uint8: 1, int8: 1, uint16: 2, int16: 2, uint32: 3, int32: 3,
-    float8_e5m2: 4, float8_e4m3: 5, float16: 6, bfloat16: 7, float32: 8,
+    float8_e8m0fnu: 4, float8_e5m2: 4, float8_e4m3_ieee: 5, float8_e4m3: 5, float16: 6, bfloat16: 7, float32: 8,
     int64: 4, float64: 9,
 }
 
@@ -47,7 +71,8 @@ def as_dtype(dtype) -> np.dtype:
         return None
     if isinstance(dtype, str):
         aliases = {"bfloat16": bfloat16, "float8_e4m3": float8_e4m3, "float8_e5m2": float8_e5m2,
-                   "tfloat32": tfloat32, "bool": bool_, "bool_": bool_}
+                   "tfloat32": tfloat32, "bool": bool_, "bool_": bool_, "float8_e4m3fn": float8_e4m3fn,
+                   "float8_e8m0fnu": float8_e8m0fnu, **{d.names[0]: d for d in PACKED_X4}}
         if dtype in aliases:
             return aliases[dtype]
     return np.dtype(dtype)
@@ -72,7 +97,7 @@ def _promote2(a: np.dtype, b: np.dtype) -> np.dtype:
             return float32
         if {a, b} == {float16, bfloat16}:
             return float32  # no common 16-bit type: widened
-        if {a, b} == {float8_e4m3, float8_e5m2}:
+        if a.itemsize == b.itemsize == 1:  # two different fp8 types: no common 8-bit type
             return bfloat16
         return a if a.itemsize > b.itemsize else b
     sa, sb = np.issubdtype(a, np.signedinteger), np.issubdtype(b, np.signedinteger)
@@ -123,8 +148,48 @@ def cast(values, dtype: np.dtype) -> np.ndarray:
     values = np.asarray(values)
     if values.dtype == dtype:
         return values
+    if dtype in PACKED_X4 or values.dtype in PACKED_X4:
+        from .errors import NKIError
+
+        raise NKIError("packed dtype", f"cannot convert {values.dtype} to {dtype}: packed MX types hold four "
+                       "values per element and are written by quantize_mx / read by nc_matmul_mx (or viewed "
+                       "with .view(dtype)), not converted element-wise")
     if np.issubdtype(dtype, np.integer) and not np.issubdtype(values.dtype, np.integer):
         # Engines convert float->int with round-to-nearest-even and saturation.
         info = np.iinfo(dtype)
         values = np.clip(np.rint(values), info.min, info.max)
     return values.astype(dtype)
+
+
+def unpack_x4(packed: np.ndarray) -> np.ndarray:
+    """The values of a packed MX array as float32, four per element along the last axis
+    (``(..., n)`` -> ``(..., 4 * n)``). Value ``j`` of an fp8 element is its byte ``j``; an fp4
+    element's value ``j`` is nibble ``j`` counting from the low nibble of its first byte."""
+    packed = np.asarray(packed)
+    inner = PACKED_X4.get(packed.dtype)
+    if inner is None:
+        raise TypeError(f"unpack_x4: {packed.dtype} is not a packed MX dtype")
+    raw = packed[packed.dtype.names[0]]  # (..., n, bytes)
+    if inner.itemsize == 1 and packed.dtype.itemsize == 4:
+        vals = raw.view(inner)
+    else:
+        vals = np.stack([raw & 0xF, raw >> 4], axis=-1).reshape(raw.shape[:-1] + (4,)).astype(np.uint8).view(inner)
+    return vals.astype(np.float32).reshape(packed.shape[:-1] + (packed.shape[-1] * 4,) if packed.ndim else (4,))
+
+
+def pack_x4(values, dtype) -> np.ndarray:
+    """Pack ``values`` (last axis a multiple of 4) into the MX dtype ``dtype``, rounding each value
+    to the element type (round to nearest even, as ml_dtypes converts); inverse of :func:`unpack_x4`."""
+    dtype = np.dtype(dtype)
+    inner = PACKED_X4.get(dtype)
+    if inner is None:
+        raise TypeError(f"pack_x4: {dtype} is not a packed MX dtype")
+    values = np.asarray(values, dtype=np.float32)
+    if values.ndim == 0 or values.shape[-1] % 4:
+        raise ValueError(f"pack_x4: the last axis of values {values.shape} must be a multiple of 4")
+    groups = values.reshape(values.shape[:-1] + (values.shape[-1] // 4, 4)).astype(inner).view(np.uint8)
+    if dtype.itemsize == 2:
+        groups = (groups[..., 0::2] & 0xF) | ((groups[..., 1::2] & 0xF) << 4)
+    out = np.empty(values.shape[:-1] + (values.shape[-1] // 4,), dtype)
+    out[dtype.names[0]] = groups
+    return out
