@@ -14,7 +14,6 @@ version of a genuine kernel (same source), for shape inference and CPU tensors.
 
 from __future__ import annotations
 
-import functools
 import types
 
 from .neuron_env import kernel_stack
@@ -78,7 +77,9 @@ def _simulator_modules() -> dict:
             "nki": standalone, "nki.language": standalone.language, "nki.isa": standalone.isa}
 
 
-@functools.lru_cache(maxsize=256)
+_TWINS: dict = {}  # id(kernel) -> (kernel, twin): genuine kernel objects need not be hashable
+
+
 def simulator_twin(kernel):
     """The simulator kernel with ``kernel``'s source: its ``nki`` / ``nl`` / ``nisa`` globals swapped.
 
@@ -91,6 +92,9 @@ def simulator_twin(kernel):
 
     if is_kernel(kernel):
         return kernel
+    hit = _TWINS.get(id(kernel))
+    if hit is not None and hit[0] is kernel:
+        return hit[1]
     func = kernel_function(kernel)
     if func is None:
         raise TypeError(f"{kernel!r} is not an @nki.jit kernel (no .func / __wrapped__ function to simulate)")
@@ -100,7 +104,8 @@ def simulator_twin(kernel):
     twin = types.FunctionType(func.__code__, module_globals, func.__name__, func.__defaults__, func.__closure__)
     twin.__kwdefaults__ = func.__kwdefaults__
     twin.__qualname__, twin.__module__, twin.__doc__ = func.__qualname__, func.__module__, func.__doc__
-    return Kernel(twin)
+    _TWINS[id(kernel)] = (kernel, Kernel(twin))
+    return _TWINS[id(kernel)][1]
 
 
 __all__ = ["GENUINE", "STACK", "genuine_call", "is_genuine_kernel", "kernel_function", "nki", "nl", "nisa", "simulator_twin"]

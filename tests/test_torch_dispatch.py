@@ -88,15 +88,16 @@ def test_simulator_errors_surface():
         too_tall(torch.randn(256, 4))
 
 
-def test_not_genuine_here_and_official_path_is_taken_when_genuine(monkeypatch):
+def test_not_genuine_here_and_official_path_is_taken_when_routed_there(monkeypatch):
     assert torch_ops.genuine_neuron() is False
+    assert backend.route(K.tensor_add_kernel, torch.device("cpu")) == "simulator"
     calls = []
-    monkeypatch.setattr(backend, "genuine_neuron", lambda: True)
+    monkeypatch.setattr(backend, "route", lambda kernel, device: "xla")
     monkeypatch.setattr(backend, "official_launch", lambda *a: calls.append(a) or "official")
     a = torch.ones(2, 2)
     assert torch_ops.nki_call(K.tensor_add_kernel, a, a, grid=(1, 1)) == "official"
-    kernel, tensors, grid, static = calls[0]
-    assert kernel is K.tensor_add_kernel and grid == (1, 1) and static == {}
+    path, kernel, grid, tensors, static = calls[0]
+    assert path == "xla" and kernel is K.tensor_add_kernel and grid == (1, 1) and static == {}
 
 
 def test_result_owns_fresh_memory():

@@ -240,7 +240,8 @@ def _tensor_key(t):
 
 
 class LaunchLog:
-    """HBM accesses of one launch: ``key -> [tensor, reads, writes]`` with ``(pid, index, mask, where)``."""
+    """HBM accesses of one launch: ``key -> [tensor, reads, writes]`` with ``(pid, index, mask, where, stamp)``
+    (``stamp``: a :class:`~.cores.Stamp` for the cores of a multi-core launch, else ``None``)."""
 
     def __init__(self):
         self.tensors = {}
@@ -257,7 +258,7 @@ class LaunchLog:
         ent = self.tensors.get(key)
         if ent is None:
             ent = self.tensors[key] = [tensor, [], []]
-        rec = (prog.pid, access.index, mask, wh or where())
+        rec = (prog.pid, access.index, mask, wh or where(), _core_stamp(prog, tensor))
         if write and values is not None and ent[2] and self._may_overlap(key, access, mask, prog.pid, ent[2]) \
                 and _rewrites_same(tensor, access, mask, values):
             self.repeats.setdefault(key, set()).add(len(ent[2]))
@@ -323,6 +324,24 @@ def _bind_current():
     return _current_or_none
 
 
+def _core_stamp(prog, tensor):
+    """The core and barrier count of an access by a core of a multi-core launch (else ``None``)."""
+    if getattr(prog, "worker", None) is None:
+        return None
+    from .cores import access_stamp
+
+    return access_stamp(prog, tensor)
+
+
+def _barrier_ordered(ra, rb) -> bool:
+    """Whether two logged accesses by different cores are ordered by a ``core_barrier``."""
+    if ra[4] is None or rb[4] is None:
+        return False
+    from .cores import barrier_ordered
+
+    return barrier_ordered(ra[4], rb[4])
+
+
 def _mark_written(tensor, index, mask):
     index.write(tensor.written, np.True_, mask)
 
@@ -367,7 +386,7 @@ def _check_hbm_init(tensor, access, mask, log):
     if tensor.__dict__.get("written") is None:
         tensor.written = np.zeros(tensor.shape, dtype=bool)
         ent = log.tensors.get(_tensor_key(tensor))
-        for _, idx, m, _ in (ent[2] if ent else ()):
+        for _, idx, m, *_ in (ent[2] if ent else ()):
             _mark_written(tensor, idx, m)
     got = access.index.read(tensor.written, mask)
     from .indexing import full_mask
@@ -457,7 +476,7 @@ def _fast_box(index, mask):
 def _boxes(recs):
     """Regions of logged accesses; plain box accesses skip the general :meth:`Region.of`."""
     out = []
-    for _, idx, m, _ in recs:
+    for _, idx, m, *_ in recs:
         fb = _fast_box(idx, m)
         out.append(Region(idx.shape, fb[0], fb[1], True) if fb is not None else Region.of(idx, m))
     return out
@@ -510,12 +529,15 @@ def _check_races(tensor, reads, writes, state, repeats=()):
             continue
         if is_w[a] and is_w[b]:
             writes_disjoint = False
-        if same or (is_w[a] and is_w[b] and max(a, b) in repeats):
+        if same or (is_w[a] and is_w[b] and max(a, b) in repeats) or _barrier_ordered(recs[a][0], recs[b][0]):
             continue
         if not is_w[a]:
             a, b = b, a
-        (pa, _, _, wa), (pb, _, _, wb) = recs[a][0], recs[b][0]
+        (pa, _, _, wa, sa), (pb, _, _, wb, sb) = recs[a][0], recs[b][0]
         what = "also writes" if is_w[b] else "reads"
+        if sa is not None and sb is not None:
+            wb = (*wb[:2], f"{wb[2]} (logical cores {sa.core} and {sb.core}, with no nisa.core_barrier on "
+                  f"{tensor.name} between the two accesses)")
         config.report("race", NKIError(
             "race",
             f"programs {pa} and {pb} of the SPMD grid {state.grid} both touch {tensor.name} {tensor.shape} "

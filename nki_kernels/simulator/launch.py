@@ -22,6 +22,7 @@ from collections import namedtuple
 
 import numpy as np
 
+from . import cores as _cores
 from . import diagnostics as _diag
 from . import vectorize as _vec
 from . import dtypes as dt
@@ -32,9 +33,12 @@ ShapeDtype = namedtuple("ShapeDtype", ["shape", "dtype"])
 
 
 def normalize_grid(grid) -> tuple:
-    """A launch grid as a tuple of ints (ints, tuples and ``nl.spmd_dim`` accepted)."""
+    """A launch grid as a tuple of ints (ints, tuples and ``nl.spmd_dim`` accepted); a grid on
+    several logical cores (``kernel[2]``, ``nl.nc``) is a :class:`~.cores.CoreGrid`."""
     if grid is None:
         return ()
+    if isinstance(grid, _cores.CoreGrid):
+        return grid
     if not isinstance(grid, (tuple, list)):
         grid = (grid,)
     out = []
@@ -43,7 +47,7 @@ def normalize_grid(grid) -> tuple:
         if n < 1:
             raise NKIError("grid", f"launch grid {tuple(grid)} has a dimension of size {n} (< 1)")
         out.append(n)
-    return tuple(out)
+    return _cores.core_grid(grid, tuple(out))
 
 
 class Kernel:
@@ -238,6 +242,8 @@ def run_programs(kernel: Kernel, grid: tuple, args: list, kwargs: dict, pids=Non
 
     ``outputs``: arrays the launch's ``shared_hbm`` allocations may use (k-th allocation, when
     shape and dtype match), so results land in caller-owned buffers without a copy."""
+    if _cores.in_worker():  # a kernel on a simulated core launching a helper: its launch holds the lock
+        return _run_programs(kernel, grid, args, kwargs, pids, outputs)
     with _one_launch_at_a_time:
         return _run_programs(kernel, grid, args, kwargs, pids, outputs)
 
@@ -257,7 +263,9 @@ def _run_programs(kernel, grid, args, kwargs, pids, outputs):
     try:
         # Masked-off lanes hold garbage that may overflow; that is not the user's bug.
         with np.errstate(all="ignore"):
-            if pids is None and math.prod(grid) > 1 and _vec.enabled():
+            if _cores.runs_on_cores(grid, _vec.enabled()):  # cores meet at sendrecv / core_barrier: all run, in turns
+                result = _cores.run_launch(kernel, grid, args, kwargs, state)
+            elif pids is None and math.prod(grid) > 1 and _vec.enabled():
                 result = _vec.GridRunner(kernel, grid, args, kwargs, state).run()
             else:
                 for pid in (pids if pids is not None else itertools.product(*(range(g) for g in grid))):

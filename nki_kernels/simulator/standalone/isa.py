@@ -35,6 +35,7 @@ from .. import isa as _gen1
 from .. import language as _nl1
 from .. import profile as _prof
 from ..core import PMAX, Access, HBMTensor, Tile, psum, sbuf
+from ..cores import core_barrier, sendrecv  # noqa: F401 - LNC=2 instructions between logical cores
 from ..errors import NKIError
 from . import language as nl
 

@@ -1,0 +1,556 @@
+"""Logical NeuronCores and collective ranks: several simulated cores running one launch together.
+
+``kernel[2](...)`` is a launch on two logical cores (LNC=2): each core runs the kernel
+with its own ``nl.program_id(0)`` (0 or 1, ``nl.num_programs() == 2``) on the same HBM.
+A first-generation grid with an ``nl.nc`` part (``kernel[nl.spmd_dim(nl.nc(2), 2), 2]``)
+spreads its programs over cores as the ``nl.spmd_dim`` reference page describes; each core
+runs its programs in grid order. :func:`simulate_ranks` runs a launch once per rank of a
+simulated collective world (``nki.collectives``).
+
+Each core of each rank is a *worker*: a thread running the kernel. Workers take turns
+(cooperative scheduling): exactly one runs at a time and control passes only at a
+synchronisation point (``nisa.sendrecv``, ``nisa.core_barrier``, a collective) or when a
+worker finishes. Runs are deterministic, the diagnostics' per-process state stays
+consistent, and a deadlock is found exactly, not by a timeout: when the running worker
+blocks and no worker can go on, one :class:`NKIError` names what every worker waits for
+and its kernel source line (or where a finished worker returned).
+
+Barriers order HBM accesses for the race checker: each core counts the barriers it has
+passed on a tensor's memory; two cores' accesses with different counts are ordered by a
+barrier, equal counts are concurrent.
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+import threading
+from collections import defaultdict, deque
+
+import numpy as np
+
+from . import diagnostics as _diag
+from .core import Access, HBMTensor, Program, Tile, current_or_none, private_hbm, psum, sbuf, set_current
+from .errors import NKIError, NotBatchable
+
+_worker_tls = threading.local()
+
+
+# ---------------------------------------------------------------------------
+# grids spread over cores
+# ---------------------------------------------------------------------------
+class CoreGrid(tuple):
+    """A launch grid (a tuple of sizes) whose programs run on ``cores`` NeuronCores.
+
+    ``parts[axis]`` lists ``(size, is_core)`` sub-dimensions of that axis, outermost first
+    (``nl.spmd_dim(nl.nc(2), 2)`` is ``((2, True), (2, False))``): a program's index along
+    the axis is row-major over the parts, and its core is row-major over the ``nc`` parts.
+    """
+
+    def __new__(cls, sizes, parts):
+        obj = super().__new__(cls, sizes)
+        obj.parts = tuple(tuple(p) for p in parts)
+        obj.cores = int(np.prod([n for axis in obj.parts for n, is_core in axis if is_core]))
+        return obj
+
+    def __getnewargs__(self):
+        return tuple(self), self.parts
+
+    def core_of(self, pid) -> int:
+        """The core that runs program ``pid``."""
+        core = 0
+        for i, axis in zip(pid, self.parts):
+            sub = []
+            for n, _ in reversed(axis):
+                sub.append(i % n)
+                i //= n
+            for (n, is_core), s in zip(axis, reversed(sub)):
+                if is_core:
+                    core = core * n + s
+        return core
+
+
+def core_grid(raw, sizes: tuple):
+    """``sizes`` as a :class:`CoreGrid` when the launch grid ``raw`` puts programs on several cores
+    (an ``nl.nc`` part, or the standalone API's ``kernel[2]``: LNC=2), else ``sizes`` unchanged."""
+    if isinstance(raw, CoreGrid):
+        return raw
+    raw = raw if isinstance(raw, (tuple, list)) else (raw,)
+    parts, any_core = [], False
+    for g in raw:
+        if _is_nc(g):
+            parts.append(((int(g), True),))
+            any_core = True
+        elif hasattr(g, "parts") and hasattr(g, "cores"):  # nl.spmd_dim
+            axis = tuple((int(p), _is_nc(p)) for p in g.parts)
+            any_core = any_core or any(c for _, c in axis)
+            parts.append(axis)
+        else:
+            parts.append(((int(g), False),))
+    if any_core:
+        return CoreGrid(sizes, parts)
+    if sizes == (2,):  # kernel[2]: LNC=2 ("The bracket syntax must contain only one number, the number of cores")
+        return CoreGrid(sizes, (((2, True),),))
+    return sizes
+
+
+def _is_nc(g) -> bool:
+    return type(g).__name__ == "nc" and hasattr(g, "n")
+
+
+def cores_of(grid) -> int:
+    """Number of logical cores a launch grid runs on."""
+    return getattr(grid, "cores", 1)
+
+
+def runs_on_cores(grid, vectorise: bool) -> bool:
+    """Whether a launch runs its cores as cooperating workers: always when each core runs one
+    program (LNC=2, where cores synchronise); a first-generation grid with more programs than
+    cores (no synchronising instructions there) may instead run vectorised."""
+    n = cores_of(grid)
+    return n > 1 and (int(np.prod(grid)) == n or not vectorise)
+
+
+# ---------------------------------------------------------------------------
+# workers and their scheduler
+# ---------------------------------------------------------------------------
+class _Aborted(BaseException):
+    """Unwinds a worker after another worker failed or the group deadlocked."""
+
+
+class _Wait:
+    __slots__ = ("ready", "describe", "where")
+
+    def __init__(self, ready, describe, where):
+        self.ready, self.describe, self.where = ready, describe, where
+
+
+class Worker:
+    """One core of one rank: the programs it runs and where it is."""
+
+    def __init__(self, group, rank, core, pids, state, args, kwargs):
+        self.group, self.rank, self.core, self.pids = group, rank, core, list(pids)
+        self.state, self.args, self.kwargs = state, args, kwargs
+        self.status = "new"  # new -> running <-> blocked -> done
+        self.wait = None
+        self.loops = []  # the diagnostics' affine_range frames while another worker runs
+        self.result = None
+        self.returned_at = None  # (file, line, function) of the kernel's return
+        self.epochs = defaultdict(int)  # id of an HBM memory -> core_barriers passed on it
+        self.collectives = defaultdict(int)  # collective key -> calls made
+
+    @property
+    def name(self) -> str:
+        """``core 1`` (or ``rank 2 core 1`` in a multi-rank run)."""
+        return f"rank {self.rank} core {self.core}" if self.group.world > 1 else f"core {self.core}"
+
+
+class Group:
+    """The workers of one (multi-core and/or multi-rank) launch and the turn they take."""
+
+    def __init__(self, kernel, world: int = 1):
+        self.kernel, self.world = kernel, world
+        self.workers = []
+        self.cv = threading.Condition()
+        self.turn = None
+        self.failure = None
+        self.mail = defaultdict(deque)  # (rank, pipe_id, from core, to core) -> messages
+        self.arrivals = defaultdict(lambda: defaultdict(int))  # (rank, cores) -> core -> barriers reached
+        self.meetings = {}  # collective key -> posts
+
+    def add(self, rank, core, pids, state, args, kwargs) -> Worker:
+        """Add a worker running ``pids`` of ``state``'s launch as ``core`` of ``rank``."""
+        w = Worker(self, rank, core, pids, state, args, kwargs)
+        self.workers.append(w)
+        return w
+
+    def cores(self, rank) -> int:
+        """Number of cores of ``rank``."""
+        return sum(1 for w in self.workers if w.rank == rank)
+
+    # -- running -------------------------------------------------------------
+    def run(self) -> None:
+        """Run every worker to the end; re-raises the first failure (a deadlock is an NKIError)."""
+        threads = [threading.Thread(target=self._main, args=(w,), daemon=True, name=f"nki {w.name}")
+                   for w in self.workers]
+        for t in threads:
+            t.start()
+        with self.cv:
+            self._pass_turn(None)
+            while self.failure is None and any(w.status != "done" for w in self.workers):
+                self.cv.wait()
+            self.cv.notify_all()
+        for t in threads:
+            t.join()
+        _diag.loops.clear()
+        if self.failure is not None:
+            raise self.failure
+
+    def _main(self, w) -> None:
+        _worker_tls.worker = w
+        with self.cv:
+            while self.turn is not w and self.failure is None:
+                self.cv.wait()
+            if self.failure is not None:
+                w.status = "done"
+                self.cv.notify_all()
+                return
+            w.status = "running"
+        code = self.kernel.func.__code__
+        if len(self.workers) > 1:
+            sys.settrace(_return_tracer(code, w))
+        try:
+            with np.errstate(all="ignore"):  # as run_programs: masked-off lanes may overflow
+                for pid in w.pids:
+                    prog = Program(w.state, tuple(pid))
+                    prog.worker = w
+                    set_current(prog)
+                    w.result = self.kernel.func(*w.args, **w.kwargs)
+                    w.state.programs += 1
+        except _Aborted:
+            pass
+        except BaseException as e:  # noqa: BLE001 - re-raised by run() in the launching thread
+            with self.cv:
+                if self.failure is None:
+                    self.failure = e
+        finally:
+            sys.settrace(None)
+            set_current(None)
+            with self.cv:
+                w.status = "done"
+                if self.failure is None:
+                    self._pass_turn(w)
+                self.cv.notify_all()
+
+    def _pass_turn(self, current) -> None:
+        """Give the turn to the next worker that can run (caller holds ``cv``); detect deadlock."""
+        ws = self.workers
+        k = ws.index(current) + 1 if current is not None else 0
+        for w in ws[k:] + ws[:k]:
+            if w.status == "new" or (w.status == "blocked" and w.wait.ready()):
+                self.turn = w
+                self.cv.notify_all()
+                return
+        self.turn = None
+        if any(w.status == "blocked" for w in ws):
+            self.failure = self._deadlock()
+        self.cv.notify_all()
+
+    def block(self, w, ready, describe) -> None:
+        """Let ``w`` wait until ``ready()``, running other workers meanwhile."""
+        with self.cv:
+            if ready():
+                return
+            w.wait = _Wait(ready, describe, _diag.where())
+            w.status = "blocked"
+            w.loops = list(_diag.loops)
+            _diag.loops.clear()
+            self._pass_turn(w)
+            while self.turn is not w and self.failure is None:
+                self.cv.wait()
+            if self.failure is not None:
+                raise _Aborted
+            w.status, w.wait = "running", None
+            _diag.loops[:] = w.loops
+
+    def _deadlock(self) -> NKIError:
+        lines = []
+        for w in self.workers:
+            if w.status == "blocked":
+                lines.append(f"{w.name} waits at {_diag.fmt_where(w.wait.where)}: {w.wait.describe()}")
+            elif w.returned_at is not None:
+                lines.append(f"{w.name} has finished (the kernel returned at {_diag.fmt_where(w.returned_at)})")
+            else:
+                lines.append(f"{w.name} has finished")
+        first = next(w for w in self.workers if w.status == "blocked")
+        return NKIError("deadlock", "no core can make progress: " + "; ".join(lines) + ". On hardware the "
+                        "kernel hangs; every core must reach the same nisa.sendrecv (same pipe_id), "
+                        "nisa.core_barrier and collective calls in the same order",
+                        where=_diag.fmt_where(first.wait.where))
+
+
+def _return_tracer(code, w):
+    """A trace function recording where the kernel function ``code`` returns (for deadlock reports)."""
+
+    def local(frame, event, arg):
+        if event == "return":
+            w.returned_at = (frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name)
+        return local
+
+    def tracer(frame, event, arg):
+        if frame.f_code is code:
+            frame.f_trace_lines = False
+            return local
+        return None
+
+    return tracer
+
+
+def in_worker() -> bool:
+    """Whether this thread runs a simulated core (its launch already holds the launch lock)."""
+    return getattr(_worker_tls, "worker", None) is not None
+
+
+def current_worker(op: str):
+    """The running program's worker, or ``None`` for a single-core launch; batched programs cannot
+    synchronise, so they fall back to per-program runs."""
+    prog = current_or_none()
+    if prog is None:
+        raise NKIError("kernel context", f"{op} is only valid inside a running kernel")
+    if prog.nb:
+        raise NotBatchable(f"{op} synchronises cores")
+    return getattr(prog, "worker", None)
+
+
+def run_launch(kernel, grid, args, kwargs, state):
+    """Run every program of ``grid`` on its core, the cores as cooperating workers; returns the
+    result of the grid's last program."""
+    group = Group(kernel)
+    pids = list(itertools.product(*(range(g) for g in grid)))
+    by_core = [[p for p in pids if grid.core_of(p) == c] for c in range(grid.cores)]
+    workers = [group.add(0, c, ps, state, args, kwargs) for c, ps in enumerate(by_core)]
+    group.run()
+    last = grid.core_of(pids[-1])
+    return workers[last].result
+
+
+def simulate_ranks(kernel, ranks: int, *arrays, **static):
+    """Run ``kernel`` (or ``kernel[grid]``) on a simulated world of ``ranks`` ranks; returns the
+    list of each rank's outputs (NumPy arrays, as ``kernel(...)`` returns them).
+
+    Every rank runs the whole launch (all programs and logical cores of its grid) on its own
+    HBM; ``nki.collectives.rank_id()`` says which rank a program belongs to, and collectives
+    meet across the ranks of their replica group. A positional argument is either one
+    array, which every rank gets its own copy of, or a list/tuple of ``ranks`` arrays, the
+    r-th for rank r. Keyword arguments are static and the same for all ranks.
+    """
+    from . import launch as _launch
+
+    if isinstance(kernel, _launch.Launch):
+        kernel, grid = kernel.kernel, kernel.grid
+    else:
+        grid = ()
+    if not isinstance(kernel, _launch.Kernel):
+        raise TypeError(f"simulate_ranks: kernel must be an @nki.jit kernel, got {type(kernel).__name__}")
+    if isinstance(ranks, bool) or not isinstance(ranks, (int, np.integer)) or ranks < 1:
+        raise ValueError(f"simulate_ranks: ranks must be a positive integer, got {ranks!r}")
+    ranks = int(ranks)
+    per_rank = []
+    for k, a in enumerate(arrays):
+        if isinstance(a, (list, tuple)):
+            if len(a) != ranks:
+                raise ValueError(f"simulate_ranks: positional argument {k} lists {len(a)} arrays; give one "
+                                 f"array (every rank gets a copy) or one per rank ({ranks})")
+            per_rank.append([np.asarray(x) for x in a])
+        else:
+            per_rank.append([np.array(a, copy=True) for _ in range(ranks)])
+    grid = _launch.normalize_grid(grid)
+    pids = list(itertools.product(*(range(g) for g in grid)))
+    ncores = cores_of(grid)
+    group = Group(kernel, world=ranks)
+    states, last = [], []
+    with _launch._one_launch_at_a_time:
+        for r in range(ranks):
+            args, kw = _launch._bind(kernel, [p[r] for p in per_rank], static)
+            state = _launch._LaunchState(kernel, grid)
+            _diag.launch_begin(state)
+            states.append(state)
+            ws = [group.add(r, c, [p for p in pids if ncores == 1 or grid.core_of(p) == c], state, args, kw)
+                  for c in range(ncores)]
+            last.append(ws[grid.core_of(pids[-1]) if ncores > 1 else 0])
+        group.run()
+        for state, w in zip(states, last):
+            _diag.launch_end(state, w.result)
+    return [_launch._unwrap(w.result) for w in last]
+
+
+def where_now():
+    """The kernel source line running now (``(file, line, function)``)."""
+    return _diag.where()
+
+
+# ---------------------------------------------------------------------------
+# race checking across cores
+# ---------------------------------------------------------------------------
+class Stamp:
+    """What the race checker needs of one HBM access by a core: the core and the number of
+    ``core_barrier`` calls it had passed on the tensor's memory."""
+
+    __slots__ = ("core", "epoch")
+
+    def __init__(self, core, epoch):
+        self.core, self.epoch = core, epoch
+
+
+def memory_id(tensor) -> int:
+    """Identity of the memory an HBM tensor (or a reshape/view of it) lives in."""
+    a = tensor.data
+    while isinstance(a.base, np.ndarray):
+        a = a.base
+    return id(a)
+
+
+def access_stamp(prog, tensor):
+    """A :class:`Stamp` for an access by a program of a multi-core launch, else ``None``."""
+    w = getattr(prog, "worker", None)
+    if w is None or w.group.cores(w.rank) < 2:
+        return None
+    return Stamp(w.core, w.epochs[memory_id(tensor)])
+
+
+def barrier_ordered(a, b) -> bool:
+    """Whether two overlapping accesses by different cores have a ``core_barrier`` on the memory
+    between them: one core's access came before a barrier the other core passed before its own."""
+    return a.core != b.core and a.epoch != b.epoch
+
+
+# ---------------------------------------------------------------------------
+# nisa.sendrecv / nisa.core_barrier
+# ---------------------------------------------------------------------------
+class _Message:
+    __slots__ = ("data", "shape", "dtype", "where", "taken")
+
+    def __init__(self, data, where):
+        self.data, self.shape, self.dtype, self.where, self.taken = data, data.shape, data.dtype, where, False
+
+
+def _rank_arg(x, name, op, ncores):
+    try:
+        v = int(x)
+    except (TypeError, ValueError):
+        raise NKIError(op, f"nisa.{op}: {name} must be an integer core rank, got {type(x).__name__}") from None
+    if isinstance(x, bool) or v not in (0, 1):
+        raise NKIError(op, f"nisa.{op}: {name}={x!r}; the cores of a logical NeuronCore are ranks 0 and 1")
+    if v >= ncores:
+        raise NKIError(op, f"nisa.{op}: {name}={v} but this launch runs on {ncores} logical core(s); launch the "
+                       "kernel as kernel[2](...) (LNC=2) to exchange data between two cores")
+    return v
+
+
+def _sbuf_tile(x, name, op):
+    if isinstance(x, (HBMTensor, Access)):
+        raise NKIError("operand memory", f"nisa.{op}: {name} is in HBM (shape {tuple(x.shape)}); both src and dst "
+                       "must be SBUF tiles")
+    if not isinstance(x, Tile):
+        raise NKIError("operand type", f"nisa.{op}: {name} must be an SBUF tile, got {type(x).__name__}")
+    if x.buffer is not sbuf:
+        raise NKIError("operand memory", f"nisa.{op}: {name} (shape {x.shape}) is in {x.buffer.name.upper()}; both "
+                       "src and dst must be SBUF tiles")
+    return x
+
+
+_GPSIMD_BYTES = {4: 1024, 2: 512, 1: 256}
+
+
+def sendrecv(src, dst, send_to_rank, recv_from_rank, pipe_id, dma_engine=None, name=None):
+    """Send SBUF tile ``src`` to core ``send_to_rank`` while receiving core ``recv_from_rank``'s
+    tile into SBUF tile ``dst`` (``nki.isa.sendrecv``, LNC=2).
+
+    The call returns once this core has received and its own data was received: calls with
+    the same ``pipe_id`` meet. ``src`` and ``dst`` have the same shape and dtype, and so must
+    the peer's ``src``. A peer that never makes the matching call is reported as a deadlock.
+    ``dma_engine`` (earlier releases) selects the transfer mechanism; ``gpsimd_dma`` limits
+    the partitions to a multiple of 16 and the bytes per partition (1024 for 32-bit types,
+    512 for 16-bit, 256 for 8-bit). ``name`` is accepted and unused.
+    (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/generated/nki.isa.sendrecv.html)
+    """
+    op = "sendrecv"
+    w = current_worker("nisa.sendrecv")
+    _sbuf_tile(src, "src", op)
+    _sbuf_tile(dst, "dst", op)
+    if src.dtype != dst.dtype:
+        raise NKIError("dtype", f"nisa.sendrecv: src is {src.dtype} and dst is {dst.dtype}; they must have the "
+                       "same data type")
+    if tuple(src.shape) != tuple(dst.shape):
+        raise NKIError("shape", f"nisa.sendrecv: src has shape {src.shape} and dst {dst.shape}; they must have the "
+                       "same shape and layout")
+    if getattr(dma_engine, "name", dma_engine) == "gpsimd_dma":
+        per_part = int(np.prod(src.shape[1:])) * src.dtype.itemsize
+        limit = _GPSIMD_BYTES.get(src.dtype.itemsize, 256)
+        if src.shape[0] % 16 or per_part > limit:
+            raise NKIError(op, f"nisa.sendrecv(dma_engine=gpsimd_dma): tiles of shape {src.shape} {src.dtype} have "
+                           f"{src.shape[0]} partitions and {per_part} B per partition; gpsimd_dma needs a multiple "
+                           f"of 16 partitions and at most {limit} B per partition for {8 * src.dtype.itemsize}-bit types")
+    if isinstance(pipe_id, bool) or not isinstance(pipe_id, (int, np.integer)) or pipe_id < 0:
+        raise NKIError(op, f"nisa.sendrecv: pipe_id must be a non-negative integer, got {pipe_id!r}")
+    ncores = w.group.cores(w.rank) if w is not None else 1
+    to = _rank_arg(send_to_rank, "send_to_rank", op, ncores)
+    frm = _rank_arg(recv_from_rank, "recv_from_rank", op, ncores)
+    _diag.on_read(src)
+    me, rank, pipe = (w.core if w is not None else 0), (w.rank if w is not None else 0), int(pipe_id)
+    msg = _Message(np.array(src.data, copy=True), _diag.where())
+    if w is None:  # one core exchanging with itself
+        dst[...] = msg.data
+        return None
+    g = w.group
+    inbox = g.mail[(rank, pipe, frm, me)]
+    with g.cv:
+        g.mail[(rank, pipe, me, to)].append(msg)
+    g.block(w, lambda: bool(inbox),
+            lambda: f"nisa.sendrecv(pipe_id={pipe}) waits for core {frm} to send (recv_from_rank={frm})")
+    with g.cv:
+        got = inbox.popleft()
+        got.taken = True
+    if got.shape != tuple(dst.shape) or got.dtype != dst.dtype:
+        raise NKIError("shape", f"nisa.sendrecv(pipe_id={pipe}): core {me} receives into dst {dst.shape} {dst.dtype} "
+                       f"at {_diag.fmt_where(msg.where)} but core {frm} sent {got.shape} {got.dtype} at "
+                       f"{_diag.fmt_where(got.where)}; the two cores' tiles must match")
+    dst[...] = got.data
+    g.block(w, lambda: msg.taken,
+            lambda: f"nisa.sendrecv(pipe_id={pipe}) sent to core {to}, which has not received it "
+                    f"(no matching nisa.sendrecv with recv_from_rank={me} and pipe_id={pipe})")
+    return None
+
+
+def core_barrier(data, cores, engine=None, name=None):
+    """Wait until every core in ``cores`` reaches its matching barrier (``nki.isa.core_barrier``).
+
+    ``data`` is the shared HBM tensor the cores synchronise on: the race checker treats the
+    barrier as ordering the cores' accesses to it (writes before the barrier on one core,
+    reads after it on the other are not a race). ``cores`` must be ``(0, 1)`` (or ``(c,)``,
+    a barrier of one core with itself) and include the calling core. ``engine`` and ``name``
+    are accepted and unused.
+    (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/generated/nki.isa.core_barrier.html)
+    """
+    w = current_worker("nisa.core_barrier")
+    if isinstance(data, Tile):
+        raise NKIError("operand memory", f"nisa.core_barrier: data is a {data.buffer.name} tile (shape {data.shape}); "
+                       "it must be the shared HBM tensor the cores synchronise on")
+    if not isinstance(data, (HBMTensor, Access)):
+        raise NKIError("operand type", f"nisa.core_barrier: data must be an HBM tensor, got {type(data).__name__}")
+    tensor = data.tensor if isinstance(data, Access) else data
+    if tensor.buffer is private_hbm:
+        raise NKIError("operand memory", f"nisa.core_barrier: data {tensor.name} is in private_hbm; the barrier "
+                       "synchronises on shared HBM that several cores access")
+    try:
+        members = tuple(int(c) for c in cores)
+    except TypeError:
+        raise NKIError("core_barrier", f"nisa.core_barrier: cores must be a tuple of core ids such as (0, 1), got "
+                       f"{cores!r}") from None
+    ncores = w.group.cores(w.rank) if w is not None else 1
+    me = w.core if w is not None else 0
+    if not members or len(set(members)) != len(members) or any(c not in (0, 1) for c in members):
+        raise NKIError("core_barrier", f"nisa.core_barrier: cores={cores!r}; only cores=(0, 1) is supported (distinct "
+                       "core ids 0 and 1)")
+    if any(c >= ncores for c in members):
+        raise NKIError("core_barrier", f"nisa.core_barrier(cores={members}) in a launch on {ncores} logical core(s); "
+                       "launch the kernel as kernel[2](...) (LNC=2)")
+    if me not in members:
+        raise NKIError("core_barrier", f"nisa.core_barrier(cores={members}) is called by core {me}, which is not "
+                       "one of the cores it synchronises")
+    if w is None:
+        return None
+    g = w.group
+    key = (w.rank, frozenset(members))
+    with g.cv:
+        g.arrivals[key][me] += 1
+        n = g.arrivals[key][me]
+    arrivals = g.arrivals[key]
+
+    def missing():
+        return [c for c in members if arrivals[c] < n]
+
+    g.block(w, lambda: not missing(),
+            lambda: f"nisa.core_barrier(cores={members}) #{n} waits for core(s) {missing()} to reach barrier #{n}")
+    w.epochs[memory_id(tensor)] += 1
+    return None

@@ -1,0 +1,472 @@
+"""Two logical cores (``kernel[2]``, LNC=2): each core runs the kernel with its own program id,
+``nisa.sendrecv`` / ``nisa.core_barrier`` exchange data and synchronise, deadlocks are reported
+with both cores' source lines (never a hang), and the race checker knows what a barrier orders."""
+
+import inspect
+import time
+
+import numpy as np
+import pytest
+
+from nki_kernels.simulator import NKIError, config
+from nki_kernels.simulator import language as nl1
+from nki_kernels.simulator import standalone as nki
+from nki_kernels.simulator.cores import CoreGrid, core_grid
+
+nl = nki.language
+nisa = nki.isa
+rng = np.random.default_rng(14)
+
+
+def line_of(func, text):
+    """Absolute source line of the first line of ``func`` containing ``text``."""
+    src, first = inspect.getsourcelines(func.func if hasattr(func, "func") else func)
+    return first + next(i for i, s in enumerate(src) if text in s)
+
+
+# ---------------------------------------------------------------------------
+# a two-core kernel: rows split across cores, partial column sums exchanged
+# ---------------------------------------------------------------------------
+@nki.jit
+def column_sum_two_cores(x):
+    """Column sums of ``x`` [256, N]: core c sums rows c*128 .. c*128+127 on the Tensor Engine,
+    the cores swap partial sums with sendrecv, each adds the other's, core c stores half of the
+    columns, and after a barrier each core reads back the other's half into ``both``."""
+    R, N = x.shape
+    out = nl.ndarray((1, N), dtype=nl.float32, buffer=nl.shared_hbm)
+    both = nl.ndarray((2, N), dtype=nl.float32, buffer=nl.shared_hbm)
+    c = nl.program_id(0)
+    rows = nl.ndarray((128, N), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=rows, src=x[c * 128:(c + 1) * 128, :])
+    ones = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.memset(dst=ones, value=1.0)
+    part_ps = nl.ndarray((1, N), dtype=nl.float32, buffer=nl.psum)
+    nisa.nc_matmul(dst=part_ps, stationary=ones, moving=rows)
+    mine = nl.ndarray((1, N), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=mine, src=part_ps)
+    theirs = nl.ndarray((1, N), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.sendrecv(src=mine, dst=theirs, send_to_rank=1 - c, recv_from_rank=1 - c, pipe_id=0)
+    total = nl.ndarray((1, N), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_tensor(dst=total, data1=mine, data2=theirs, op=nl.add)
+    half = N // 2
+    nisa.dma_copy(dst=out[:, c * half:(c + 1) * half], src=total[:, c * half:(c + 1) * half])
+    nisa.core_barrier(out, (0, 1))
+    other = nl.ndarray((1, half), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=other, src=out[:, (1 - c) * half:(2 - c) * half])
+    nisa.dma_copy(dst=both[c:c + 1, 0:half], src=other)
+    nisa.dma_copy(dst=both[c:c + 1, half:N], src=total[:, c * half:(c + 1) * half])
+    return out, both
+
+
+def test_two_core_column_sum_matches_numpy():
+    x = rng.standard_normal((256, 256)).astype(np.float32)
+    out, both = column_sum_two_cores[2](x)
+    ref = x.astype(np.float64).sum(axis=0, keepdims=True)
+    np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-4)
+    half = 128
+    # each core read back, after the barrier, the half the other core stored
+    np.testing.assert_allclose(both[0, :half], ref[0, half:], rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(both[1, :half], ref[0, :half], rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(both[:, half:], np.stack([ref[0, :half], ref[0, half:]]), rtol=1e-5, atol=1e-4)
+
+
+def test_two_core_kernel_also_runs_with_vectorisation_enabled():
+    x = rng.standard_normal((256, 64)).astype(np.float32)
+    saved = config.vectorize
+    try:
+        config.vectorize = True
+        out, _ = column_sum_two_cores[2](x)
+    finally:
+        config.vectorize = saved
+    np.testing.assert_allclose(out, x.astype(np.float64).sum(0, keepdims=True), rtol=1e-5, atol=1e-4)
+
+
+@nki.jit
+def core_ids(x):
+    out = nl.ndarray((2, 2), dtype=nl.int32, buffer=nl.shared_hbm)
+    c = nl.program_id(0)
+    t = nl.ndarray((1, 2), dtype=nl.int32, buffer=nl.sbuf)
+    nisa.memset(dst=t[:, 0:1], value=c)
+    nisa.memset(dst=t[:, 1:2], value=nl.num_programs())
+    nisa.dma_copy(dst=out[c:c + 1, :], src=t)
+    return out
+
+
+def test_program_id_and_num_programs_per_core():
+    out = core_ids[2](np.zeros((1, 1), np.float32))
+    np.testing.assert_array_equal(out, [[0, 2], [1, 2]])
+
+
+@nki.jit
+def swap_two_pipes(x):
+    """Two exchanges on different pipes, issued in opposite orders on the two cores."""
+    out = nl.ndarray((2, 128, 8), dtype=x.dtype, buffer=nl.shared_hbm)
+    c = nl.program_id(0)
+    a = nl.ndarray((128, 8), dtype=x.dtype, buffer=nl.sbuf)
+    b = nl.ndarray((128, 8), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=a, src=x[c])
+    nisa.tensor_scalar(dst=b, data=a, op0=nl.multiply, operand0=10.0)
+    ra = nl.ndarray((128, 8), dtype=x.dtype, buffer=nl.sbuf)
+    rb = nl.ndarray((128, 8), dtype=x.dtype, buffer=nl.sbuf)
+    if c == 0:
+        nisa.sendrecv(src=a, dst=ra, send_to_rank=1, recv_from_rank=1, pipe_id=0)
+        nisa.sendrecv(src=b, dst=rb, send_to_rank=1, recv_from_rank=1, pipe_id=1)
+    else:
+        nisa.sendrecv(src=a, dst=ra, send_to_rank=0, recv_from_rank=0, pipe_id=0)
+        nisa.sendrecv(src=b, dst=rb, send_to_rank=0, recv_from_rank=0, pipe_id=1)
+    s = nl.ndarray((128, 8), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.tensor_tensor(dst=s, data1=ra, data2=rb, op=nl.add)
+    nisa.dma_copy(dst=out[c], src=s)
+    return out
+
+
+def test_sendrecv_pipes_deliver_each_cores_data_to_the_other():
+    x = rng.standard_normal((2, 128, 8)).astype(np.float32)
+    out = swap_two_pipes[2](x)
+    np.testing.assert_allclose(out[0], 11 * x[1], rtol=1e-6)
+    np.testing.assert_allclose(out[1], 11 * x[0], rtol=1e-6)
+
+
+# ---------------------------------------------------------------------------
+# planted deadlocks: reported with both cores' lines, quickly
+# ---------------------------------------------------------------------------
+@nki.jit
+def barrier_on_core0_only(x):
+    out = nl.ndarray((128, 8), dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray((128, 8), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    if nl.program_id(0) == 0:
+        nisa.core_barrier(out, (0, 1))  # BARRIER
+        nisa.dma_copy(dst=out, src=t)
+    return out  # RETURN
+
+
+@nki.jit
+def send_without_receive(x):
+    out = nl.ndarray((128, 8), dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray((128, 8), dtype=x.dtype, buffer=nl.sbuf)
+    r = nl.ndarray((128, 8), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    if nl.program_id(0) == 1:
+        nisa.sendrecv(src=t, dst=r, send_to_rank=0, recv_from_rank=0, pipe_id=3)  # SEND
+    else:
+        nisa.core_barrier(out, (0, 1))  # OTHER
+    return out
+
+
+@nki.jit
+def pipes_do_not_match(x):
+    out = nl.ndarray((128, 8), dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray((128, 8), dtype=x.dtype, buffer=nl.sbuf)
+    r = nl.ndarray((128, 8), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    c = nl.program_id(0)
+    nisa.sendrecv(src=t, dst=r, send_to_rank=1 - c, recv_from_rank=1 - c, pipe_id=c)  # PIPE
+    nisa.dma_copy(dst=out, src=r)
+    return out
+
+
+def _deadlock(kernel):
+    x = np.ones((128, 8), np.float32)
+    t0 = time.monotonic()
+    with pytest.raises(NKIError, match=r"\[deadlock\]") as e:
+        kernel[2](x)
+    assert time.monotonic() - t0 < 5
+    return str(e.value)
+
+
+def test_barrier_only_one_core_reaches_is_a_deadlock_naming_both_lines():
+    msg = _deadlock(barrier_on_core0_only)
+    assert f"test_lnc.py:{line_of(barrier_on_core0_only, '# BARRIER')}" in msg
+    assert f"test_lnc.py:{line_of(barrier_on_core0_only, '# RETURN')}" in msg
+    assert "core 0 waits" in msg and "core 1 has finished" in msg
+
+
+def test_send_without_receive_is_a_deadlock_naming_both_lines():
+    msg = _deadlock(send_without_receive)
+    assert f"test_lnc.py:{line_of(send_without_receive, '# SEND')}" in msg
+    assert f"test_lnc.py:{line_of(send_without_receive, '# OTHER')}" in msg
+    assert "nisa.sendrecv(pipe_id=3)" in msg and "nisa.core_barrier" in msg
+
+
+def test_sendrecv_on_different_pipes_is_a_deadlock():
+    msg = _deadlock(pipes_do_not_match)
+    assert msg.count(f"test_lnc.py:{line_of(pipes_do_not_match, '# PIPE')}") >= 2
+    assert "pipe_id=0" in msg and "pipe_id=1" in msg
+
+
+def test_deadlock_leaves_the_simulator_usable():
+    _deadlock(barrier_on_core0_only)
+    x = rng.standard_normal((256, 64)).astype(np.float32)
+    out, _ = column_sum_two_cores[2](x)
+    np.testing.assert_allclose(out, x.astype(np.float64).sum(0, keepdims=True), rtol=1e-5, atol=1e-4)
+
+
+# ---------------------------------------------------------------------------
+# races between cores and what a barrier orders
+# ---------------------------------------------------------------------------
+def _handoff(with_barrier):
+    @nki.jit
+    def handoff(x):
+        """Core 0 writes ``mid``; core 1 reads it and writes ``out``."""
+        mid = nl.ndarray((128, 8), dtype=x.dtype, buffer=nl.shared_hbm)
+        out = nl.ndarray((128, 8), dtype=x.dtype, buffer=nl.shared_hbm)
+        c = nl.program_id(0)
+        t = nl.ndarray((128, 8), dtype=x.dtype, buffer=nl.sbuf)
+        if c == 0:
+            nisa.dma_copy(dst=t, src=x)
+            nisa.dma_copy(dst=mid, src=t)  # WRITE
+        if with_barrier:
+            nisa.core_barrier(mid, (0, 1))
+        if c == 1:
+            nisa.dma_copy(dst=t, src=mid)  # READ
+            nisa.dma_copy(dst=out, src=t)
+        return out
+
+    return handoff
+
+
+def test_write_then_read_on_other_core_without_barrier_is_a_race():
+    k = _handoff(False)
+    with pytest.raises(NKIError, match=r"\[race\]") as e:
+        k[2](np.ones((128, 8), np.float32))
+    msg = str(e.value)
+    assert f"test_lnc.py:{line_of(k, '# WRITE')}" in msg and f"test_lnc.py:{line_of(k, '# READ')}" in msg
+    assert "logical cores 0 and 1" in msg and "core_barrier" in msg
+
+
+def test_barrier_orders_write_before_and_read_after():
+    x = rng.standard_normal((128, 8)).astype(np.float32)
+    np.testing.assert_array_equal(_handoff(True)[2](x), x)
+
+
+@nki.jit
+def barrier_on_another_tensor(x):
+    mid = nl.ndarray((128, 8), dtype=x.dtype, buffer=nl.shared_hbm)
+    other = nl.ndarray((1, 1), dtype=x.dtype, buffer=nl.shared_hbm)
+    out = nl.ndarray((128, 8), dtype=x.dtype, buffer=nl.shared_hbm)
+    c = nl.program_id(0)
+    t = nl.ndarray((128, 8), dtype=x.dtype, buffer=nl.sbuf)
+    if c == 0:
+        nisa.dma_copy(dst=t, src=x)
+        nisa.dma_copy(dst=mid, src=t)
+    nisa.core_barrier(other, (0, 1))
+    if c == 1:
+        nisa.dma_copy(dst=t, src=mid)
+        nisa.dma_copy(dst=out, src=t)
+    return out
+
+
+def test_barrier_orders_only_the_tensor_it_synchronises_on():
+    with pytest.raises(NKIError, match=r"\[race\].*no nisa.core_barrier"):
+        barrier_on_another_tensor[2](np.ones((128, 8), np.float32))
+
+
+@nki.jit
+def both_cores_write_same_constant(x):
+    out = nl.ndarray((128, 8), dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray((128, 8), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.memset(dst=t, value=3.0)
+    nisa.dma_copy(dst=out, src=t)  # the same rows and values on both cores
+    return out
+
+
+@nki.jit
+def both_cores_write_own_id(x):
+    out = nl.ndarray((128, 8), dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray((128, 8), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.memset(dst=t, value=nl.program_id(0))
+    nisa.dma_copy(dst=out, src=t)
+    return out
+
+
+def test_identical_writes_by_both_cores_are_not_a_race_different_ones_are():
+    np.testing.assert_array_equal(both_cores_write_same_constant[2](np.zeros((1, 1), np.float32)), 3.0)
+    with pytest.raises(NKIError, match=r"\[race\]"):
+        both_cores_write_own_id[2](np.zeros((1, 1), np.float32))
+
+
+# ---------------------------------------------------------------------------
+# operand rules of sendrecv / core_barrier
+# ---------------------------------------------------------------------------
+def _one(body, grid=2):
+    @nki.jit
+    def k(x):
+        out = nl.ndarray((128, 8), dtype=nl.float32, buffer=nl.shared_hbm)
+        body(x, out, nl.program_id(0) if grid else 0)
+        return out
+
+    with pytest.raises(NKIError) as e:
+        (k[grid] if grid else k)(np.ones((128, 8), np.float32))
+    return str(e.value)
+
+
+def _tiles(shape=(128, 8), dtype=nl.float32, buffer=None):
+    return (nl.ndarray(shape, dtype=dtype, buffer=buffer or nl.sbuf),
+            nl.ndarray(shape, dtype=dtype, buffer=nl.sbuf))
+
+
+def test_sendrecv_rejects_psum_and_hbm_operands():
+    def psum_src(x, out, c):
+        s, d = _tiles(buffer=nl.psum)
+        nisa.sendrecv(src=s, dst=d, send_to_rank=1 - c, recv_from_rank=1 - c, pipe_id=0)
+
+    assert "PSUM" in _one(psum_src) and "SBUF" in _one(psum_src)
+
+    def hbm_dst(x, out, c):
+        s, _ = _tiles()
+        nisa.sendrecv(src=s, dst=out, send_to_rank=1 - c, recv_from_rank=1 - c, pipe_id=0)
+
+    assert "HBM" in _one(hbm_dst)
+
+
+def test_sendrecv_rejects_dtype_and_shape_mismatch():
+    def dtypes(x, out, c):
+        s = nl.ndarray((128, 8), dtype=nl.float32, buffer=nl.sbuf)
+        d = nl.ndarray((128, 8), dtype=nl.bfloat16, buffer=nl.sbuf)
+        nisa.sendrecv(src=s, dst=d, send_to_rank=1 - c, recv_from_rank=1 - c, pipe_id=0)
+
+    assert "same data type" in _one(dtypes)
+
+    def shapes(x, out, c):
+        s = nl.ndarray((128, 8), dtype=nl.float32, buffer=nl.sbuf)
+        d = nl.ndarray((128, 4), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.sendrecv(src=s, dst=d, send_to_rank=1 - c, recv_from_rank=1 - c, pipe_id=0)
+
+    assert "(128, 8)" in _one(shapes) and "(128, 4)" in _one(shapes)
+
+
+def test_sendrecv_peer_tiles_must_match():
+    def peer(x, out, c):
+        s = nl.ndarray((128, 8 if c == 0 else 4), dtype=nl.float32, buffer=nl.sbuf)
+        d = nl.ndarray((128, 8 if c == 0 else 4), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.memset(dst=s, value=0.0)
+        nisa.sendrecv(src=s, dst=d, send_to_rank=1 - c, recv_from_rank=1 - c, pipe_id=0)
+
+    msg = _one(peer)
+    assert "core 1 sent (128, 4)" in msg or "core 0 sent (128, 8)" in msg
+
+
+def test_sendrecv_ranks_must_be_cores_of_the_launch():
+    def rank2(x, out, c):
+        s, d = _tiles()
+        nisa.sendrecv(src=s, dst=d, send_to_rank=2, recv_from_rank=1 - c, pipe_id=0)
+
+    assert "ranks 0 and 1" in _one(rank2)
+
+    def single(x, out, c):
+        s, d = _tiles()
+        nisa.memset(dst=s, value=1.0)
+        nisa.sendrecv(src=s, dst=d, send_to_rank=1, recv_from_rank=1, pipe_id=0)
+
+    assert "1 logical core" in _one(single, grid=None) and "kernel[2]" in _one(single, grid=None)
+
+
+def test_sendrecv_gpsimd_dma_limits():
+    def big(x, out, c):
+        s, d = _tiles(shape=(128, 512))
+        nisa.memset(dst=s, value=1.0)
+        nisa.sendrecv(src=s, dst=d, send_to_rank=1 - c, recv_from_rank=1 - c, pipe_id=0,
+                      dma_engine=type("E", (), {"name": "gpsimd_dma"})())
+
+    assert "1024 B per partition" in _one(big)
+
+
+def test_sendrecv_single_core_to_itself_copies():
+    @nki.jit
+    def k(x):
+        out = nl.ndarray((128, 8), dtype=x.dtype, buffer=nl.shared_hbm)
+        s, d = _tiles()
+        nisa.dma_copy(dst=s, src=x)
+        nisa.sendrecv(src=s, dst=d, send_to_rank=0, recv_from_rank=0, pipe_id=0)
+        nisa.dma_copy(dst=out, src=d)
+        return out
+
+    x = rng.standard_normal((128, 8)).astype(np.float32)
+    np.testing.assert_array_equal(k(x), x)
+
+
+def test_sendrecv_unknown_keyword_is_a_type_error():
+    def typo(x, out, c):
+        s, d = _tiles()
+        nisa.sendrecv(src=s, dst=d, send_to_rank=1 - c, recv_from_rank=1 - c, pipe=0)
+
+    @nki.jit
+    def k(x):
+        out = nl.ndarray((128, 8), dtype=nl.float32, buffer=nl.shared_hbm)
+        typo(x, out, nl.program_id(0))
+        return out
+
+    with pytest.raises(TypeError, match="pipe"):
+        k[2](np.ones((128, 8), np.float32))
+
+
+def test_core_barrier_rules():
+    def tile_data(x, out, c):
+        s, _ = _tiles()
+        nisa.core_barrier(s, (0, 1))
+
+    assert "SBUF" in _one(tile_data).upper() and "HBM" in _one(tile_data)
+
+    def bad_cores(x, out, c):
+        nisa.core_barrier(out, (0, 2))
+
+    assert "cores=(0, 1)" in _one(bad_cores)
+
+    def one_core(x, out, c):
+        nisa.core_barrier(out, (0, 1))
+
+    assert "1 logical core" in _one(one_core, grid=None)
+
+
+def test_core_barrier_of_one_core_with_itself_is_allowed():
+    @nki.jit
+    def k(x):
+        out = nl.ndarray((128, 8), dtype=x.dtype, buffer=nl.shared_hbm)
+        t = nl.ndarray((128, 8), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        nisa.dma_copy(dst=out, src=t)
+        nisa.core_barrier(out, (0,))
+        return out
+
+    x = rng.standard_normal((128, 8)).astype(np.float32)
+    np.testing.assert_array_equal(k(x), x)
+
+
+# ---------------------------------------------------------------------------
+# first-generation grids on NeuronCores (nl.nc / nl.spmd_dim reference examples)
+# ---------------------------------------------------------------------------
+def _assignment(grid):
+    g = core_grid(grid, tuple(int(d) for d in grid))
+    cores = {}
+    for i in range(g[0]):
+        for j in range(g[1]):
+            cores.setdefault(g.core_of((i, j)), []).append((i, j))
+    return cores
+
+
+def test_spmd_dim_core_assignment_follows_the_reference_examples():
+    # "Physical NC [0]: kernel[0, 0], kernel[0, 1], kernel[1, 0], kernel[1, 1]; NC [1]: kernel[2, *], kernel[3, *]"
+    assert _assignment((nl1.spmd_dim(nl1.nc(2), 2), 2)) == {0: [(0, 0), (0, 1), (1, 0), (1, 1)],
+                                                            1: [(2, 0), (2, 1), (3, 0), (3, 1)]}
+    # Example 3: spmd_dim(2, nc(2)): NC [0] runs kernel[0, *] and kernel[2, *]
+    assert _assignment((nl1.spmd_dim(2, nl1.nc(2)), 2)) == {0: [(0, 0), (0, 1), (2, 0), (2, 1)],
+                                                            1: [(1, 0), (1, 1), (3, 0), (3, 1)]}
+    # kernel[nl.nc(2), 2]: "NC [0]: kernel[0, 0], kernel[0, 1]"
+    assert _assignment((nl1.nc(2), 2)) == {0: [(0, 0), (0, 1)], 1: [(1, 0), (1, 1)]}
+    assert not isinstance(core_grid((4, 2), (4, 2)), CoreGrid)
+
+
+def test_gen1_grid_on_two_cores_runs_every_program():
+    from nki_kernels.simulator import nki as nki1
+
+    @nki1.jit
+    def copy_blocks(a):
+        out = nl1.ndarray(a.shape, dtype=a.dtype, buffer=nl1.shared_hbm)
+        i, j = nl1.program_id(0), nl1.program_id(1)
+        nl1.store(out[i, j], nl1.load(a[i, j]))
+        return out
+
+    a = rng.standard_normal((4, 2, 128, 8)).astype(np.float32)
+    np.testing.assert_array_equal(copy_blocks[nl1.spmd_dim(nl1.nc(2), 2), 2](a), a)
+    np.testing.assert_array_equal(copy_blocks[nl1.spmd_dim(2, nl1.nc(2)), 2](a), a)
