@@ -41,7 +41,8 @@ def _register(prefix: str, mods: dict) -> None:
 
 
 def install() -> bool:
-    """Make ``import neuronxcc.nki`` and ``import nki`` (with ``.language``, ``.isa``, ``.typing``) load the simulator.
+    """Make ``import neuronxcc.nki`` and ``import nki`` (with ``.language``, ``.isa``, ``.typing``) load the simulator,
+    and register nki-library's simulation layout ``nki_cpu_simulator.nki`` (see :func:`cpu_simulator_layout`).
 
     Each generation is registered only when its genuine package does not
     import: ``neuronxcc.nki`` (first generation, functional ops) and the
@@ -63,16 +64,65 @@ def install() -> bool:
             "neuronxcc.nki.language": language,
             "neuronxcc.nki.isa": isa,
             "neuronxcc.nki.typing": sim_nki.typing,
+            "neuronxcc.nki.compiler": sim_nki.compiler,
+            "neuronxcc.nki.compiler.sbuf": sim_nki.compiler.sbuf,
+            "neuronxcc.nki.compiler.psum": sim_nki.compiler.psum,
         })
         installed = True
     if not genuine_standalone_nki():
-        from . import standalone
+        from . import compiler, standalone
 
-        _register("nki", {
-            "nki": standalone,
-            "nki.language": standalone.language,
-            "nki.isa": standalone.isa,
-            "nki.typing": standalone.typing,
-        })
+        if not hasattr(standalone, "compiler"):  # nki.compiler's allocation API and decorators
+            standalone.compiler = compiler
+        _register("nki", standalone_layout("nki", standalone))
         installed = True
+    _register("nki_cpu_simulator", cpu_simulator_layout())
     return installed
+
+
+def standalone_layout(prefix: str, root) -> dict:
+    """``sys.modules`` entries of the standalone package under ``prefix``: the package, its
+    ``language`` (``.language.dtypes``), ``isa`` (``.isa.constants``), ``dtype``, ``tensor``,
+    ``typing`` and, where the simulator has them, ``collectives`` and ``compiler``."""
+    from . import standalone
+
+    mods = {prefix: root, f"{prefix}.language": standalone.language,
+            f"{prefix}.language.dtypes": standalone.dtype, f"{prefix}.isa": standalone.isa,
+            f"{prefix}.isa.constants": standalone.isa.constants, f"{prefix}.dtype": standalone.dtype,
+            f"{prefix}.tensor": standalone.tensor, f"{prefix}.typing": standalone.typing}
+    for name in ("collectives", "compiler"):
+        if hasattr(standalone, name):
+            mods[f"{prefix}.{name}"] = getattr(standalone, name)
+    return mods
+
+
+def cpu_simulator_layout() -> dict:
+    """The module layout nki-library's simulation harness imports: ``nki_cpu_simulator.nki`` (the
+    standalone package plus ``cpu_simulate(kernel)[lnc](**inputs)``) with ``.builtin``,
+    ``.compiler``, ``.isa``, ``.isa.constants``, ``.language``, ``.language.dtypes``, ``.tensor``,
+    ``.typing``. Registered in ``sys.modules`` only: no distribution of that name is installed."""
+    from . import standalone
+    from .standalone.simulate import cpu_simulate
+
+    pkg = types.ModuleType("nki_cpu_simulator", "The simulator under the nki_cpu_simulator name (nki-library's "
+                           "simulation harness); registered by nki_kernels.simulator.install().")
+    pkg.__path__ = []
+    nki = types.ModuleType("nki_cpu_simulator.nki", standalone.__doc__)
+    nki.__path__ = []
+    nki.__dict__.update({name: getattr(standalone, name) for name in standalone.__all__})
+    nki.__nki_ops_simulator__ = True
+    nki.cpu_simulate = cpu_simulate
+    builtin = types.ModuleType("nki_cpu_simulator.nki.builtin", "The simulator's builtins: the language and "
+                               "ISA namespaces kernels reach through the harness's builtins.builtin.")
+    builtin.language, builtin.isa = standalone.language, standalone.isa
+    nki.builtin = builtin
+    compiler = getattr(standalone, "compiler", None)
+    if compiler is None:
+        compiler = types.ModuleType("nki_cpu_simulator.nki.compiler", "Compiler options: none are modelled by "
+                                    "the simulator (kernels run as Python).")
+    nki.compiler = compiler
+    pkg.nki = nki
+    mods = standalone_layout("nki_cpu_simulator.nki", nki)
+    mods.update({"nki_cpu_simulator": pkg, "nki_cpu_simulator.nki.builtin": builtin,
+                 "nki_cpu_simulator.nki.compiler": compiler})
+    return mods

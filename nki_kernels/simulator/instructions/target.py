@@ -11,18 +11,31 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import functools
 import os
 import threading
 
 from ..errors import NKIError
 
 
+@functools.total_ordering
 class nc_version(enum.Enum):
-    """NeuronCore version (``nki.isa.nc_version``): ``gen2`` Trn1/Inf2, ``gen3`` Trn2, ``gen4`` Trn3."""
+    """NeuronCore version (``nki.isa.nc_version``): ``gen2`` Trn1/Inf2, ``gen3`` Trn2, ``gen4`` Trn3.
+
+    Versions are ordered (``get_nc_version() >= nc_version.gen3``) and compare with their
+    numbers (``>= 3``), as kernel libraries test them."""
 
     gen2 = 2
     gen3 = 3
     gen4 = 4
+
+    def __eq__(self, other):
+        return self.value == getattr(other, "value", other)
+
+    def __lt__(self, other):
+        return self.value < getattr(other, "value", other)
+
+    __hash__ = enum.Enum.__hash__
 
 
 _local = threading.local()
@@ -121,6 +134,8 @@ class dma_engine(enum.Enum):
     """DMA queues an instruction may be issued on (``nki.isa.dma_engine``); no effect on results."""
 
     unknown = "unknown"
+    dma = "dma"  # the shared DMA queues (the current reference's default)
+    gpsimd_dma = "gpsimd_dma"  # GpSimd's internal DMA (SBUF-to-SBUF swaps under LNC=2)
     sync = "sync"
     act = "act"
     pool = "pool"

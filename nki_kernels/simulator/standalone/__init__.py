@@ -1,31 +1,43 @@
-"""The simulator's standalone ``nki`` package (``import nki``): ``jit``, ``simulate_kernel``,
-``simulate``, ``baremetal``, ``benchmark``, ``profile`` and the ``language`` / ``isa`` / ``typing``
-submodules.
+"""The simulator's standalone ``nki`` package (``import nki``), listing the current API only:
+``jit``, ``simulate`` and the submodules ``language``, ``isa`` (with ``isa.constants``),
+``dtype``, ``tensor``, ``typing`` (and ``collectives`` / ``compiler`` where the simulator has them).
 
-Kernels of this API generation declare their tiles (``nl.ndarray(shape, dtype,
-buffer=nl.sbuf)``) and ISA ops write into them (``nisa.nc_matmul(dst=psum_tile,
-stationary=x, moving=y)``). ``jit`` is the first generation's: the same
-:class:`~nki_kernels.simulator.launch.Kernel`, SPMD launch and dispatch by
-argument type (NumPy -> simulator, JAX -> ``jax_ops``, torch -> ``torch_ops``).
+Kernels of this API generation declare their tensors (``nl.ndarray(shape, dtype,
+buffer=nl.sbuf)``), address them through views and access patterns
+(:mod:`~nki_kernels.simulator.access_pattern`), and ISA ops write into them
+(``nisa.nc_matmul(dst=psum_tile, stationary=x, moving=y)``). ``jit`` is the
+simulator's :class:`~nki_kernels.simulator.launch.Kernel`: called on NumPy arrays
+it runs the simulator, on JAX / torch tensors it goes through ``jax_ops`` /
+``torch_ops``; ``nki.simulate(kernel)`` always simulates. The first
+generation's ``baremetal`` / ``benchmark`` / ``profile`` / ``simulate_kernel``
+are not part of this package (they stay in ``neuronxcc.nki``).
 :func:`nki_kernels.simulator.install` registers this package as ``nki`` when the
 genuine one does not import.
 """
 
-from ..launch import baremetal, jit, simulate_kernel  # noqa: F401
-from ..nki import benchmark, profile  # noqa: F401
-from ..nki import typing  # noqa: F401 - nki.typing: the same annotations in both generations
-from . import isa, language  # noqa: F401
+import importlib as _importlib
+
+from ..launch import jit
+from ..nki import typing
+from . import constants as _constants
+from . import dtype, isa, language, tensor
+from .simulate import simulate
 
 __nki_ops_simulator__ = True
 
+# nki.isa.constants and nki.language.dtypes are modules of the official layout; the objects
+# are shared with nki.isa / nki.language.
+isa.constants = _constants
+language.dtypes = dtype
+del constants  # noqa: F821 - bound by the submodule import; the public name is nki.isa.constants
 
-def simulate(kernel):
-    """``nki.simulate(kernel)(*arrays)``: a callable running ``kernel`` (or ``kernel[grid]``) on the simulator."""
+__all__ = ["dtype", "isa", "jit", "language", "simulate", "tensor", "typing"]
 
-    def run(*args, **kwargs):
-        return simulate_kernel(kernel, *args, **kwargs)
-
-    return run
-
-
-__all__ = ["baremetal", "benchmark", "isa", "jit", "language", "profile", "simulate", "simulate_kernel", "typing"]
+# Modules other parts of the simulator provide as they land (nki.collectives, nki.compiler).
+for _name, _module in (("collectives", "..collectives"), ("compiler", "..compiler")):
+    try:
+        globals()[_name] = _importlib.import_module(_module, __name__)
+        __all__.append(_name)
+    except ModuleNotFoundError as _err:
+        if _err.name != __name__.rpartition(".")[0] + _module[1:]:
+            raise

@@ -1,0 +1,59 @@
+"""``NKI_SIMULATOR=1``: ``@nki.jit`` kernels of unmodified scripts run on the simulator.
+
+The official simulator guide: "Set this environment variable and run your existing
+framework code with NKI kernel calls with zero code changes -- every ``@nki.jit``
+kernel automatically runs on the simulator". Here that takes an interpreter
+start-up hook, because nothing of ``nki_kernels`` runs before the script's own
+``import nki``: a ``.pth`` file in site-packages whose one line calls
+:func:`activate` when ``NKI_SIMULATOR`` is set (and does nothing else, so
+interpreters without the variable do not even import NumPy). :func:`activate`
+calls :func:`~nki_kernels.simulator.install`, which registers the simulator as
+``nki`` / ``neuronxcc.nki`` unless the genuine packages import (those have their
+own ``NKI_SIMULATOR`` switch). Install the hook once per environment::
+
+    python -m nki_kernels.simulator.startup            # writes nki_ops_simulator.pth into site-packages
+
+Kernels called on NumPy arrays, torch CPU tensors or JAX arrays then run on the
+simulator (torch / JAX through ``torch_ops`` / ``jax_ops``).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import sysconfig
+from pathlib import Path
+
+HOOK_NAME = "nki_ops_simulator.pth"
+# One line, executed by `site` at start-up: cheap unless the variable is set.
+HOOK_LINE = ("import os; os.environ.get('NKI_SIMULATOR', '').strip().lower() not in ('', '0', 'false', 'no', 'off') "
+             "and __import__('nki_kernels.simulator.startup', fromlist=['activate']).activate()\n")
+
+
+def enabled(environ=None) -> bool:
+    """Whether ``NKI_SIMULATOR`` asks for the simulator (set, and not 0 / false / no / off)."""
+    value = (os.environ if environ is None else environ).get("NKI_SIMULATOR", "")
+    return value.strip().lower() not in ("", "0", "false", "no", "off")
+
+
+def activate(environ=None) -> bool:
+    """Register the simulator as ``nki`` / ``neuronxcc.nki`` when ``NKI_SIMULATOR`` is set; True if it did."""
+    if not enabled(environ):
+        return False
+    from .install import install
+
+    install()
+    return True
+
+
+def write_hook(site_dir=None) -> Path:
+    """Write the start-up hook (``nki_ops_simulator.pth``) into ``site_dir`` (default: this
+    interpreter's site-packages) and return its path."""
+    target = Path(site_dir if site_dir is not None else sysconfig.get_paths()["purelib"]) / HOOK_NAME
+    target.write_text(HOOK_LINE)
+    return target
+
+
+if __name__ == "__main__":
+    where = sys.argv[1] if len(sys.argv) > 1 else None
+    print(f"wrote {write_hook(where)}; NKI_SIMULATOR=1 now runs @nki.jit kernels on the simulator")
