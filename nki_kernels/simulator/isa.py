@@ -21,6 +21,9 @@ from .errors import NKIError
 from .indexing import _full_mask
 from .instructions import operands as _ops
 from .instructions import registers as _regs
+from .instructions import dma as _dma
+from .instructions import gpsimd as _gpsimd
+from .instructions import rng as _rng
 from .instructions import vector as _vector
 from .instructions.target import dge_mode, engine, get_nc_version, nc_version, reduce_cmd
 
@@ -402,6 +405,69 @@ def nc_match_replace8(*, data, vals, imm, dst_idx=None, mask=None, dtype=None, n
     x = _tile(data, "data", "nc_match_replace8")
     return _functional(x.shape, dtype or x.dtype, mask,
                        lambda d: _vector.nc_match_replace8(d, x, vals, imm, dst_idx))
+
+
+def reciprocal(data, *, dtype=None, mask=None, name=None):
+    """``1 / data`` element-wise (Vector engine): a new tile (``dtype``, default data's)."""
+    x = _tile(data, "data", "reciprocal")
+    return _functional(x.shape, dtype or x.dtype, mask, lambda d: _vector.reciprocal(d, x))
+
+
+def scalar_tensor_tensor(*, data, op0, operand0, op1, operand1, reverse0=False, reverse1=False, dtype=None,
+                         mask=None, name=None):
+    """``(data op0 operand0) op1 operand1`` (Vector engine): operand0 a scalar or [P, 1] tile, operand1 a
+    tile like data; a new tile (``dtype``, default the operands' promoted dtype)."""
+    x = _tile(data, "data", "scalar_tensor_tensor")
+    out_dtype = nl._out_dtype(dtype, x, operand1)
+    return _functional(x.shape, out_dtype, mask, lambda d: _vector.scalar_tensor_tensor(
+        d, x, op0, operand0, op1, operand1, reverse0, reverse1))
+
+
+def dma_transpose(src, *, axes=None, mask=None, dtype=None, name=None):
+    """Transpose ``src`` (HBM or SBUF) through DMA into a new SBUF tile (2-D swaps the axes, 3-D reverses
+    them, 4-D permutes [3, 1, 2, 0], or ``axes``)."""
+    shape = tuple(src.shape)
+    perm = tuple(axes) if axes is not None else {2: (1, 0), 3: (2, 1, 0), 4: (3, 1, 2, 0)}.get(len(shape))
+    if perm is None:
+        raise NKIError("dma_transpose", f"nisa.dma_transpose takes a 2-D to 4-D source, got shape {shape}")
+    out_shape = tuple(shape[a] for a in perm)
+    return _functional(out_shape, dtype or src.dtype, mask, lambda d: _dma.dma_transpose(d, src, axes=perm))
+
+
+_FP32_MIN = float(np.finfo(np.float32).min)
+
+
+def range_select(*, on_true_tile, comp_op0, comp_op1, bound0, bound1, reduce_cmd=reduce_cmd.idle, reduce_res=None,
+                 reduce_op=np.amax, range_start=0, on_false_value=_FP32_MIN, mask=None, dtype=None, name=None):
+    """Keep ``on_true_tile`` where ``comp_op0(i + range_start, bound0)`` and ``comp_op1(i + range_start,
+    bound1)`` hold for free index ``i``, else ``on_false_value``: a new tile, with the max reduction
+    into the Vector registers / ``reduce_res`` (NeuronCore-v3+)."""
+    x = _tile(on_true_tile, "on_true_tile", "range_select")
+    return _functional(x.shape, dtype or x.dtype, mask, lambda d: _vector.range_select(
+        d, x, comp_op0, comp_op1, bound0, bound1, reduce_cmd, reduce_res, reduce_op, range_start, on_false_value))
+
+
+def select_reduce(*, dst, predicate, on_true, on_false, reduce_res=None, reduce_cmd=reduce_cmd.idle,
+                  reduce_op=np.amax, reverse_pred=False, mask=None, dtype=None, name=None):
+    """``dst = where(predicate, on_true, on_false)`` in place, with the max reduction into the Vector
+    registers / ``reduce_res``."""
+    _in_place(dst, mask, dtype, "select_reduce", lambda: _vector.select_reduce(
+        dst, predicate, on_true, on_false, reduce_res, reduce_cmd, reduce_op, reverse_pred))
+
+
+def sequence_bounds(*, segment_ids, dtype=None, name=None):
+    """``[start, end)`` of the segment of each element of ``segment_ids`` ([1, n]): a new [1, 2, n] tile
+    (``dtype``, default segment_ids')."""
+    s = _tile(segment_ids, "segment_ids", "sequence_bounds", (sbuf,))
+    n = int(np.prod(s.shape[1:]))
+    return _functional((s.shape[0], 2, n), dtype or s.dtype, None, lambda d: _gpsimd.sequence_bounds(d, s))
+
+
+def dropout(data, prob, *, mask=None, dtype=None, name=None):
+    """``data`` with each element zeroed with drop probability ``prob`` (scalar or [P, 1] tile): a new tile
+    (``dtype``, default data's); draws from the Vector engine's generator."""
+    x = _tile(data, "data", "dropout")
+    return _functional(x.shape, dtype or x.dtype, mask, lambda d: _rng.dropout(d, x, prob))
 
 
 # Instructions with batched implementations (see nl.BATCH_SAFE); the others run one program at a time.

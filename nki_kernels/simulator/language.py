@@ -1037,6 +1037,9 @@ def _guard_module(namespace, safe, prefix):
             namespace[name] = _per_program_only(fn, prefix)
 
 
+# Dynamic control flow: loops whose bounds live in registers (nisa.register_*), read at run time.
+from .instructions.control import dynamic_range, fori_loop, while_loop  # noqa: E402,F401
+
 _guard_module(globals(), BATCH_SAFE, "nl")
 
 __all__ = sorted(n for n in globals() if not n.startswith("_") and n not in ("annotations", "math", "np", "dt",

@@ -231,3 +231,179 @@ def nc_match_replace8(dst, data, vals, imm, dst_idx=None, name=None):
             raise NKIError("dst shape", f"nisa.{op}: dst_idx {di.shape} must be [{x.shape[0]}, 8]")
         sentinel = np.iinfo(di.dtype).max if np.issubdtype(di.dtype, np.integer) else -1
         write(di, np.where(idx < 0, sentinel, idx), op, "matched indices")
+
+
+# ---------------------------------------------------------------------------
+# selects and cumulative ops
+# ---------------------------------------------------------------------------
+def _per_partition_operand(v, parts, name, op):
+    """A scalar or a [P, 1] tile as an fp32 [P, 1] column."""
+    if isinstance(v, Tile):
+        t = tile_operand(v, name, op)
+        if t.shape[0] != parts or per_partition(t.shape) != 1:
+            raise NKIError("operand shapes", f"nisa.{op}: {name} must be a scalar or a [{parts}, 1] tile, got "
+                           f"shape {t.shape}")
+        return rows(dt.compute_view(t.data), parts).astype(np.float32)
+    return np.full((parts, 1), np.float32(v))
+
+
+@instruction
+def range_select(dst, on_true_tile, comp_op0, comp_op1, bound0, bound1, reduce_cmd="idle", reduce_res=None,
+                 reduce_op=np.maximum, range_start=0.0, on_false_value=0.0, name=None):
+    """``dst = where(comp_op0(i + range_start, bound0) & comp_op1(i + range_start, bound1), on_true_tile,
+    on_false_value)`` with ``i`` the free index of each element (Vector engine, NeuronCore-v3+); the
+    result's free-axis reduction (``reduce_op``, max) feeds the Vector engine's accumulation
+    registers per ``reduce_cmd`` and ``reduce_res``. bounds are scalars or [P, 1] tiles.
+    (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/generated/nki.isa.range_select.html)
+    """
+    from . import registers, target
+
+    op = "range_select"
+    target.require(op, target.nc_version.gen3)
+    d = check_dst(dst, op)
+    x = tile_operand(on_true_tile, "on_true_tile", op)
+    same_rows(op, d, "dst", x, "on_true_tile")
+    v = values_of(x, "on_true_tile", op)
+    parts = x.shape[0]
+    idx = np.arange(v.shape[1], dtype=np.float32)[None, :] + np.float32(range_start)
+    b0 = _per_partition_operand(bound0, parts, "bound0", op)
+    b1 = _per_partition_operand(bound1, parts, "bound1", op)
+    from .operands import alu
+
+    cond = np.asarray(alu(comp_op0)(idx, b0), bool) & np.asarray(alu(comp_op1)(idx, b1), bool)
+    out = np.where(cond, v, np.float32(on_false_value))
+    _prof.instruction("Vector", out)
+    write(d, out.reshape(d.shape), op)
+    registers.accumulate(op, "Vector", out, parts, reduce_op, reduce_res, reduce_cmd)
+
+
+_PRED_SELECT = (dt.int8, dt.uint8, dt.int16, dt.uint16)
+
+
+@instruction
+def select_reduce(dst, predicate, on_true, on_false, reduce_res=None, reduce_cmd="idle", reduce_op=np.maximum,
+                  reverse_pred=False, name=None):
+    """``dst = where(predicate, on_true, on_false)`` (``~predicate`` with ``reverse_pred``), with a max
+    reduction of the result into the Vector engine's registers / ``reduce_res`` (Vector engine).
+
+    on_true, dst, predicate: same partitions and elements per partition; on_false a
+    float32 scalar or a [P, 1] tile; predicate int8/uint8/int16/uint16; on_true not
+    tfloat32/int32/uint32; on_true and predicate not both in PSUM; reduce_op max only.
+    (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/generated/nki.isa.select_reduce.html)
+    """
+    from . import registers
+    from .operands import alu
+
+    op = "select_reduce"
+    d = check_dst(dst, op)
+    t = tile_operand(on_true, "on_true", op)
+    p = tile_operand(predicate, "predicate", op)
+    same_rows(op, d, "dst", t, "on_true")
+    same_rows(op, d, "dst", p, "predicate")
+    if p.dtype not in _PRED_SELECT:
+        raise NKIError("predicate dtype", f"nisa.{op}: predicate dtype {p.dtype}; it must be int8, uint8, int16 "
+                       "or uint16")
+    if t.dtype in (dt.int32, dt.uint32):
+        raise NKIError("dtype", f"nisa.{op}: on_true dtype {t.dtype} is not supported (no int32/uint32/tfloat32)")
+    if t.buffer is psum and p.buffer is psum:
+        raise NKIError("operand memory", f"nisa.{op}: on_true and predicate cannot both be in PSUM")
+    if alu(reduce_op) is not np.maximum:
+        raise NKIError("reduce_op", f"nisa.{op}: reduce_op {reduce_op!r}; only max is supported")
+    parts = t.shape[0]
+    cond = rows(p.data, parts) != 0
+    if reverse_pred:
+        cond = ~cond
+    out = np.where(cond, values_of(t, "on_true", op), _per_partition_operand(on_false, parts, "on_false", op))
+    _prof.instruction("Vector", out)
+    write(d, out.reshape(d.shape), op)
+    if reduce_res is not None and not dt.is_float(reduce_res.dtype):
+        raise NKIError("reduce_res dtype", f"nisa.{op}: reduce_res dtype {reduce_res.dtype} must be a float type")
+    registers.accumulate(op, "Vector", out, parts, reduce_op, reduce_res, reduce_cmd)
+
+
+_CUMULATIVE_DTYPES = (dt.bfloat16, dt.float16, dt.float32, dt.float8_e4m3, dt.float8_e5m2, dt.uint8, dt.uint16,
+                      dt.int8, dt.int16)
+
+
+@instruction
+def tensor_scalar_cumulative(dst, src, op0, op1, imm0, imm1=None, reduce_cmd="reset_reduce", reverse0=False,
+                             name=None):
+    """Running reduction along the free axis: ``reg = op1(op0(src[i], imm0), reg); dst[i] = reg`` per
+    partition (``op0(imm0, src[i])`` with ``reverse0``), the Vector engine's register starting from
+    ``reduce_cmd``: ``reset_reduce`` (op1's identity), ``reduce`` (the register as left by the
+    previous instruction) or ``load_reduce`` (``imm1``).
+    (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/generated/nki.isa.tensor_scalar_cumulative.html)
+    """
+    from . import registers
+    from .operands import alu, identity_of
+    from .target import command
+
+    op = "tensor_scalar_cumulative"
+    d = check_dst(dst, op)
+    x = tile_operand(src, "src", op)
+    same_rows(op, d, "dst", x, "src")
+    for t, what in ((x, "src"), (d, "dst")):
+        if t.dtype not in _CUMULATIVE_DTYPES:
+            raise NKIError("dtype", f"nisa.{op}: {what} dtype {t.dtype} is not supported (BF16, FP16, FP32, FP8, "
+                           "UINT8, UINT16, INT8, INT16)")
+    f1 = alu(op1)
+    if f1 not in (np.add, np.subtract, np.multiply, np.maximum, np.minimum):
+        raise NKIError("op1", f"nisa.{op}: op1 {op1!r} must be add, subtract, multiply, maximum or minimum")
+    f0 = alu(op0)
+    parts = x.shape[0]
+    cmd = command(reduce_cmd)
+    bank = registers._bank()
+    reg = bank.get("Vector")
+    if cmd == "reset_reduce" or reg is None or reg.shape[0] != parts:
+        reg = np.full((parts, 1), identity_of(op1), np.float32)
+    if cmd == "load_reduce":
+        reg = _per_partition_operand(imm1 if imm1 is not None else 0.0, parts, "imm1", op)
+    v = values_of(x, "src", op)
+    a = _per_partition_operand(imm0, parts, "imm0", op)
+    pre = f0(a, v) if reverse0 else f0(v, a)
+    out = np.empty_like(v)
+    cur = reg[:, 0].astype(np.float32)
+    for i in range(v.shape[1]):
+        cur = np.asarray(f1(pre[:, i], cur), np.float32)
+        out[:, i] = cur
+    bank["Vector"] = cur[:, None]
+    _prof.instruction("Vector", out)
+    write(d, out.reshape(d.shape), op)
+
+
+@instruction
+def reciprocal(dst, data, name=None):
+    """``dst = 1 / data`` element-wise (Vector engine), fp32 compute rounded to ``dst.dtype``."""
+    d = check_dst(dst, "reciprocal")
+    x = tile_operand(data, "data", "reciprocal")
+    v = dt.compute_view(x.data).astype(np.float32)
+    with np.errstate(divide="ignore"):
+        out = np.float32(1.0) / v
+    _prof.instruction("Vector", out)
+    write(d, out, "reciprocal", f"reciprocal of {x.shape}")
+
+
+@instruction
+def scalar_tensor_tensor(dst, data, op0, operand0, op1, operand1, reverse0=False, reverse1=False, name=None):
+    """``dst = (data op0 operand0) op1 operand1`` (Vector engine): ``operand0`` a scalar or a [P, 1]
+    tile, ``operand1`` a tile with data's partitions and elements per partition; data and operand1
+    not both in PSUM; ``reverse0`` / ``reverse1`` swap an operator's inputs.
+    (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/generated/nki.isa.scalar_tensor_tensor.html)
+    """
+    from .operands import alu
+
+    op = "scalar_tensor_tensor"
+    d = check_dst(dst, op)
+    x = tile_operand(data, "data", op)
+    o1 = tile_operand(operand1, "operand1", op)
+    same_rows(op, x, "data", o1, "operand1")
+    if x.buffer is psum and o1.buffer is psum:
+        raise NKIError("operand memory", f"nisa.{op}: data and operand1 cannot both be in PSUM")
+    parts = x.shape[0]
+    v = values_of(x, "data", op)
+    a = _per_partition_operand(operand0, parts, "operand0", op)
+    first = alu(op0)(a, v) if reverse0 else alu(op0)(v, a)
+    other = values_of(o1, "operand1", op)
+    out = alu(op1)(other, first) if reverse1 else alu(op1)(first, other)
+    _prof.instruction("Vector", out)
+    write(d, np.reshape(out, d.shape) if d.shape[0] == parts else out, op)

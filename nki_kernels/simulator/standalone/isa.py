@@ -48,7 +48,15 @@ from ..instructions.operands import (check_dst as _check_dst, fit_dst as _fit_ds
 from ..instructions.registers import accumulate as _accumulate
 from ..instructions.target import (dge_mode, dma_engine, engine, get_nc_version, matmul_perf_mode, nc_version,
                                    oob_mode, reduce_cmd)
-from ..instructions.vector import max8, nc_find_index8, nc_match_replace8, nc_stream_shuffle, tensor_copy_predicated
+from ..instructions.control import dynamic_range, fori_loop, while_loop  # noqa: F401 - re-exported by nl
+from ..instructions.dma import dma_compute, dma_transpose
+from ..instructions.gpsimd import nc_n_gather, nonzero_with_count, sequence_bounds
+from ..instructions.registers import (VirtualRegister, register_alloc, register_load, register_move,
+                                      register_store)
+from ..instructions.rng import dropout, rand2, rand_get_state, rand_set_state, rng, set_rng_seed
+from ..instructions.vector import (max8, nc_find_index8, nc_match_replace8, nc_stream_shuffle, range_select,
+                                   reciprocal, scalar_tensor_tensor, select_reduce, tensor_copy_predicated,
+                                   tensor_scalar_cumulative)
 
 unknown_engine = engine.unknown
 tensor_engine = engine.tensor
@@ -181,24 +189,6 @@ def tensor_tensor(dst, data1, data2, op, engine=engine.unknown, name=None):
     _write(d, res.data, "tensor_tensor")
 
 
-def scalar_tensor_tensor(dst, data, op0, operand0, op1, operand1, reverse0=False, reverse1=False, name=None):
-    """``dst = (data op0 operand0) op1 operand1``: operand0 a scalar or [P, 1] tile, operand1 a tile like data."""
-    d = _check_dst(dst, "scalar_tensor_tensor")
-    x = _gen1._tile(data, "data", "scalar_tensor_tensor")
-    o1 = _gen1._tile(operand1, "operand1", "scalar_tensor_tensor")
-    if o1.shape[0] != x.shape[0] or _per_partition(o1.shape) != _per_partition(x.shape):
-        raise NKIError("operand shapes", f"nisa.scalar_tensor_tensor: operand1 {o1.shape} needs data's "
-                       f"{x.shape} partition size and elements per partition")
-    if x.buffer is psum and o1.buffer is psum:
-        raise NKIError("operand memory", "nisa.scalar_tensor_tensor: data and operand1 cannot both be in PSUM")
-    with _scratch():
-        tmp = _gen1.tensor_scalar(x, _op(op0), operand0, reverse0, dtype=dt.float32)
-        other = Tile(dt.compute_view(o1.data).reshape(x.shape), o1.buffer)
-        first, second = (other, tmp) if reverse1 else (tmp, other)
-        res = _gen1.tensor_tensor(first, second, _op(op1), dtype=dt.float32)
-    _write(d, res.data, "scalar_tensor_tensor")
-
-
 def tensor_scalar(dst, data, op0, operand0=None, reverse0=False, op1=None, operand1=None, reverse1=False,
                   engine=engine.unknown, name=None):
     """``dst = (data op0 operand0) op1 operand1`` with scalar or [P, 1] operands broadcast along the free axes.
@@ -310,15 +300,6 @@ def tensor_tensor_scan(dst, data0, data1, initial, op0, op1, reverse0=False, rev
         res = _gen1.tensor_tensor_scan(data0, data1, initial, _op(op0), _op(op1), reverse0, reverse1,
                                        dtype=dt.float32)
     _write(d, res.data, "tensor_tensor_scan")
-
-
-def reciprocal(dst, data, name=None):
-    """``dst = 1 / data`` element-wise (Vector engine)."""
-    d = _check_dst(dst, "reciprocal")
-    x = _gen1._tile(data, "data", "reciprocal")
-    with _scratch():
-        res = _nl1.reciprocal(x, dtype=dt.float32)
-    _write(d, res.data, "reciprocal")
 
 
 def memset(dst, value, engine=engine.unknown, name=None):
@@ -464,24 +445,20 @@ def dma_copy(dst, src, dst_rmw_op=None, oob_mode=oob_mode.error, dge_mode=dge_mo
     _dma_write(dst, vals, np.shape(vals), "dma_copy", dst_rmw_op)
 
 
-def dma_transpose(dst, src, axes=None, name=None):
-    """Transpose ``src`` (HBM or SBUF) into SBUF/HBM ``dst`` through DMA: 2-D swaps axes, 3-D reverses them,
-    4-D permutes ``[3, 1, 2, 0]`` (or ``axes`` when given)."""
-    vals, _ = _dma_source(src, "dma_transpose")
-    nd = np.ndim(vals)
-    perm = tuple(axes) if axes is not None else {2: (1, 0), 3: (2, 1, 0), 4: (3, 1, 2, 0)}.get(nd)
-    if perm is None:
-        raise NKIError("dma_transpose", f"nisa.dma_transpose takes a 2-D to 4-D source, got shape {np.shape(vals)}")
-    out = np.transpose(vals, perm)
-    if isinstance(dst, Tile) and tuple(dst.shape) != out.shape and (dst.shape[0] != out.shape[0]):
-        raise NKIError("dst shape", f"nisa.dma_transpose: dst has shape {dst.shape}, the transposed source has "
-                       f"shape {out.shape}")
-    _dma_write(dst, np.ascontiguousarray(out), out.shape, "dma_transpose")
-
-
-__all__ = sorted(n for n in dir() if not n.startswith("_") and n not in (
-    "annotations", "contextlib", "weakref", "np", "as_strided", "core", "dt", "nl", "Access", "HBMTensor", "Tile",
-    "NKIError", "PMAX", "psum", "sbuf"))
+# The documented names of the current nki.isa page (instructions, config enums, target), and the
+# engine shorthands and VirtualRegister its pages use.
+__all__ = sorted(n for n in (
+    "nc_matmul", "nc_matmul_mx", "nc_transpose", "activation", "activation_reduce", "activate2", "tensor_reduce",
+    "tensor_partition_reduce", "tensor_tensor", "tensor_tensor_scan", "scalar_tensor_tensor", "tensor_scalar",
+    "tensor_scalar_reduce", "tensor_scalar_cumulative", "tensor_copy", "tensor_copy_predicated", "exponential",
+    "reciprocal", "quantize_mx", "iota", "dropout", "affine_select", "range_select", "select_reduce",
+    "sequence_bounds", "memset", "bn_stats", "bn_aggr", "local_gather", "nc_n_gather", "dma_copy", "dma_transpose",
+    "dma_compute", "max8", "nc_find_index8", "nc_match_replace8", "nc_stream_shuffle", "register_alloc",
+    "register_load", "register_move", "register_store", "core_barrier", "sendrecv", "rng", "rand2",
+    "rand_set_state", "rand_get_state", "set_rng_seed", "nonzero_with_count", "topk",
+    "engine", "dma_engine", "reduce_cmd", "dge_mode", "oob_mode", "matmul_perf_mode", "nc_version",
+    "get_nc_version", "VirtualRegister", "unknown_engine", "tensor_engine", "vector_engine", "scalar_engine",
+    "gpsimd_engine") if n in globals())
 
 # dst= instructions write into declared tiles; they run one program at a time (no batched form yet).
 _nl1._guard_module(globals(), set(), "nisa")

@@ -1,0 +1,126 @@
+"""GpSimd Engine instructions: segment bounds, per-partition gathers, nonzero compaction.
+
+GpSimd cannot access PSUM: every operand and destination here is in SBUF.
+Semantics follow the current ``nki.isa`` reference pages.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import dtypes as dt
+from .. import profile as _prof
+from ..core import sbuf
+from ..errors import NKIError
+from .operands import check_dst, instruction, per_partition, rows, tile_operand, write
+
+_SB = (sbuf,)
+GPSIMD_CORES = 8
+PARTITIONS_PER_CORE = 16
+
+
+def _bounds(seq):
+    """[start, end) of the segment of each element (ID 0 is padding: start n, end -1)."""
+    n = len(seq)
+    lo = np.zeros(n, np.int64)
+    hi = np.zeros(n, np.int64)
+    for i in range(n):
+        if seq[i] == 0:
+            lo[i] = n
+        elif i and seq[i] == seq[i - 1]:
+            lo[i] = lo[i - 1]
+        else:
+            lo[i] = i
+    for i in range(n - 1, -1, -1):
+        if seq[i] == 0:
+            hi[i] = -1
+        elif i < n - 1 and seq[i] == seq[i + 1]:
+            hi[i] = hi[i + 1]
+        else:
+            hi[i] = i + 1
+    return lo, hi
+
+
+@instruction
+def sequence_bounds(dst, segment_ids, name=None):
+    """For each element of ``segment_ids`` ([1, n], float32/int32) the bounds of its segment:
+    ``dst[0, 0, i]`` the start index, ``dst[0, 1, i]`` the end index (one past the last element);
+    padding (ID 0) gets start ``n`` and end ``-1`` (GpSimd engine).
+    (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/generated/nki.isa.sequence_bounds.html)
+    """
+    op = "sequence_bounds"
+    d = check_dst(dst, op, _SB)
+    s = tile_operand(segment_ids, "segment_ids", op, _SB)
+    for t, what in ((s, "segment_ids"), (d, "dst")):
+        if t.dtype not in (dt.float32, dt.int32):
+            raise NKIError("dtype", f"nisa.{op}: {what} dtype {t.dtype}; it must be float32 or int32")
+    if s.shape[0] != 1:
+        raise NKIError("partition dimension", f"nisa.{op}: segment_ids {s.shape} must have one partition")
+    seq = np.asarray(s.data).reshape(-1)
+    if np.any(seq < 0):
+        raise NKIError(op, f"nisa.{op}: segment IDs must be non-negative")
+    n = seq.size
+    if d.shape[0] != 1 or per_partition(d.shape) != 2 * n:
+        raise NKIError("dst shape", f"nisa.{op}: dst {d.shape} must be [1, 2, {n}] for segment_ids {s.shape}")
+    lo, hi = _bounds(seq)
+    out = np.stack([lo, hi])[None]
+    _prof.instruction("GpSimd", out)
+    write(d, out.reshape(d.shape), op)
+
+
+@instruction
+def nc_n_gather(dst, data, indices, name=None):
+    """``dst[p, j] = data[p].flatten()[indices[p, j]]`` within each partition (GpSimd engine); data,
+    indices (uint32) and dst in SBUF, dst with data's dtype, all with the same partitions.
+    (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/generated/nki.isa.nc_n_gather.html)
+    """
+    op = "nc_n_gather"
+    d = check_dst(dst, op, _SB)
+    x = tile_operand(data, "data", op, _SB)
+    i = tile_operand(indices, "indices", op, _SB)
+    if i.dtype != dt.uint32:
+        raise NKIError("dtype", f"nisa.{op}: indices dtype {i.dtype}; it must be uint32")
+    if d.dtype != x.dtype:
+        raise NKIError("dtype", f"nisa.{op}: dst dtype {d.dtype} differs from data dtype {x.dtype}")
+    if not x.shape[0] == i.shape[0] == d.shape[0]:
+        raise NKIError("operand shapes", f"nisa.{op}: data {x.shape}, indices {i.shape} and dst {d.shape} need "
+                       "the same partition size")
+    if per_partition(d.shape) != per_partition(i.shape):
+        raise NKIError("dst shape", f"nisa.{op}: dst {d.shape} needs one element per index ({i.shape})")
+    src = rows(x.data, x.shape[0])
+    idx = rows(i.data, i.shape[0]).astype(np.int64)
+    if idx.size and idx.max() >= src.shape[1]:
+        raise NKIError("index out of bounds", f"nisa.{op}: index {int(idx.max())} >= {src.shape[1]} elements per "
+                       f"partition of data {x.shape}")
+    out = np.take_along_axis(src, idx, axis=1)
+    _prof.instruction("GpSimd", out)
+    write(d, out.reshape(d.shape), op)
+
+
+@instruction
+def nonzero_with_count(dst, src, index_offset=0, padding_val=-1):
+    """Per GpSimd core (partitions 0, 16, ..., 112 only): the positions (plus ``index_offset``) of the
+    nonzero elements of that partition of ``src``, then ``padding_val``, then the count, into
+    ``dst`` (one more element per partition than src); other partitions of dst are unmodified.
+    NeuronCore-v3 and newer.
+    (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/generated/nki.isa.nonzero_with_count.html)
+    """
+    from . import target
+
+    op = "nonzero_with_count"
+    target.require(op, target.nc_version.gen3)
+    d = check_dst(dst, op, _SB)
+    s = tile_operand(src, "src", op, _SB)
+    n = per_partition(s.shape)
+    if d.shape[0] != s.shape[0] or per_partition(d.shape) != n + 1:
+        raise NKIError("dst shape", f"nisa.{op}: dst {d.shape} must have src's {s.shape[0]} partitions and "
+                       f"{n + 1} elements per partition (the positions, then the count)")
+    sv = rows(dt.compute_view(s.data), s.shape[0])
+    out = np.array(rows(dt.compute_view(d.data), d.shape[0]), dtype=np.float64)
+    for p in range(0, s.shape[0], PARTITIONS_PER_CORE):
+        nz = np.flatnonzero(sv[p])
+        out[p, :] = padding_val
+        out[p, :nz.size] = nz + index_offset
+        out[p, n] = nz.size
+    _prof.instruction("GpSimd", out)
+    write(d, out.reshape(d.shape), op)
