@@ -304,3 +304,61 @@ def test_partition_vectors_broadcast_along_the_free_axes_when_p_equals_f():
     np.testing.assert_allclose(prod, x * col, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(sel, np.where(x > 0, col, 0.0), rtol=1e-5)
     np.testing.assert_allclose(stored, np.broadcast_to(col, x.shape), rtol=1e-5)
+
+
+def test_a_partition_vector_indexes_as_its_column():
+    x = RNG.standard_normal((128, 6)).astype(np.float32)
+
+    @nki.jit
+    def k(a):
+        t = nl.load(a)
+        col = t[:, 2]  # a [P] vector
+        col[:, 0] = nl.multiply(col[:, 0], 2.0)  # written as the [P, 1] column: reaches t
+        out = nl.ndarray((128, 6), nl.float32, buffer=nl.shared_hbm)
+        nl.store(out, t)
+        return out
+
+    want = x.copy()
+    want[:, 2] *= 2
+    np.testing.assert_array_equal(k(x), want)
+
+
+def test_writes_through_a_view_of_a_loaded_tile_reach_the_tile():
+    # Loaded tiles view HBM copy-on-write; a view of one must write into the tile's own copy.
+    x = np.ones((128, 6), np.float32)
+
+    @nki.jit
+    def k(a):
+        t = nl.load(a)
+        v = t[:, 2:4]
+        v[:, 0:1] = nl.multiply(v[:, 0:1], 3.0)
+        r = t.reshape((128, 2, 3))
+        r[:, 1, 2] = 5.0
+        out = nl.ndarray((128, 6), nl.float32, buffer=nl.shared_hbm)
+        nl.store(out, t)
+        return out
+
+    want = x.copy()
+    want[:, 2] = 3.0
+    want[:, 5] = 5.0
+    np.testing.assert_array_equal(k(x), want)
+    np.testing.assert_array_equal(x, 1.0)  # the input is untouched
+
+
+def test_trace_mode_helper_runs_inside_the_callers_program():
+    @nki.jit(mode="trace")
+    def helper(a, out, rows):
+        pid = nl.program_id(1)  # the caller's 2-D grid
+        t = nl.load(a[rows, :])
+        nl.store(out[rows, :], nl.add(t, pid))
+
+    @nki.jit
+    def k(a):
+        out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+        i = nl.program_id(0) * 2 + nl.program_id(1)
+        helper(a, out, slice(i * 16, i * 16 + 16))
+        return out
+
+    x = RNG.standard_normal((64, 8)).astype(np.float32)
+    want = x + np.repeat(np.array([0, 1, 0, 1], np.float32), 16)[:, None]
+    np.testing.assert_allclose(k[2, 2](x), want)

@@ -318,7 +318,7 @@ class Tile(NkiTensor):
     """
 
     __array_ufunc__ = None  # NumPy defers to the Tile's own operators
-    __slots__ = ("_data", "_thunk", "buffer", "pdim", "_program", "_nbytes", "_parent", "_diag", "nb",
+    __slots__ = ("_data", "_thunk", "buffer", "pdim", "_program", "_nbytes", "_parent", "_review", "_diag", "nb",
                  "__weakref__")
 
     def __init__(self, data, buffer=sbuf, pdim: int = 0, parent: "Tile" = None, thunk=None):
@@ -327,6 +327,7 @@ class Tile(NkiTensor):
         self.buffer = buffer
         self.pdim = pdim
         self._parent = parent
+        self._review = None  # for a view: parent data -> this view's data (re-derived on copy-on-write)
         self._program = None
         self._nbytes = 0
         prog = current_or_none()
@@ -416,16 +417,40 @@ class Tile(NkiTensor):
         pending deferred op, whose operands might include this tile."""
         flush_pending()
         if not self.data.flags.writeable:
+            if self._review is not None:
+                # A view of a copy-on-write tile: the parent takes its private copy and the view
+                # is derived again from it, so writes through the view reach the parent.
+                self._parent.own()
+                self.data = self._review(self._parent.data)
+                if self.data.flags.writeable:
+                    return
             self.data = self.data.copy()
 
     # -- indexing ----------------------------------------------------------
+    def _as_column(self, key):
+        """A ``[P]`` vector indexed with two subscripts (``v[:, 0]``, as kernels written for the
+        ``[P, 1]`` column it stands for do) is addressed as that ``[P, 1]`` column."""
+        if type(key) is tuple and len(key) == 2 and len(self.shape) == 1 and not self.pdim:
+            col = self.data.reshape(self.data.shape + (1,))
+            view = Tile(col, self.buffer, 0, parent=self)
+            view._review = lambda d: d.reshape(d.shape + (1,))
+            if self._diag is not None or _diag.loops:
+                _diag.on_view(self, view, resolve(self.shape, ..., f"{self.buffer.name} tile"))
+            return view
+        return None
+
     def __getitem__(self, key):
+        col = self._as_column(key)
+        if col is not None:
+            return col[key]
         idx = resolve(self.shape, key, f"{self.buffer.name} tile")
         block_ints = isinstance(key, tuple) and self.pdim and len(key) <= self.pdim
         if self.nb:
             view = Tile(tile_view(idx, self.data, self.nb), self.buffer, 0, parent=self)
+            view._review = lambda d, nb=self.nb: tile_view(idx, d, nb)
         elif idx.is_view:
             view = Tile(idx.view(self.data), self.buffer, 0, parent=self)
+            view._review = idx.view
         else:
             view = Tile(idx.read(self.data, what=f"{self.buffer.name} tile"), self.buffer, 0, parent=self)
         if block_ints:
@@ -437,6 +462,12 @@ class Tile(NkiTensor):
     def __setitem__(self, key, value):
         from .language import _fit, _values  # late import: language builds on core
 
+        col = self._as_column(key)
+        if col is not None:
+            self.own()
+            col = self._as_column(key)  # a view of the now-private data
+            col[key] = value
+            return
         self.own()
         idx = resolve(self.shape, key, f"{self.buffer.name} tile")
         if self.nb:
@@ -471,6 +502,7 @@ class Tile(NkiTensor):
             raise NKIError("reshape", f"a {self.buffer.name} tile view of shape {self.shape} cannot be reshaped "
                            f"into {shape} without a copy; reshape the whole tile instead") from None
         view = Tile(data, self.buffer, 0, parent=self)
+        view._review = lambda d, full=self.data.shape[:self.nb] + shape: np.reshape(d, full, copy=False)
         if self._diag is not None or _diag.loops:
             _diag.on_view(self, view, resolve(self.shape, ..., f"{self.buffer.name} tile"))
         return view

@@ -189,7 +189,7 @@ def _deferred(fn, args, dtype, mask, engine):
 
 
 def _make_unary(name, fn):
-    def op(x, *, dtype=None, mask=None, **_ignored):
+    def op(x, *, dtype=None, mask=None):
         a = _values(x, "x")
         out_dtype = _out_dtype(dtype if dtype is not None or name not in _BOOL_RESULT else dt.bool_, x)
         lazy = _deferred(fn, (a,), out_dtype, mask, "Scalar")
@@ -218,7 +218,7 @@ def _align_partitions(x, y, a, b):
 
 
 def _make_binary(name, fn):
-    def op(x, y, *, dtype=None, mask=None, **_ignored):
+    def op(x, y, *, dtype=None, mask=None):
         a, b = _values(x, "x"), _values(y, "y")
         if np.shape(a) != np.shape(b):
             a, b = _align_partitions(x, y, a, b)
@@ -254,7 +254,7 @@ def np_function(op):
     raise NKIError("op", f"{op!r} is not an NKI operator (use nl.add, nl.exp, np.add, ...)")
 
 
-def where(condition, x, y, *, dtype=None, mask=None, **_ignored):
+def where(condition, x, y, *, dtype=None, mask=None):
     """Element-wise select: ``x`` where ``condition`` is non-zero, else ``y`` (``nl.where``)."""
     c = _values(condition, "condition")
     a, b = _values(x, "x"), _values(y, "y")
@@ -300,7 +300,7 @@ def _sum_of_products(x, axes, keepdims):
 
 
 def _make_reduce(name, fn, out_float=False):
-    def op(x, axis, *, dtype=None, mask=None, keepdims=False, **_ignored):
+    def op(x, axis, *, dtype=None, mask=None, keepdims=False):
         axes = _axes(x, axis, name)
         if isinstance(x, Tile) and x.nb:
             axes = tuple(a + x.nb for a in axes)
@@ -334,7 +334,7 @@ any = _make_reduce("any", lambda v, axis, keepdims: np.any(v != 0, axis=axis, ke
 var = _make_reduce("var", np.var, out_float=True)
 
 
-def softmax(x, axis, *, dtype=None, compute_dtype=None, mask=None, **_ignored):
+def softmax(x, axis, *, dtype=None, compute_dtype=None, mask=None):
     """Softmax over free ``axis`` of a tile (``nl.softmax``)."""
     axes = tuple(a + x.nb for a in _axes(x, axis, "softmax"))
     v = _values(x, "x").astype(np.float32, copy=False)
@@ -354,7 +354,7 @@ def _need_tile(x, name, op):
     return x
 
 
-def matmul(x, y, *, transpose_x=False, mask=None, **_ignored):
+def matmul(x, y, *, transpose_x=False, mask=None):
     """``x @ y`` on the Tensor engine (``nl.matmul``); result in PSUM, fp32.
 
     Without ``transpose_x`` x is [M, K] (M <= 128, K <= 128); with it x is
@@ -368,7 +368,7 @@ def matmul(x, y, *, transpose_x=False, mask=None, **_ignored):
     return nc_matmul(stationary, y, mask=mask)
 
 
-def transpose(x, *, dtype=None, mask=None, **_ignored):
+def transpose(x, *, dtype=None, mask=None):
     """Swap the partition and free axes of a 2-D tile (``nl.transpose``); both <= 128."""
     x = _need_tile(x, "x", "nl.transpose")
     if x.ndim != 2:
@@ -418,22 +418,23 @@ def _allocate(shape, dtype, buffer, fill=None, name=""):
     return tile
 
 
-def ndarray(shape, dtype, *, buffer=None, name="", **_ignored):
+def ndarray(shape, dtype, buffer=None, name="", *, lazy_initialization=False):
     """Allocate an uninitialised tensor in ``buffer`` (default SBUF; HBM for kernel outputs)."""
     return _allocate(shape, dtype, buffer, None, name)
 
 
-def zeros(shape, dtype, *, buffer=None, name="", **_ignored):
-    """A tensor of zeros (``nl.zeros``)."""
+def zeros(shape, dtype, buffer=None, name="", *, lazy_initialization=False):
+    """A tensor of zeros (``nl.zeros``). ``lazy_initialization`` (a scheduling hint of the official
+    samples) does not change the values."""
     return _allocate(shape, dtype, buffer, 0, name)
 
 
-def ones(shape, dtype, *, buffer=None, name="", **_ignored):
+def ones(shape, dtype, buffer=None, name="", *, lazy_initialization=False):
     """A tensor of ones (``nl.ones``)."""
     return _allocate(shape, dtype, buffer, 1, name)
 
 
-def full(shape, fill_value, dtype, *, buffer=None, name="", **_ignored):
+def full(shape, fill_value, dtype, buffer=None, name="", *, lazy_initialization=False):
     """A tensor filled with ``fill_value`` (``nl.full``)."""
     return _allocate(shape, dtype, buffer, fill_value, name)
 
@@ -443,22 +444,22 @@ def _like(a, dtype, buffer, fill):
     return _allocate(a.shape, dtype if dtype is not None else a.dtype, buf, fill)
 
 
-def zeros_like(a, dtype=None, *, buffer=None, name="", **_ignored):
+def zeros_like(a, dtype=None, buffer=None, name=""):
     """Zeros with the shape (and dtype, buffer unless given) of ``a``."""
     return _like(a, dtype, buffer, 0)
 
 
-def ones_like(a, dtype=None, *, buffer=None, name="", **_ignored):
+def ones_like(a, dtype=None, buffer=None, name=""):
     """Ones with the shape (and dtype, buffer unless given) of ``a``."""
     return _like(a, dtype, buffer, 1)
 
 
-def full_like(a, fill_value, dtype=None, *, buffer=None, name="", **_ignored):
+def full_like(a, fill_value, dtype=None, buffer=None, name=""):
     """``fill_value`` with the shape (and dtype, buffer unless given) of ``a``."""
     return _like(a, dtype, buffer, fill_value)
 
 
-def empty_like(a, dtype=None, *, buffer=None, name="", **_ignored):
+def empty_like(a, dtype=None, buffer=None, name=""):
     """Uninitialised tensor with the shape (and dtype, buffer unless given) of ``a``."""
     return _like(a, dtype, buffer, None)
 
@@ -474,7 +475,7 @@ def _as_access(x, name, op):
     raise NKIError("operand type", f"{op}: {name} must be an HBM tensor, got {type(x).__name__}")
 
 
-def load(src, *, mask=None, dtype=None, **_ignored):
+def load(src, *, mask=None, dtype=None):
     """DMA an HBM region into a new SBUF tile (``nl.load``); masked-off elements are not read."""
     acc = _as_access(src, "src", "nl.load")
     mask = acc.local_mask(mask)
@@ -505,7 +506,7 @@ def _loaded_tile(tensor, data, dtype) -> Tile:
     return tile
 
 
-def store(dst, value, *, mask=None, **_ignored):
+def store(dst, value, *, mask=None):
     """DMA an SBUF/PSUM tile (or scalar) into an HBM region, rounding to its dtype (``nl.store``)."""
     if isinstance(dst, Tile):
         raise NKIError("store destination", f"nl.store destination is a {dst.buffer.name} tile of shape "
@@ -587,7 +588,7 @@ def _fit(vals, shape, op, dst):
                    f"of shape {tuple(shape)}")
 
 
-def load_transpose2d(src, *, mask=None, dtype=None, **_ignored):
+def load_transpose2d(src, *, mask=None, dtype=None):
     """Load a 2-D HBM region transposed: its free axis becomes the partition axis."""
     acc = _as_access(src, "src", "nl.load_transpose2d")
     mask = acc.local_mask(mask)
@@ -599,13 +600,13 @@ def load_transpose2d(src, *, mask=None, dtype=None, **_ignored):
     return Tile(np.ascontiguousarray(dt.cast(data, d)), sbuf)
 
 
-def copy(x, *, dtype=None, mask=None, **_ignored):
+def copy(x, *, dtype=None, mask=None):
     """Copy a tile (SBUF or PSUM) into a new SBUF tile, optionally casting."""
     x = _need_tile(x, "x", "nl.copy")
     return _result(np.array(x.data), _out_dtype(dtype, x), mask)
 
 
-def broadcast_to(x, shape, **_ignored):
+def broadcast_to(x, shape):
     """Broadcast size-1 dims of a tile to ``shape`` (``nl.broadcast_to`` / ``tile.broadcast_to``)."""
     x = _need_tile(x, "x", "nl.broadcast_to")
     shape = tuple(int(s) for s in shape)
@@ -617,14 +618,14 @@ def broadcast_to(x, shape, **_ignored):
     return Tile(data, x.buffer)
 
 
-def expand_dims(x, axis, **_ignored):
+def expand_dims(x, axis):
     """Insert a size-1 free axis (``nl.expand_dims``)."""
     x = _need_tile(x, "x", "nl.expand_dims")
     axis = axis + x.nb if isinstance(axis, (int, np.integer)) and axis >= 0 else axis
     return Tile(np.expand_dims(x.data, axis), x.buffer, parent=x)
 
 
-def device_print(prefix, x, **_ignored):
+def device_print(prefix, x):
     """Print a tile's values (``nl.device_print``; the simulator prints them right away)."""
     print(prefix, x.data if isinstance(x, Tile) else x)
 
@@ -922,8 +923,8 @@ def program_ndim():
 
 
 def _loop(kind):
-    def make(*args, **_ignored):
-        r = range(*args)
+    def make(start, stop=None, step=1):
+        r = range(start) if stop is None else range(start, stop, step)
         return _KINDS[kind](r.start, r.stop, r.step)
 
     make.__name__ = f"{kind}_range"
@@ -955,7 +956,7 @@ sequential_range = _loop("sequential")
 static_range = _loop("static")
 
 
-def loop_reduce(x, op, loop_indices, *, dtype=None, mask=None, **_ignored):
+def loop_reduce(x, op, loop_indices, *, dtype=None, mask=None):
     """Element-wise accumulation across loop iterations (``nl.loop_reduce``): returns ``op(x)``."""
     return copy(x, dtype=dtype, mask=mask)
 

@@ -63,6 +63,10 @@ class Kernel:
         return Launch(self, normalize_grid(grid))
 
     def __call__(self, *args, **kwargs):
+        if current_or_none() is not None:
+            # A helper (``@nki.jit(mode='trace')``) called from a running kernel is part of that
+            # kernel's program: same program ids, grid, memory and diagnostics, no new launch.
+            return self.func(*args, **kwargs)
         return Launch(self, ())(*args, **kwargs)
 
     def __repr__(self):
