@@ -283,24 +283,15 @@ def test_read_ndarray_tile_before_write():
 
 
 # --------------------------------------------------------------------------- capacity
-def test_psum_over_eight_banks_reports_peak():
+def test_psum_capacity_is_about_live_tiles_not_python_references():
+    # Nine 2 KiB PSUM tiles held in a Python list but never used are not nine live tiles: a
+    # tile is live from allocation to last use (rejections: tests/test_sim_memory.py).
     @nki.jit
-    def k(a):
+    def ok(a):
         tiles = [nl.zeros((128, 512), dtype=nl.float32, buffer=nl.psum) for _ in range(9)]
         return a
 
-    e = err(k, A)
-    assert e.rule == "PSUM capacity" and "18432" in str(e) and "16384" in str(e) and "8 banks" in str(e)
-    assert "peak" in str(e) and THIS in str(e)
-
-    @nki.jit
-    def ok(a):
-        tiles = [nl.zeros((128, 512), dtype=nl.float32, buffer=nl.psum) for _ in range(8)]
-        return a
-
-    ok(A)
-    with config.override(capacity="warn"), pytest.warns(config.NKIWarning, match="PSUM capacity"):
-        k(A)
+    np.testing.assert_array_equal(ok(A), A)
 
 
 # --------------------------------------------------------------------------- operand rules

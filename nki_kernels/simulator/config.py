@@ -25,6 +25,12 @@ when their bounding boxes overlap, which gives the same answers.
 programs that do not interact as one batched NumPy program
 (:mod:`nki_kernels.simulator.vectorize`); results and diagnostics are the same,
 only faster. Thorough mode and profiling always run one program at a time.
+
+``config.nan_fill`` (env ``NKI_SIM_NAN_FILL=0`` turns it off) fills memory handed out
+uninitialised (``nl.ndarray`` tiles and HBM tensors, placed SBUF/PSUM storage) with NaN for
+floats and 4 for integers, as the official NKI CPU simulator does ("fills all newly allocated
+tensors with sentinel values"), so a read of never-written memory poisons the result even with
+the ``uninit`` check off.
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ _ALIASES = {"warning": "warn", "warnings": "warn", "err": "error", "raise": "err
 
 _modes = {r: "error" for r in RULES}
 thorough = os.environ.get("NKI_SIM_THOROUGH", "") not in ("", "0")
+nan_fill = os.environ.get("NKI_SIM_NAN_FILL", "1").strip().lower() not in ("0", "off", "false", "no")
 vectorize = os.environ.get("NKI_SIM_VECTORIZE", "1").strip().lower() not in ("0", "off", "false", "no")
 
 

@@ -20,6 +20,7 @@ import numpy as np
 from . import config as _config
 from . import diagnostics as _diag
 from . import dtypes as dt
+from . import memory as _memory
 from .access_pattern import NkiTensor
 from .errors import NKIError, NotBatchable
 from .indexing import compose, resolve, resolve_batched, tile_view, tile_write
@@ -86,42 +87,15 @@ class Program:
         self.launch = launch
         self.pid = pid
         self.shared_index = 0
-        self.sbuf_live = 0
-        self.psum_live = 0
-        self.sbuf_peak = 0
+        self.sbuf_peak = 0  # live bytes per partition at the peak (set when the program ends)
         self.psum_peak = 0
         self.pending = None  # weakref to the tile whose op is deferred
+        self.mem = _memory.ProgramMemory(self)
 
-    def allocate(self, tile: "Tile") -> None:
-        nbytes = tile.bytes_per_partition()
-        if tile.buffer is psum:
-            self.psum_live += nbytes
-            self.psum_peak = max(self.psum_peak, self.psum_live)
-            if self.psum_live > PSUM_BYTES_PER_PARTITION and _config.enabled("capacity"):
-                err = NKIError(
-                    "PSUM capacity",
-                    f"allocating a PSUM tile of shape {tile.shape} {tile.dtype} ({nbytes} "
-                    f"B/partition) in program {self.pid} brings live PSUM to {self.psum_live} B/partition "
-                    f"(peak {self.psum_peak}), over the {PSUM_BYTES_PER_PARTITION} B (8 banks x 2 KiB) per "
-                    "partition; a tile is live until its last reference is dropped",
-                )
-                if _config.get("capacity") == "error":
-                    self.psum_live -= nbytes
-                _config.report("capacity", err)
-        else:
-            self.sbuf_live += nbytes
-            self.sbuf_peak = max(self.sbuf_peak, self.sbuf_live)
-            if self.sbuf_live > SBUF_BYTES_PER_PARTITION and _config.enabled("capacity"):
-                err = NKIError(
-                    "SBUF capacity",
-                    f"allocating an SBUF tile of shape {tile.shape} {tile.dtype} ({nbytes} "
-                    f"B/partition) brings live SBUF of program {self.pid} to {self.sbuf_live} B/partition "
-                    f"(peak {self.sbuf_peak}), over the {SBUF_BYTES_PER_PARTITION} B (192 KiB) per partition; "
-                    "a tile is live until its last reference is dropped",
-                )
-                if _config.get("capacity") == "error":
-                    self.sbuf_live -= nbytes
-                _config.report("capacity", err)
+    def finish(self, rerun=None) -> None:
+        """The program ended: live ranges, peaks and the capacity / placement checks
+        (:func:`.memory.finish`; ``rerun()`` runs it again to name source lines in a report)."""
+        _memory.finish(self, rerun)
 
     def defer(self, tile) -> None:
         """Make ``tile`` the program's one pending deferred op (computing the previous one)."""
@@ -129,12 +103,6 @@ class Program:
         if prev is not None and prev._thunk is not None:
             prev.force()
         self.pending = weakref.ref(tile)
-
-    def release(self, buffer, nbytes: int) -> None:
-        if buffer is psum:
-            self.psum_live -= nbytes
-        else:
-            self.sbuf_live -= nbytes
 
 
 _tls = threading.local()
@@ -318,8 +286,7 @@ class Tile(NkiTensor):
     """
 
     __array_ufunc__ = None  # NumPy defers to the Tile's own operators
-    __slots__ = ("_data", "_thunk", "buffer", "pdim", "_program", "_nbytes", "_parent", "_review", "_diag", "nb",
-                 "__weakref__")
+    __slots__ = ("_data", "_thunk", "buffer", "pdim", "_mem", "_parent", "_review", "_diag", "nb", "__weakref__")
 
     def __init__(self, data, buffer=sbuf, pdim: int = 0, parent: "Tile" = None, thunk=None):
         self._data = data
@@ -328,8 +295,7 @@ class Tile(NkiTensor):
         self.pdim = pdim
         self._parent = parent
         self._review = None  # for a view: parent data -> this view's data (re-derived on copy-on-write)
-        self._program = None
-        self._nbytes = 0
+        self._mem = parent._mem if parent is not None else None  # live-range record (memory.Rec)
         prog = current_or_none()
         self.nb = nb = prog.nb if prog is not None else 0
         if nb:
@@ -351,22 +317,19 @@ class Tile(NkiTensor):
                 f"{self.bytes_per_partition() // self.blocks()} B per partition, more than one "
                 f"{PSUM_BANK_BYTES} B bank (at most 512 fp32 elements; nl.tile_size.psum_fmax)",
             )
-        if parent is None:
-            if prog is not None:
-                self._nbytes = self.bytes_per_partition()
-                prog.allocate(self)
-                self._program = prog
-                if thunk is not None:
-                    prog.defer(self)
-
-    def __del__(self):
-        if self._program is not None:
-            self._program.release(self.buffer, self._nbytes)
+        if parent is None and prog is not None:
+            self._mem = _memory.on_alloc(self, prog)
+            if thunk is not None:
+                prog.defer(self)
 
     # -- values ------------------------------------------------------------
     @property
     def data(self) -> np.ndarray:
-        """The tile's values as a NumPy array (computing a deferred op now)."""
+        """The tile's values as a NumPy array (computing a deferred op now); an engine reading them
+        (the tile is live at this instruction)."""
+        m = self._mem
+        if m is not None:
+            _memory.touch(m)
         if self._thunk is not None:
             self.force()
         return self._data
@@ -416,22 +379,50 @@ class Tile(NkiTensor):
         Called before every write to the tile; it also computes the program's
         pending deferred op, whose operands might include this tile."""
         flush_pending()
-        if not self.data.flags.writeable:
+        if not self._raw().flags.writeable:
             if self._review is not None:
                 # A view of a copy-on-write tile: the parent takes its private copy and the view
                 # is derived again from it, so writes through the view reach the parent.
                 self._parent.own()
-                self.data = self._review(self._parent.data)
-                if self.data.flags.writeable:
+                self.data = self._review(self._parent._raw())
+                if self._data.flags.writeable:
                     return
-            self.data = self.data.copy()
+            self.data = self._data.copy()
+
+    def _raw(self) -> np.ndarray:
+        """``data`` without counting an engine read (indexing and copies account for themselves)."""
+        if self._thunk is not None:
+            self.force()
+        return self._data
+
+    def _placed_block(self, key):
+        """``(block tile, rest of key)`` when this is a placed block-dimension tensor (its blocks
+        live where the allocation put them, so they are reached one at a time), else None."""
+        m = self._mem
+        if m is None or m.tiles is None:
+            return None
+        b = _memory.block_index(self, key)
+        if b is None:
+            _memory.whole_block_tensor()
+        blk = m.tiles.get(b)
+        if blk is None:
+            part, lo = m.place[b]
+            data = _memory.view(m.mem, m.buf, part, lo, self.shape[self.pdim], self.shape[self.pdim + 1:],
+                                self.dtype)
+            blk = Tile(data, self.buffer, 0, parent=self)
+            blk._mem = _memory.block_rec(m, b)
+            _memory.mark_placed(blk._mem, part, lo, self.shape[self.pdim])
+            m.tiles[b] = blk
+        rest = (key if isinstance(key, tuple) else (key,))[self.pdim:]
+        return blk, (rest if rest else ...)
 
     # -- indexing ----------------------------------------------------------
     def _as_column(self, key):
         """A ``[P]`` vector indexed with two subscripts (``v[:, 0]``, as kernels written for the
         ``[P, 1]`` column it stands for do) is addressed as that ``[P, 1]`` column."""
         if type(key) is tuple and len(key) == 2 and len(self.shape) == 1 and not self.pdim:
-            col = self.data.reshape(self.data.shape + (1,))
+            raw = self._raw()
+            col = raw.reshape(raw.shape + (1,))
             view = Tile(col, self.buffer, 0, parent=self)
             view._review = lambda d: d.reshape(d.shape + (1,))
             if self._diag is not None or _diag.loops:
@@ -440,21 +431,31 @@ class Tile(NkiTensor):
         return None
 
     def __getitem__(self, key):
+        placed = self._placed_block(key)
+        if placed is not None:
+            blk, rest = placed
+            return blk if rest is ... else blk[rest]
         col = self._as_column(key)
         if col is not None:
             return col[key]
         idx = resolve(self.shape, key, f"{self.buffer.name} tile")
         block_ints = isinstance(key, tuple) and self.pdim and len(key) <= self.pdim
+        data = self._raw()  # making a view reads nothing; the view's readers are counted
         if self.nb:
-            view = Tile(tile_view(idx, self.data, self.nb), self.buffer, 0, parent=self)
+            view = Tile(tile_view(idx, data, self.nb), self.buffer, 0, parent=self)
             view._review = lambda d, nb=self.nb: tile_view(idx, d, nb)
         elif idx.is_view:
-            view = Tile(idx.view(self.data), self.buffer, 0, parent=self)
+            view = Tile(idx.view(data), self.buffer, 0, parent=self)
             view._review = idx.view
         else:
-            view = Tile(idx.read(self.data, what=f"{self.buffer.name} tile"), self.buffer, 0, parent=self)
+            view = Tile(idx.read(data, what=f"{self.buffer.name} tile"), self.buffer, 0, parent=self)
         if block_ints:
             view.pdim = 0
+        m = self._mem
+        if m is not None and m.blocks is not None:  # a block of a block-dimension tensor: its own live range
+            b = _memory.block_index(self, key)
+            if b is not None:
+                view._mem = _memory.block_rec(m, b)
         if self._diag is not None or _diag.loops:
             _diag.on_view(self, view, idx)
         return view
@@ -462,6 +463,11 @@ class Tile(NkiTensor):
     def __setitem__(self, key, value):
         from .language import _fit, _values  # late import: language builds on core
 
+        placed = self._placed_block(key)
+        if placed is not None:
+            blk, rest = placed
+            blk[rest] = value
+            return
         col = self._as_column(key)
         if col is not None:
             self.own()
@@ -470,13 +476,26 @@ class Tile(NkiTensor):
             return
         self.own()
         idx = resolve(self.shape, key, f"{self.buffer.name} tile")
+        m = self._mem
+        if m is not None:
+            if m.blocks is not None:
+                b = _memory.block_index(self, key)
+                m = _memory.block_rec(m, b) if b is not None else m
+            if getattr(value, "_mem", None) is not m:  # (not `t[i] = t[i]` after `t[i] += x`)
+                _memory.assigned(m, value)
+        src = value
+        if isinstance(value, Tile):
+            if value._diag is not None or _diag.loops:
+                _diag.on_read(value)
+            src = dt.compute_view(value._raw())
+        data = self._raw()
         if self.nb:
-            full = self.data.shape[:self.nb] + idx.out_shape
-            vals = _fit(_values(value, "value"), full, "tile assignment", f"{self.buffer.name} tile[...]")
-            tile_write(idx, self.data, dt.cast(vals, self.data.dtype), self.nb)
+            full = data.shape[:self.nb] + idx.out_shape
+            vals = _fit(_values(src, "value"), full, "tile assignment", f"{self.buffer.name} tile[...]")
+            tile_write(idx, data, dt.cast(vals, data.dtype), self.nb)
         else:
-            vals = _fit(_values(value, "value"), idx.out_shape, "tile assignment", f"{self.buffer.name} tile[...]")
-            idx.write(self.data, dt.cast(vals, self.data.dtype), what=f"{self.buffer.name} tile")
+            vals = _fit(_values(src, "value"), idx.out_shape, "tile assignment", f"{self.buffer.name} tile[...]")
+            idx.write(data, dt.cast(vals, data.dtype), what=f"{self.buffer.name} tile")
         if self._diag is not None or _diag.loops:
             _diag.on_write(self, idx, value)
 

@@ -16,6 +16,7 @@ import numpy as np
 
 from . import diagnostics as _diag
 from . import dtypes as dt
+from . import memory as _memory
 from . import profile as _prof
 from .core import (Access, Buffer, HBMTensor, PMAX, Tile, current, current_or_none, hbm, par_dim,
                    private_hbm, psum, sbuf, shared_hbm)
@@ -185,6 +186,7 @@ def _deferred(fn, args, dtype, mask, engine):
     shape = np.broadcast_shapes(*(np.shape(a) for a in args))
     if np.result_type(*args) != dtype or len(shape) < 1 or _full_mask(mask, shape) is not None:
         return None
+    _prof.instruction(engine, None)  # counted now (the memory model's instruction slot)
     return Tile(None, sbuf, thunk=(fn, args, shape, dtype))
 
 
@@ -391,36 +393,75 @@ def _parse_shape(shape):
     return tuple(int(s) for s in shape), (pdims[0] if pdims else 0)
 
 
-def _allocate(shape, dtype, buffer, fill=None, name=""):
+def _allocate(shape, dtype, buffer, fill=None, name="", address=None):
     shape, pdim = _parse_shape(shape)
     dtype = dt.as_dtype(dtype) if dtype is not None else dt.float32
     buffer = sbuf if buffer is None else buffer
+    buffer, placement = _memory.resolve_buffer(buffer, address)
     if not isinstance(buffer, Buffer):
         raise NKIError("buffer", f"buffer={buffer!r} is not an NKI memory (nl.sbuf, nl.psum, nl.hbm, "
-                       "nl.shared_hbm, nl.private_hbm)")
+                       "nl.shared_hbm, nl.private_hbm, or an nki.compiler allocation)")
     if not buffer.on_chip:
         from .launch import allocate_hbm
 
         return allocate_hbm(shape, dtype, buffer, fill, name)
     prog = current_or_none()
+    if placement is not None and prog is not None and "force_auto_alloc" in prog.mem.flags:
+        placement = None  # "This will ignore any direct allocation inside the kernel"
     if prog is not None and prog.nb:
+        if placement is not None:
+            raise NotBatchable("placed tensors live in per-program storage")
         # One tile per program, writeable like the per-program path (views of it write through).
         full = prog.bshape + shape
-        data = np.empty(full, dtype) if fill is None else (np.zeros(full, dtype) if fill == 0 else
-                                                           np.full(full, fill, dtype))
+        data = _memory.uninitialised(full, dtype) if fill is None else (
+            np.zeros(full, dtype) if fill == 0 else np.full(full, fill, dtype))
         return Tile(data, buffer, pdim)
-    data = np.empty(shape, dtype) if fill is None else np.full(shape, fill, dtype)
+    if placement is not None and prog is not None:
+        return _placed(shape, pdim, dtype, buffer, placement, fill, name, prog)
+    data = _memory.uninitialised(shape, dtype) if fill is None else np.full(shape, fill, dtype)
     if fill is not None:
         _prof.instruction("GpSimd", data)
     tile = Tile(data, buffer, pdim)
+    if tile._mem is not None and name:
+        tile._mem.name = name
     if fill is None:
         _diag.mark_uninitialised(tile)  # reads before a write are the `uninit` diagnostic
     return tile
 
 
-def ndarray(shape, dtype, buffer=None, name="", *, lazy_initialization=False):
-    """Allocate an uninitialised tensor in ``buffer`` (default SBUF; HBM for kernel outputs)."""
-    return _allocate(shape, dtype, buffer, None, name)
+def _placed(shape, pdim, dtype, buffer, placement, fill, name, prog):
+    """A tensor on the bytes ``placement`` gives it (direct allocation): it aliases whatever else
+    lives there, as on hardware (:mod:`.memory`)."""
+    data, blocks = _memory.place(shape, pdim, dtype, placement, prog)
+    if blocks is None:
+        data, (part, lo) = data
+        tile = Tile(data, buffer, pdim)
+        rec = tile._mem
+        _memory.mark_placed(rec, part, lo, shape[pdim])
+    else:
+        # Blocks live at unrelated addresses: the tensor is reached one block at a time, and
+        # reading it whole raises (the deferred-value slot holds the error).
+        tile = Tile(np.broadcast_to(np.zeros((), dtype), shape), buffer, pdim)
+        tile._thunk = (_memory.whole_block_tensor, (), shape, dtype)
+        rec = tile._mem
+        rec.place, rec.tiles = blocks, {}
+    if name:
+        rec.name = name
+    if fill is not None:
+        for b in (blocks or ((),)):
+            tile[b + (...,)] = fill
+    elif blocks is None:
+        _diag.mark_uninitialised(tile)
+    return tile
+
+
+def ndarray(shape, dtype, buffer=None, name="", address=None, *, lazy_initialization=False):
+    """Allocate an uninitialised tensor in ``buffer`` (default SBUF; HBM for kernel outputs).
+
+    ``buffer`` may be an ``nki.compiler`` allocation (``ncc.sbuf.mod_alloc(...)``), and
+    ``address=(partition_offset, free_offset)`` (standalone ``nki``) places an SBUF/PSUM tensor
+    at those bytes; placed tensors share storage where their bytes overlap."""
+    return _allocate(shape, dtype, buffer, None, name, address)
 
 
 def zeros(shape, dtype, buffer=None, name="", *, lazy_initialization=False):
@@ -986,6 +1027,8 @@ def _install_operators():
 
         def iop(self, other):
             # In-place accumulation (e.g. `psum_tile += nc_matmul(...)`): fp32 math, round on write.
+            if self._mem is not None:  # `psum[...] += nc_matmul(...)`: the matmul accumulates in place
+                _memory.accumulated(self._mem, other)
             self.own()
             if self._diag is not None or _diag.loops:
                 _diag.on_accumulate(self)

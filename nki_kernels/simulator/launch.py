@@ -276,6 +276,7 @@ def _run_programs(kernel, grid, args, kwargs, pids, outputs):
                     prog = Program(state, tuple(pid))
                     set_current(prog)
                     result = kernel.func(*args, **kwargs)
+                    prog.finish(lambda: kernel.func(*args, **kwargs))  # live ranges, capacity, placement
                     state.programs += 1
     finally:
         set_current(outer)

@@ -6,13 +6,27 @@ here; the hot path pays one attribute check per instruction otherwise.
 
 from __future__ import annotations
 
+from . import memory as _memory
 from .diagnostics import hbm_access as _hbm_access
 
 _recorder = None
+_tls = None  # core._tls, bound on first use (core imports modules that import this one)
+
+
+def _program():
+    global _tls
+    if _tls is None:
+        from .core import _tls as t
+
+        _tls = t
+    return getattr(_tls, "program", None)
 
 
 def instruction(engine: str, out) -> None:
-    """Record one engine instruction producing ``out``."""
+    """Record one engine instruction producing ``out`` (and count its slot for memory live ranges)."""
+    prog = _program()
+    if prog is not None:
+        _memory.instruction(prog)
     if _recorder is not None:
         _recorder.instruction(engine, out)
 
@@ -21,6 +35,9 @@ def dma(tensor, data, direction: str, access, mask, written=False) -> None:
     """Record one DMA transfer of ``data`` to or from HBM ``tensor`` (and log it for diagnostics).
     A write is recorded before ``tensor`` changes, or with ``written=True`` after."""
     _hbm_access(tensor, access, mask, direction == "write", None if written else data)
+    prog = _program()
+    if prog is not None:
+        _memory.dma(prog)
     if _recorder is not None:
         _recorder.dma(tensor, data, direction, access, mask)
 

@@ -193,6 +193,7 @@ class GridRunner:
         prog = Program(self.state, tuple(pid))
         set_current(prog)
         self.result = self.kernel.func(*self.args, **self.kwargs)
+        prog.finish(lambda: self.kernel.func(*self.args, **self.kwargs))
         self.state.programs += 1
         return prog
 

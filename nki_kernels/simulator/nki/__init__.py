@@ -1,7 +1,7 @@
 """The simulator's ``neuronxcc.nki`` module: ``jit``, ``simulate_kernel``, ``baremetal``,
 ``benchmark``, and the ``language`` / ``isa`` / ``typing`` submodules."""
 
-from .. import isa, language  # noqa: F401 - re-exported as nki.language / nki.isa
+from .. import compiler, isa, language  # noqa: F401 - re-exported as nki.compiler / .language / .isa
 from ..launch import baremetal, jit, simulate_kernel  # noqa: F401
 from . import typing  # noqa: F401
 

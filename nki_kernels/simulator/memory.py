@@ -1,0 +1,626 @@
+"""On-chip memory of one program: live ranges, capacity, direct allocation (placement) and the NaN fill.
+
+What the hardware and compiler do (NKI Direct Allocation Developer Guide, nki.compiler.* pages):
+
+* SBUF is 128 partitions x 192 KiB; PSUM 128 partitions x 8 banks x 2 KiB.
+* A tensor with block dimensions ``(B, P, F)`` has ``B`` *logical* tiles; "the block dimension
+  ... does not reflect the number of physical tiles being allocated". Each block here is live
+  only from its own first access to its last one.
+* Automatic allocation (``nl.sbuf`` / ``nl.psum``, ``ncc.*.auto_alloc()``) may spill: "on-chip
+  memory over-subscription causing excessive spills of intermediate data to device memory" is a
+  performance problem, not an error. What can never work is one instruction whose operands do
+  not fit at once, or one tile larger than the memory: those are ``capacity`` errors.
+* Direct allocation (``ncc.sbuf.alloc/mod_alloc``, ``ncc.psum.alloc/mod_alloc``, the standalone
+  ``nl.ndarray(..., address=)``) puts tiles on fixed bytes of one per-program storage, so
+  overlapping placements alias as on hardware (``mod_alloc`` block ``i`` and ``i + n`` share
+  storage). Two placed tiles whose live ranges overlap on the same bytes are a conflict, and
+  per memory either every tensor is placed or none is ("All SBUF tensors in a kernel must either
+  all be marked as auto_alloc(), or all be allocated with alloc or mod_alloc").
+
+Bookkeeping cost: every program counts instruction slots (``ic``: one per engine instruction or
+DMA, see :mod:`.profile`). A tile's record keeps its first and last slot; a read updates them and,
+once per slot, a running per-instruction working set -- O(1) per access. Live ranges, the
+occupancy curve and conflicts are computed when the program ends (:func:`finish`). Source lines
+are not recorded on the hot path: when a problem is found the program is run again with line
+recording on, and the report names the lines.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import config as _config
+from . import diagnostics as _diag
+from .errors import NKIError
+
+SBUF, PSUM = 0, 1
+NAMES = ("SBUF", "PSUM")
+PMAX = 128
+SBUF_BYTES = 192 * 1024
+PSUM_BYTES = 16 * 1024
+PSUM_BANK = 2 * 1024
+PSUM_BANKS = 8
+CAPACITY = (SBUF_BYTES, PSUM_BYTES)
+# "a valid byte_addr can be any integer values from 0 (inclusive) to 192KiB-16KiB (exclusive) ...
+# 16KiB is allocated for compiler internal usage" (nki.compiler.sbuf.alloc)
+SBUF_PLACEABLE = SBUF_BYTES - 16 * 1024
+INT_SENTINEL = 4  # the official simulator fills integer tensors with 4 (NKI CPU Simulator guide)
+
+_lines = False  # record source lines (set while a program is re-run for a report)
+
+
+# ---------------------------------------------------------------------------
+# the NaN fill of uninitialised memory
+# ---------------------------------------------------------------------------
+def uninitialised(shape, dtype) -> np.ndarray:
+    """A new array for memory nothing wrote yet: NaN (floats) or 4 (integers) when
+    ``config.nan_fill`` is on (the official simulator's sentinels), else ``np.empty``."""
+    if not _config.nan_fill:
+        return np.empty(shape, dtype)
+    return np.full(shape, sentinel(dtype), dtype)
+
+
+def sentinel(dtype):
+    """The fill value of never-written memory of ``dtype``."""
+    dtype = np.dtype(dtype)
+    if dtype == np.bool_:
+        return True
+    if np.issubdtype(dtype, np.integer):
+        return INT_SENTINEL
+    return np.nan
+
+
+def poison(array: np.ndarray) -> None:
+    """Fill ``array`` (memory a launch hands out uninitialised) with the sentinel when enabled."""
+    if _config.nan_fill:
+        array[...] = sentinel(array.dtype)
+
+
+# ---------------------------------------------------------------------------
+# records
+# ---------------------------------------------------------------------------
+class Rec:
+    """Live-range record of one physical tile: an ordinary tile, one block of a block-dimension
+    tensor, or a whole block-dimension tensor accessed at once."""
+
+    __slots__ = ("mem", "buf", "nbytes", "first", "last", "lastc", "moved", "place", "shape", "dtype",
+                 "name", "blocks", "root", "key", "alloc_at", "last_at", "tiles")
+
+    def __init__(self, mem, buf, nbytes, shape, dtype, name="", root=None, key=None):
+        self.mem = mem
+        self.buf = buf
+        self.nbytes = nbytes
+        self.first = None  # first slot it is live (allocation, or a block's first access)
+        self.last = -1  # last slot an engine read or wrote it
+        self.lastc = -1  # last slot a tile copy (t[...] = x) touched it
+        self.moved = -1  # slot of the instruction that produced it straight into another tile
+        self.place = None  # (start_partition, partitions, lo, hi) bytes within a partition
+        self.shape = shape
+        self.dtype = dtype
+        self.name = name
+        self.blocks = None  # block index -> Rec, for block-dimension tensors
+        self.root = root
+        self.key = key
+        self.alloc_at = None
+        self.last_at = None
+        self.tiles = None  # block index -> Tile, for placed block-dimension tensors
+
+    def end(self) -> int:
+        """Last slot the tile is live."""
+        return max(self.last, self.lastc, self.first)
+
+    def elided(self) -> bool:
+        """Produced straight into another tile (``t[...] = nl.load(...)``): never a tile of its own."""
+        return self.moved >= 0 and max(self.last, self.lastc) <= self.moved
+
+    def describe(self) -> str:
+        """``name shape dtype (bytes B/partition)`` for reports."""
+        what = f"{NAMES[self.buf]} tile"
+        if self.root is not None:
+            what = f"block {self.key} of {NAMES[self.buf]} tensor"
+        label = f" '{self.name}'" if self.name else ""
+        return f"{what}{label} {self.shape} {self.dtype} ({self.nbytes} B/partition)"
+
+
+class ProgramMemory:
+    """The memory state of one program (``Program.mem``)."""
+
+    __slots__ = ("prog", "ic", "fresh", "recs", "ws_c", "rsum", "rmax", "wsum", "ws_recs", "ws_bad",
+                 "storage", "placed", "flags", "curve", "peak", "peak_at", "last_result", "last_alloc")
+
+    def __init__(self, prog):
+        self.prog = prog
+        self.ic = 0  # instruction slot counter
+        self.fresh = False  # the last event was an engine instruction: its result tile comes next
+        self.recs = []
+        self.ws_c = 0  # slot of the working set being summed
+        self.rsum = [0, 0]
+        self.rmax = [0, 0]
+        self.wsum = [0, 0]
+        self.ws_recs = []
+        self.ws_bad = None  # (slot, needed, buf, recs) of the first instruction that cannot fit
+        self.storage = [None, None]  # per-memory byte storage of placed tensors
+        self.placed = [False, False]
+        self.flags = _kernel_flags(prog)
+        self.curve = None
+        self.peak = [0, 0]
+        self.peak_at = [0, 0]
+        self.last_result = None  # the tile the last instruction produced (may be moved into another)
+        self.last_alloc = None
+
+    # -- working set of the current instruction ---------------------------------
+    def close(self, c: int) -> None:
+        """Check the working set of slot ``ws_c`` and start slot ``c``."""
+        for b in (SBUF, PSUM):
+            need = self.rsum[b] + max(0, self.wsum[b] - self.rmax[b])
+            if need > CAPACITY[b] and self.ws_bad is None:
+                self.ws_bad = (self.ws_c, need, b, [r for r in self.ws_recs if r.buf == b])
+            self.rsum[b] = self.rmax[b] = self.wsum[b] = 0
+        self.ws_recs = []
+        self.ws_c = c
+
+    def wrote(self, rec, c: int) -> None:
+        """``rec`` written by the instruction of slot ``c`` (its result)."""
+        if rec.first is None or rec.first > c:
+            rec.first = c
+        if rec.last >= c:
+            return
+        rec.last = c
+        if self.ws_c < c:
+            self.close(c)
+        if self.ws_c == c:
+            self.wsum[rec.buf] += rec.nbytes
+            self.ws_recs.append(rec)
+        if _lines:
+            rec.last_at = _diag.where()
+
+
+def touch(rec) -> None:
+    """An engine instruction reads (or updates in place) the tile of ``rec``: O(1)."""
+    m = rec.mem
+    c = m.ic
+    if rec.last != c:
+        rec.last = c
+        if rec.first is None:
+            rec.first = c
+        if m.ws_c != c:
+            m.close(c)
+        b = rec.buf
+        n = rec.nbytes
+        m.rsum[b] += n
+        if n > m.rmax[b]:
+            m.rmax[b] = n
+        m.ws_recs.append(rec)
+        if _lines:
+            rec.last_at = _diag.where()
+
+
+def copied(rec) -> None:
+    """A tile copy (``t[...] = x``) touches ``rec``: extends its live range, no engine working set."""
+    m = rec.mem
+    c = m.ic
+    if rec.first is None:
+        rec.first = c
+    if rec.lastc < c:
+        rec.lastc = c
+        if _lines:
+            rec.last_at = _diag.where()
+
+
+def _kernel_flags(prog):
+    kernel = getattr(getattr(prog, "launch", None), "kernel", None)
+    flags = set(getattr(kernel, "_nki_compiler_flags", ()))
+    flags |= set(getattr(getattr(kernel, "func", None), "_nki_compiler_flags", ()))
+    return flags
+
+
+# ---------------------------------------------------------------------------
+# hooks from core.Tile and the ops
+# ---------------------------------------------------------------------------
+def buffer_index(buffer) -> int:
+    """``SBUF`` or ``PSUM`` for an on-chip buffer."""
+    return PSUM if buffer.name == "psum" else SBUF
+
+
+def on_alloc(tile, prog, name=""):
+    """A new tile (not a view) in ``prog``: its record, with the single-tile capacity check."""
+    m = prog.mem
+    buf = buffer_index(tile.buffer)
+    shape = tile.shape
+    pdim = tile.pdim
+    per_block = tile.bytes_per_partition() // tile.blocks()
+    rec = Rec(m, buf, tile.bytes_per_partition(), shape, tile.dtype, name)
+    m.recs.append(rec)
+    if _lines:
+        rec.alloc_at = _diag.where()
+    if per_block > CAPACITY[buf] and _config.enabled("capacity"):
+        what = "a block of " if pdim else ""
+        _config.report("capacity", NKIError(
+            f"{NAMES[buf]} capacity",
+            f"{what}a {NAMES[buf]} tile of shape {shape} {tile.dtype} needs {per_block} B per partition, "
+            f"more than the {CAPACITY[buf]} B ({CAPACITY[buf] // 1024} KiB) a partition has; no allocation "
+            "can hold it (split it into smaller tiles)"))
+    if pdim:
+        rec.blocks = {}  # a block-dimension tensor: its blocks are live only when used
+        return rec
+    c = m.ic
+    if m.fresh:  # the result of the instruction just counted
+        m.fresh = False
+        m.last_result = rec
+        m.wrote(rec, c - 1)
+    else:
+        rec.first = c  # nl.ndarray: live from here; joins working sets only when used
+        m.last_alloc = rec
+    return rec
+
+
+def block_rec(root_rec, bidx):
+    """The record of block ``bidx`` (a tuple of ints) of a block-dimension tensor."""
+    rec = root_rec.blocks.get(bidx)
+    if rec is None:
+        n = root_rec.nbytes
+        for s in root_rec.shape[:len(bidx)]:
+            n //= s
+        rec = Rec(root_rec.mem, root_rec.buf, n, root_rec.shape[len(bidx):], root_rec.dtype, root_rec.name,
+                  root_rec, bidx)
+        root_rec.blocks[bidx] = rec
+        root_rec.mem.recs.append(rec)
+    return rec
+
+
+def block_index(tile, key):
+    """The block of a block-dimension ``tile`` that ``key`` selects, as a tuple of ints, or None."""
+    pdim = tile.pdim
+    if not pdim:
+        return None
+    parts = key if isinstance(key, tuple) else (key,)
+    if len(parts) < pdim:
+        return None
+    out = []
+    for k, n in zip(parts[:pdim], tile.shape[:pdim]):
+        if isinstance(k, (int, np.integer)) and not isinstance(k, bool):
+            k = int(k)
+            out.append(k + n if k < 0 else k)
+        else:
+            return None
+    return tuple(out)
+
+
+def assigned(dest_rec, value) -> bool:
+    """``dest[...] = value``: if ``value`` is the result the last instruction just produced, that
+    instruction wrote ``dest`` directly (its own tile is elided); returns True then. Otherwise the
+    assignment is a tile copy."""
+    m = dest_rec.mem
+    v = getattr(value, "_mem", None)
+    if (v is not None and v is m.last_result and getattr(value, "_parent", 1) is None and v.moved < 0
+            and v.last == v.first and v.lastc < 0):
+        v.moved = v.first
+        m.last_result = None
+        if m.ws_c == v.first and v.last == m.ws_c:
+            m.wsum[v.buf] -= v.nbytes
+        m.wrote(dest_rec, v.first)
+        return True
+    if v is not None:
+        copied(v)
+    copied(dest_rec)
+    return False
+
+
+def accumulated(dest_rec, value) -> bool:
+    """``dest += value`` where ``value`` was just produced (``psum[...] += nisa.nc_matmul(...)``):
+    the producing instruction accumulates into ``dest``; the add itself takes no working set."""
+    m = dest_rec.mem
+    v = getattr(value, "_mem", None)
+    if v is None or v is not m.last_result or getattr(value, "_parent", 1) is not None or v.last != v.first:
+        return False
+    c = v.first
+    v.moved = m.ic
+    m.last_result = None
+    if m.ws_c == c and v.last == c:
+        m.wsum[v.buf] -= v.nbytes
+    if dest_rec.last < c:  # the accumulator is read and written by the producing instruction
+        dest_rec.last = c
+        if dest_rec.first is None:
+            dest_rec.first = c
+        if m.ws_c == c:
+            m.rsum[dest_rec.buf] += dest_rec.nbytes
+            m.rmax[dest_rec.buf] = max(m.rmax[dest_rec.buf], dest_rec.nbytes)
+            m.ws_recs.append(dest_rec)
+    # the add's own slot: its reads are part of the producing instruction
+    v.last = m.ic
+    dest_rec.last = max(dest_rec.last, m.ic)
+    return True
+
+
+def instruction(prog) -> None:
+    """One engine instruction done (called from :mod:`.profile`)."""
+    m = prog.mem
+    m.ic += 1
+    m.fresh = True
+
+
+def dma(prog) -> None:
+    """One DMA done; a tile allocated in its slot is what it loaded (its result)."""
+    m = prog.mem
+    r = m.last_alloc
+    if r is not None and r.first == m.ic:
+        m.last_result = r
+        m.last_alloc = None
+        if r.last == m.ic and m.ws_c == m.ic:  # counted as read by the DMA: it is written
+            m.rsum[r.buf] -= r.nbytes
+            m.wsum[r.buf] += r.nbytes
+    m.ic += 1
+    m.fresh = False
+
+
+# ---------------------------------------------------------------------------
+# direct allocation
+# ---------------------------------------------------------------------------
+class Placement:
+    """A ``buffer=`` that places each logical tile: ``func(idx, pdim_size, fdim_size)`` returns
+    ``(start_partition, byte_addr)`` (SBUF) or ``(bank, start_partition, byte_addr)`` (PSUM)."""
+
+    def __init__(self, buffer, func, what):
+        self.buffer = buffer
+        self.func = func
+        self.what = what
+
+    def __repr__(self):
+        return self.what
+
+
+class AutoAlloc:
+    """``ncc.sbuf.auto_alloc()`` / ``ncc.psum.auto_alloc()``: the compiler places the tensor."""
+
+    def __init__(self, buffer):
+        self.buffer = buffer
+
+    def __repr__(self):
+        return f"{self.buffer.name}.auto_alloc()"
+
+
+def resolve_buffer(buffer, address=None):
+    """``(core buffer, Placement or None)`` for a ``buffer=`` (and standalone ``address=``) argument."""
+    if isinstance(buffer, AutoAlloc):
+        return buffer.buffer, None
+    if isinstance(buffer, Placement):
+        return buffer.buffer, buffer
+    core_buffer = getattr(buffer, "_nki_buffer", None)  # ncc.sbuf / ncc.psum used as the buffer
+    if core_buffer is not None:
+        buffer = core_buffer
+    if address is None:
+        return buffer, None
+    if not getattr(buffer, "on_chip", False):
+        raise NKIError("address", f"address={address!r} places a tensor in {buffer!r}; only SBUF and PSUM "
+                       "tensors are placed by the simulator")
+    try:
+        part, free = (int(a) for a in address)
+    except (TypeError, ValueError):
+        raise TypeError(f"nl.ndarray: address must be a (partition_offset, free_offset) pair of ints, "
+                        f"got {address!r}") from None
+    if buffer.name == "psum":
+        return buffer, Placement(buffer, lambda idx, p, f: (free // PSUM_BANK, part, free % PSUM_BANK),
+                                 f"address={address!r}")
+    return buffer, Placement(buffer, lambda idx, p, f: (part, free), f"address={address!r}")
+
+
+def _storage(m, buf):
+    s = m.storage[buf]
+    if s is None:
+        n = CAPACITY[buf]
+        # 0xFF bytes are NaN in every float format (and -1 in ints): never-written placed memory poisons
+        s = np.full((PMAX, n), 0xFF, np.uint8) if _config.nan_fill else np.zeros((PMAX, n), np.uint8)
+        m.storage[buf] = s
+    return s
+
+
+def _check_place(buf, loc, pdim_size, fbytes, what):
+    if buf == PSUM:
+        if len(loc) != 3:
+            raise NKIError("placement", f"{what}: a PSUM allocation function returns (bank_id, start_partition, "
+                           f"byte_addr), got {loc!r}")
+        bank, part, addr = (int(v) for v in loc)
+        if not 0 <= bank < PSUM_BANKS:
+            raise NKIError("placement", f"{what}: PSUM bank {bank} is not one of the {PSUM_BANKS} banks (0..7)")
+        if addr < 0 or addr + fbytes > PSUM_BANK:
+            raise NKIError("placement", f"{what}: a PSUM tile of {fbytes} B/partition at byte {addr} of bank "
+                           f"{bank} crosses the {PSUM_BANK} B bank (a PSUM tile cannot span banks)")
+        lo = bank * PSUM_BANK + addr
+    else:
+        if len(loc) != 2:
+            raise NKIError("placement", f"{what}: an SBUF allocation function returns (start_partition, "
+                           f"byte_addr), got {loc!r}")
+        part, addr = (int(v) for v in loc)
+        if addr < 0 or addr + fbytes > SBUF_PLACEABLE:
+            raise NKIError("placement", f"{what}: an SBUF tile of {fbytes} B/partition at byte_addr {addr} does "
+                           f"not fit below {SBUF_PLACEABLE} B (192 KiB less the 16 KiB the compiler reserves)")
+        lo = addr
+    # ISA rules on the start partition (nki.compiler.sbuf.alloc)
+    ok = (part == 0 if pdim_size > 64 else part in (0, 64) if pdim_size > 32 else part in (0, 32, 64, 96))
+    if not ok or part + pdim_size > PMAX:
+        raise NKIError("placement", f"{what}: start partition {part} is not allowed for a tile of {pdim_size} "
+                       "partitions (over 64: 0; 33..64: 0 or 64; up to 32: 0, 32, 64 or 96)")
+    return part, lo
+
+
+def view(m, buf, part, lo, pdim_size, fshape, dtype):
+    """The ``(pdim_size,) + fshape`` array of ``dtype`` at partition ``part``, byte ``lo`` of the storage."""
+    s = _storage(m, buf)
+    dtype = np.dtype(dtype)
+    fbytes = int(np.prod(fshape, dtype=np.int64)) * dtype.itemsize
+    return s[part:part + pdim_size, lo:lo + fbytes].view(dtype).reshape((pdim_size,) + tuple(fshape))
+
+
+def place(shape, pdim, dtype, placement, prog):
+    """Storage for a placed tensor: ``((data, (partition, byte)), None)`` for a tensor without block
+    dimensions (``data`` views the program's byte storage), ``(None, blocks)`` with block index ->
+    ``(partition, byte)`` for a block-dimension tensor."""
+    m = prog.mem
+    buf = buffer_index(placement.buffer)
+    m.placed[buf] = True
+    dtype = np.dtype(dtype)
+    bshape, pdim_size, fshape = shape[:pdim], shape[pdim], shape[pdim + 1:]
+    fbytes = int(np.prod(fshape, dtype=np.int64)) * dtype.itemsize
+    if not pdim:
+        loc = placement.func((), pdim_size, fbytes)
+        part, lo = _check_place(buf, loc, pdim_size, fbytes, placement.what)
+        return (view(m, buf, part, lo, pdim_size, fshape, dtype), (part, lo)), None
+    blocks = {}
+    for idx in np.ndindex(*bshape):
+        loc = placement.func(tuple(idx), pdim_size, fbytes)
+        blocks[tuple(idx)] = _check_place(buf, loc, pdim_size, fbytes, f"{placement.what} block {tuple(idx)}")
+    return None, blocks
+
+
+def mark_placed(rec, part, lo, pdim_size):
+    """Record where ``rec``'s tile lives."""
+    rec.place = (part, pdim_size, lo, lo + rec.nbytes)
+
+
+# ---------------------------------------------------------------------------
+# end of a program: live ranges, occupancy, conflicts
+# ---------------------------------------------------------------------------
+def finish(prog, rerun=None) -> None:
+    """Analyse ``prog``'s records: occupancy curve and peaks, then report instructions that cannot
+    fit, conflicting placements and mixed allocation. ``rerun()`` runs the program again (with
+    source lines recorded) to name lines in a report."""
+    m = prog.mem
+    m.close(m.ic + 1)
+    live = [r for r in m.recs if r.first is not None and r.blocks is None and not r.elided()]
+    roots = [r for r in m.recs if r.blocks is not None and r.last >= 0]  # whole block tensors used at once
+    n = m.ic + 2
+    curve = np.zeros((2, n + 1), np.int64)
+    for r in live + roots:
+        curve[r.buf, r.first] += r.nbytes
+        curve[r.buf, r.end() + 1] -= r.nbytes
+    curve = np.cumsum(curve, axis=1)[:, :n]
+    m.curve = curve
+    for b in (SBUF, PSUM):
+        m.peak[b] = int(curve[b].max()) if n else 0
+        m.peak_at[b] = int(curve[b].argmax()) if n else 0
+    prog.sbuf_peak, prog.psum_peak = m.peak
+    problem = _problem(m, live)
+    if problem is None or not _config.enabled("capacity"):
+        return
+    if rerun is not None and not _lines:
+        detail = _with_lines(prog, rerun)
+        if detail is not None:
+            problem = detail
+    _config.report("capacity", problem)
+
+
+def _problem(m, live):
+    if m.ws_bad is not None:
+        return _ws_error(m, live)
+    conflict = _conflicts(live)
+    if conflict is not None:
+        return conflict
+    return _mixed(m, live)
+
+
+def _at(w):
+    return _diag.fmt_where(w) if w is not None else "?"
+
+
+def _live_at(live, c, buf):
+    return sorted((r for r in live if r.buf == buf and r.first <= c <= r.end()), key=lambda r: -r.nbytes)
+
+
+def _tile_lines(recs, limit=12):
+    rows = [f"  {r.describe()}: allocated at {_at(r.alloc_at or (r.root.alloc_at if r.root else None))}, "
+            f"last used at {_at(r.last_at)}" for r in recs[:limit]]
+    if len(recs) > limit:
+        rows.append(f"  ... and {len(recs) - limit} more")
+    return "\n".join(rows)
+
+
+def _ws_error(m, live):
+    c, need, buf, recs = m.ws_bad
+    where = next((r.last_at for r in recs if r.last_at is not None), None)
+    live_here = _live_at(live, c, buf)
+    peak = m.peak[buf]
+    return NKIError(
+        f"{NAMES[buf]} capacity",
+        f"instruction #{c} of program {m.prog.pid} needs {need} B per partition of {NAMES[buf]} at once "
+        f"(its operands and result), over the {CAPACITY[buf]} B a partition has "
+        f"({'8 banks x 2 KiB' if buf == PSUM else '192 KiB'}); no allocation or spill can make it fit. "
+        f"Tiles of the instruction:\n{_tile_lines(recs)}\n"
+        f"{sum(r.nbytes for r in live_here)} B/partition live there (peak {peak} at instruction "
+        f"#{m.peak_at[buf]}):\n{_tile_lines(live_here)}",
+        where=_at(where) if where is not None else None)
+
+
+def _conflicts(live):
+    placed = sorted((r for r in live if r.place is not None), key=lambda r: r.first)
+    active = []
+    for r in placed:
+        active = [a for a in active if a.end() >= r.first]
+        for a in active:
+            if a.buf != r.buf or a.root is not None and a.root is r.root and a.key == r.key:
+                continue
+            pa, na, lo_a, hi_a = a.place
+            pr, nr, lo_r, hi_r = r.place
+            if pa < pr + nr and pr < pa + na and lo_a < hi_r and lo_r < hi_a:
+                return NKIError(
+                    "allocation conflict",
+                    f"two placed {NAMES[r.buf]} tiles share bytes while both are live: {a.describe()} at "
+                    f"partitions {pa}..{pa + na - 1}, bytes {lo_a}..{hi_a - 1} (live from instruction #{a.first} "
+                    f"to #{a.end()}, allocated at {_at(a.alloc_at or (a.root.alloc_at if a.root else None))}, "
+                    f"last used at {_at(a.last_at)}) and {r.describe()} at partitions {pr}..{pr + nr - 1}, bytes "
+                    f"{lo_r}..{hi_r - 1} (first written at instruction #{r.first}, "
+                    f"{_at(r.alloc_at or (r.root.alloc_at if r.root else None))}). Writing the second overwrites "
+                    "the first on hardware (NKI Direct Allocation guide, 'Lifetime Conflicts'): give them "
+                    "different addresses or more physical tiles (num_free_tiles / num_bank_tiles)")
+        active.append(r)
+    return None
+
+
+def _mixed(m, live):
+    for b in (SBUF, PSUM):
+        if not m.placed[b]:
+            continue
+        auto = [r for r in live if r.buf == b and r.place is None and r.root is None]
+        if auto:
+            r = auto[0]
+            return NKIError(
+                "allocation mixing",
+                f"this kernel places {NAMES[b]} tensors with direct allocation, but {r.describe()} (allocated "
+                f"at {_at(r.alloc_at)}) is allocated automatically. All {NAMES[b]} tensors of a kernel are "
+                "either auto_alloc() or placed (nki.compiler.sbuf/psum.auto_alloc); an instruction's result "
+                "must be assigned into a placed tensor (t[...] = nl.load(...)), not kept as a new tile "
+                f"({len(auto)} such tile(s))")
+    return None
+
+
+def _with_lines(prog, rerun):
+    """Run the program again recording source lines; the first problem it finds, with lines."""
+    global _lines
+    from .core import Program, current_or_none, set_current
+
+    again = Program(prog.launch, prog.pid)
+    outer = current_or_none()
+    _lines = True
+    try:
+        set_current(again)
+        with _config.override(race="off", loop_carried="off", uninit="off", operand="off", capacity="off"):
+            rerun()
+        m = again.mem
+        m.close(m.ic + 1)
+        live = [r for r in m.recs if r.first is not None and r.blocks is None and not r.elided()]
+        again.mem.peak = prog.mem.peak
+        again.mem.peak_at = prog.mem.peak_at
+        return _problem(m, live)
+    except Exception:  # noqa: BLE001 - the report without lines is still right
+        return None
+    finally:
+        _lines = False
+        set_current(outer)
+
+
+# ---------------------------------------------------------------------------
+# placed block tensors
+# ---------------------------------------------------------------------------
+def whole_block_tensor(*_):
+    """Reading a placed block-dimension tensor as a whole (its blocks live at unrelated addresses)."""
+    raise NKIError("placement", "a block-dimension tensor with direct allocation is read or written one "
+                   "block at a time (t[i, ...]); its blocks live at the addresses the allocation gives them")
