@@ -24,6 +24,7 @@ import numpy as np
 
 from . import cores as _cores
 from . import diagnostics as _diag
+from . import memory as _memory
 from . import vectorize as _vec
 from . import dtypes as dt
 from .core import HBMTensor, Program, set_current, current_or_none, shared_hbm
@@ -218,7 +219,7 @@ def allocate_hbm(shape, dtype, buffer, fill, name):
             if fill is not None:
                 data[...] = fill
         else:
-            data = np.empty(shape, dtype) if fill is None else np.full(shape, fill, dtype)
+            data = _memory.uninitialised(shape, dtype) if fill is None else np.full(shape, fill, dtype)
         t = HBMTensor(data, buffer, name or f"out{i}")
         t.is_output = True
         t.uninit = fill is None  # loads of never-stored elements are the `uninit` diagnostic
@@ -226,7 +227,7 @@ def allocate_hbm(shape, dtype, buffer, fill, name):
         return t
     if prog is not None and prog.nb:
         raise NotBatchable(f"per-program {buffer!r} tensor")
-    data = np.empty(shape, dtype) if fill is None else np.full(shape, fill, dtype)
+    data = _memory.uninitialised(shape, dtype) if fill is None else np.full(shape, fill, dtype)
     t = HBMTensor(data, buffer, name or "hbm")
     t.is_output = True
     t.uninit = fill is None
