@@ -7,17 +7,16 @@ moving)`` computes ``stationary.T @ moving`` with K (partitions) <= 128,
 stationary free size <= 128 and moving free size <= 512, writing fp32 to PSUM.
 """
 
-from __future__ import annotations
-
-import numpy as np
+import numpy as _np
 
 from . import diagnostics as _diag
-from . import dtypes as dt
-from . import language as nl
+from . import dtypes as _dt
+from . import language as _nl
 from . import profile as _prof
-from .core import PMAX, Access, HBMTensor, Tile, psum, sbuf
+from .core import PMAX as _PMAX, Access as _Access, HBMTensor as _HBMTensor, Tile as _Tile
+from .core import psum as _psum, sbuf as _sbuf
 from .core import current_or_none as _current_or_none
-from .errors import NKIError
+from .errors import NKIError as _NKIError
 from .indexing import _full_mask
 from .instructions import operands as _ops
 from .instructions import registers as _regs
@@ -35,13 +34,13 @@ scalar_engine = engine.scalar
 gpsimd_engine = engine.gpsimd
 
 
-def _tile(x, name, op, buffers=(sbuf, psum)):
-    if not isinstance(x, Tile):
-        nl._values(x, name)
-        raise NKIError("operand type", f"nisa.{op}: {name} must be a tile, got {type(x).__name__}")
+def _tile(x, name, op, buffers=(_sbuf, _psum)):
+    if not isinstance(x, _Tile):
+        _nl._values(x, name)
+        raise _NKIError("operand type", f"nisa.{op}: {name} must be a tile, got {type(x).__name__}")
     if x.buffer not in buffers:
         allowed = " or ".join(b.name.upper() for b in buffers)
-        raise NKIError("operand memory", f"nisa.{op}: {name} (shape {x.shape}) is in {x.buffer.name.upper()}; "
+        raise _NKIError("operand memory", f"nisa.{op}: {name} (shape {x.shape}) is in {x.buffer.name.upper()}; "
                        f"this operand must be in {allowed}")
     if x._diag is not None or _diag.loops:
         _diag.on_read(x)
@@ -56,30 +55,30 @@ def nc_matmul(stationary, moving, *, is_stationary_onezero=False, is_moving_onez
     M <= 128 (``gemm_stationary_fmax``), N <= 512 (``gemm_moving_fmax``). ``tile_position`` /
     ``tile_size`` (PE-array tiling), ``perf_mode`` and ``name`` do not change results.
     """
-    s = _tile(stationary, "stationary", "nc_matmul", (sbuf,))
-    m = _tile(moving, "moving", "nc_matmul", (sbuf,))
+    s = _tile(stationary, "stationary", "nc_matmul", (_sbuf,))
+    m = _tile(moving, "moving", "nc_matmul", (_sbuf,))
     if s.ndim != 2 or m.ndim != 2:
-        raise NKIError("matmul operands", f"nc_matmul needs 2-D tiles, got stationary {s.shape} and moving {m.shape}")
+        raise _NKIError("matmul operands", f"nc_matmul needs 2-D tiles, got stationary {s.shape} and moving {m.shape}")
     _matmul_dtypes(s, m)
     k, mm = s.shape
     k2, n = m.shape
     if k != k2:
-        raise NKIError("matmul operands", f"contraction (partition) sizes differ: stationary {s.shape} vs "
+        raise _NKIError("matmul operands", f"contraction (partition) sizes differ: stationary {s.shape} vs "
                        f"moving {m.shape}")
-    if k > PMAX:
-        raise NKIError("matmul operands", f"contraction size K={k} > {PMAX}")
-    if mm > nl.tile_size.gemm_stationary_fmax:
-        raise NKIError("matmul operands", f"stationary free size {mm} (shape {s.shape}) > "
-                       f"{nl.tile_size.gemm_stationary_fmax} (gemm_stationary_fmax)")
-    if n > nl.tile_size.gemm_moving_fmax:
-        raise NKIError("matmul operands", f"moving free size {n} (shape {m.shape}) > "
-                       f"{nl.tile_size.gemm_moving_fmax} (gemm_moving_fmax)")
-    a = dt.compute_view(s.data).astype(np.float32, copy=False)
-    b = dt.compute_view(m.data).astype(np.float32, copy=False)
-    return nl._result(np.swapaxes(a, -1, -2) @ b, dt.float32, mask, buffer=psum, engine="Tensor")
+    if k > _PMAX:
+        raise _NKIError("matmul operands", f"contraction size K={k} > {_PMAX}")
+    if mm > _nl.tile_size.gemm_stationary_fmax:
+        raise _NKIError("matmul operands", f"stationary free size {mm} (shape {s.shape}) > "
+                       f"{_nl.tile_size.gemm_stationary_fmax} (gemm_stationary_fmax)")
+    if n > _nl.tile_size.gemm_moving_fmax:
+        raise _NKIError("matmul operands", f"moving free size {n} (shape {m.shape}) > "
+                       f"{_nl.tile_size.gemm_moving_fmax} (gemm_moving_fmax)")
+    a = _dt.compute_view(s.data).astype(_np.float32, copy=False)
+    b = _dt.compute_view(m.data).astype(_np.float32, copy=False)
+    return _nl._result(_np.swapaxes(a, -1, -2) @ b, _dt.float32, mask, buffer=_psum, engine="Tensor")
 
 
-_MATMUL_DTYPES = (dt.float8_e4m3, dt.float8_e5m2, dt.bfloat16, dt.float16, dt.tfloat32, dt.float32)
+_MATMUL_DTYPES = (_dt.float8_e4m3, _dt.float8_e5m2, _dt.bfloat16, _dt.float16, _dt.tfloat32, _dt.float32)
 
 
 def _matmul_dtypes(*operands):
@@ -90,7 +89,7 @@ def _matmul_dtypes(*operands):
         if x.dtype not in _MATMUL_DTYPES:
             from . import config
 
-            config.report("operand", NKIError(
+            config.report("operand", _NKIError(
                 "operand", f"nisa.nc_matmul: {name} (shape {x.shape}) has dtype {x.dtype}; the Tensor engine "
                 "takes float8_e4m3/float8_e5m2/bfloat16/float16/tfloat32/float32 operands (cast with dtype= "
                 "on nl.load or nl.copy)"))
@@ -100,14 +99,14 @@ def nc_transpose(data, *, mask=None, dtype=None, engine=engine.unknown, name=Non
     """Transpose a 2-D tile: Tensor engine (<= 128x128, result in PSUM) or Vector (<= 32x32, SBUF)."""
     x = _tile(data, "data", "nc_transpose")
     if x.ndim != 2:
-        raise NKIError("transpose", f"nc_transpose needs a 2-D tile, got {x.shape}")
+        raise _NKIError("transpose", f"nc_transpose needs a 2-D tile, got {x.shape}")
     on_vector = engine == "Vector"
-    limit = 32 if on_vector else PMAX
+    limit = 32 if on_vector else _PMAX
     if x.shape[0] > limit or x.shape[1] > limit:
-        raise NKIError("transpose", f"nc_transpose on the {'Vector' if on_vector else 'Tensor'} engine takes "
+        raise _NKIError("transpose", f"nc_transpose on the {'Vector' if on_vector else 'Tensor'} engine takes "
                        f"at most {limit}x{limit}, got {x.shape}")
-    out_dtype = nl._out_dtype(dtype, x)
-    return nl._result(np.swapaxes(nl._values(x, "data"), -1, -2), out_dtype, mask, buffer=sbuf if on_vector else psum,
+    out_dtype = _nl._out_dtype(dtype, x)
+    return _nl._result(_np.swapaxes(_nl._values(x, "data"), -1, -2), out_dtype, mask, buffer=_sbuf if on_vector else _psum,
                       engine="Vector" if on_vector else "Tensor")
 
 
@@ -115,13 +114,13 @@ def _per_partition(v, x, name, op):
     """A scalar or a [P, 1] tile broadcast along the free axes of ``x``."""
     if v is None:
         return None
-    if isinstance(v, Tile):
-        if v.shape[0] != x.shape[0] or int(np.prod(v.shape[1:])) != 1:
-            raise NKIError("operand shapes", f"nisa.{op}: {name} must be a scalar or a [{x.shape[0]}, 1] "
+    if isinstance(v, _Tile):
+        if v.shape[0] != x.shape[0] or int(_np.prod(v.shape[1:])) != 1:
+            raise _NKIError("operand shapes", f"nisa.{op}: {name} must be a scalar or a [{x.shape[0]}, 1] "
                            f"per-partition tile, got shape {v.shape}")
-        d = dt.compute_view(v.data)
+        d = _dt.compute_view(v.data)
         return d.reshape(d.shape[:v.nb] + (x.shape[0],) + (1,) * (x.ndim - 1))
-    return nl._values(v, name)
+    return _nl._values(v, name)
 
 
 _DEFAULT_CMD = object()
@@ -140,21 +139,21 @@ def activation(op, data, *, bias=None, scale=1.0, reduce_op=None, reduce_res=Non
     """
     x = _tile(data, "data", "activation")
     fn = _ops.alu(op)
-    v = nl._values(x, "data")
+    v = _nl._values(x, "data")
     s = _per_partition(scale, x, "scale", "activation")
     b = _per_partition(bias, x, "bias", "activation")
-    v = v * s if not (np.isscalar(s) and s == 1.0) else v
+    v = v * s if not (_np.isscalar(s) and s == 1.0) else v
     if b is not None:
         v = v + b
-    out = nl._result(fn(v), nl._out_dtype(dtype, x), mask, engine="Scalar")
+    out = _nl._result(fn(v), _nl._out_dtype(dtype, x), mask, engine="Scalar")
     if reduce_cmd is not _DEFAULT_CMD:
-        _regs.accumulate("activation", "Scalar", dt.compute_view(out.data), x.shape[0], reduce_op, reduce_res,
+        _regs.accumulate("activation", "Scalar", _dt.compute_view(out.data), x.shape[0], reduce_op, reduce_res,
                          reduce_cmd)
     elif reduce_res is not None:
         axes = tuple(range(1 + x.nb, x.ndim + x.nb))
-        vals = _ops.reducer(reduce_op if reduce_op is not None else np.add)(
-            dt.compute_view(out.data).astype(np.float32), axis=axes, keepdims=True)
-        reduce_res[...] = Tile(np.asarray(vals, np.float32), sbuf, parent=out)
+        vals = _ops.reducer(reduce_op if reduce_op is not None else _np.add)(
+            _dt.compute_view(out.data).astype(_np.float32), axis=axes, keepdims=True)
+        reduce_res[...] = _Tile(_np.asarray(vals, _np.float32), _sbuf, parent=out)
     return out
 
 
@@ -170,18 +169,18 @@ _reducer = _ops.reducer
 def tensor_reduce(op, data, axis, *, mask=None, dtype=None, negate=False, keepdims=False, name=None):
     """Reduce free ``axis`` of a tile with ``op`` (nl.add / nl.maximum / ...) on the Vector engine."""
     x = _tile(data, "data", "tensor_reduce")
-    axes = tuple(a + x.nb for a in nl._axes(x, axis, "tensor_reduce"))
-    res = _reducer(op)(nl._values(x, "data"), axis=axes, keepdims=keepdims)
+    axes = tuple(a + x.nb for a in _nl._axes(x, axis, "tensor_reduce"))
+    res = _reducer(op)(_nl._values(x, "data"), axis=axes, keepdims=keepdims)
     if negate:
         res = -res
-    return nl._result(res, nl._out_dtype(dtype, x), mask)
+    return _nl._result(res, _nl._out_dtype(dtype, x), mask)
 
 
 def tensor_partition_reduce(op, data, *, mask=None, dtype=None, name=None):
     """Reduce across the partition axis with ``op``; result has one partition (GpSimd engine)."""
     x = _tile(data, "data", "tensor_partition_reduce")
-    res = _reducer(op)(nl._values(x, "data"), axis=(x.nb,), keepdims=True)
-    return nl._result(res, nl._out_dtype(dtype, x), mask, engine="GpSimd")
+    res = _reducer(op)(_nl._values(x, "data"), axis=(x.nb,), keepdims=True)
+    return _nl._result(res, _nl._out_dtype(dtype, x), mask, engine="GpSimd")
 
 
 def tensor_tensor(data1, data2, op, *, dtype=None, mask=None, engine=engine.unknown, name=None):
@@ -189,13 +188,13 @@ def tensor_tensor(data1, data2, op, *, dtype=None, mask=None, engine=engine.unkn
     a = _tile(data1, "data1", "tensor_tensor")
     b = _tile(data2, "data2", "tensor_tensor")
     if a.shape[0] != b.shape[0]:
-        raise NKIError("operand shapes", f"nisa.tensor_tensor: partition sizes differ: {a.shape} vs {b.shape}")
-    if a.buffer is psum and b.buffer is psum:
-        raise NKIError("operand memory", "nisa.tensor_tensor: data1 and data2 cannot both be in PSUM")
-    nl._broadcast_check("tensor_tensor", a, b)
+        raise _NKIError("operand shapes", f"nisa.tensor_tensor: partition sizes differ: {a.shape} vs {b.shape}")
+    if a.buffer is _psum and b.buffer is _psum:
+        raise _NKIError("operand memory", "nisa.tensor_tensor: data1 and data2 cannot both be in PSUM")
+    _nl._broadcast_check("tensor_tensor", a, b)
     _ops.no_gpsimd_psum(engine, "tensor_tensor", a, b)
     fn = _ops.alu(op)
-    return nl._result(fn(nl._values(a, "data1"), nl._values(b, "data2")), nl._out_dtype(dtype, a, b), mask)
+    return _nl._result(fn(_nl._values(a, "data1"), _nl._values(b, "data2")), _nl._out_dtype(dtype, a, b), mask)
 
 
 def tensor_scalar(data, op0, operand0, reverse0=False, *, op1=None, operand1=None, reverse1=False,
@@ -203,7 +202,7 @@ def tensor_scalar(data, op0, operand0, reverse0=False, *, op1=None, operand1=Non
     """``(data op0 operand0) op1 operand1`` with scalar or [P, 1] operands (Vector/Scalar/GpSimd)."""
     x = _tile(data, "data", "tensor_scalar")
     _ops.no_gpsimd_psum(engine, "tensor_scalar", x, operand0, operand1)
-    v = nl._values(x, "data")
+    v = _nl._values(x, "data")
 
     def apply(v, op, operand, reverse, name):
         fn = _ops.alu(op)
@@ -213,7 +212,7 @@ def tensor_scalar(data, op0, operand0, reverse0=False, *, op1=None, operand1=Non
     v = apply(v, op0, operand0, reverse0, "operand0")
     if op1 is not None:
         v = apply(v, op1, operand1, reverse1, "operand1")
-    return nl._result(v, nl._out_dtype(dtype, x), mask)
+    return _nl._result(v, _nl._out_dtype(dtype, x), mask)
 
 
 def tensor_scalar_reduce(*, data, op0, operand0, reduce_op, reduce_res, reverse0=False, dtype=None, mask=None,
@@ -221,9 +220,9 @@ def tensor_scalar_reduce(*, data, op0, operand0, reduce_op, reduce_res, reverse0
     """``data op0 operand0`` on the Vector engine, also reducing the result over all free axes with
     ``reduce_op`` into ``reduce_res`` ([P, 1], written in place); returns the result tile."""
     out = tensor_scalar(data, op0, operand0, reverse0, dtype=dtype, mask=mask)
-    vals = _reducer(reduce_op)(dt.compute_view(out.data).astype(np.float32),
+    vals = _reducer(reduce_op)(_dt.compute_view(out.data).astype(_np.float32),
                                axis=tuple(range(1 + out.nb, out.ndim + out.nb)), keepdims=True)
-    reduce_res[...] = Tile(np.asarray(vals, np.float32), sbuf, parent=out)
+    reduce_res[...] = _Tile(_np.asarray(vals, _np.float32), _sbuf, parent=out)
     return out
 
 
@@ -231,57 +230,57 @@ def tensor_copy(src, *, mask=None, dtype=None, engine=engine.unknown, name=None)
     """Copy a tile within on-chip memory, casting to ``dtype``."""
     x = _tile(src, "src", "tensor_copy")
     _ops.no_gpsimd_psum(engine, "tensor_copy", x)
-    return nl._result(np.array(x.data), nl._out_dtype(dtype, x), mask)
+    return _nl._result(_np.array(x.data), _nl._out_dtype(dtype, x), mask)
 
 
 def iota(expr, dtype, *, mask=None, name=None):
     """A tile holding the values of an index expression (``nl.arange`` arithmetic), GpSimd engine."""
-    nb = nl._nb()
-    if type(expr) is nl.BExpr:
+    nb = _nl._nb()
+    if type(expr) is _nl.BExpr:
         vals = expr.batched_array()
         if expr.ndim == 1:
             vals = vals[..., None]
     else:
-        vals = np.asarray(expr)
+        vals = _np.asarray(expr)
         if vals.ndim == 1:
             vals = vals[:, None]
         if nb:
-            vals = np.broadcast_to(vals, _current_or_none().bshape + vals.shape)
-    return nl._result(vals, dt.as_dtype(dtype), mask, engine="GpSimd")
+            vals = _np.broadcast_to(vals, _current_or_none().bshape + vals.shape)
+    return _nl._result(vals, _dt.as_dtype(dtype), mask, engine="GpSimd")
 
 
 def memset(shape, value, dtype, *, mask=None, engine=engine.unknown, name=None):
     """A new SBUF tile of ``shape`` filled with ``value``."""
-    shape, _ = nl._parse_shape(shape)
+    shape, _ = _nl._parse_shape(shape)
     prog = _current_or_none()
-    full = np.full(shape, value, dt.as_dtype(dtype))
+    full = _np.full(shape, value, _dt.as_dtype(dtype))
     if prog is not None and prog.nb:
-        full = np.broadcast_to(full, prog.bshape + shape)
-    return nl._result(full, dt.as_dtype(dtype), mask)
+        full = _np.broadcast_to(full, prog.bshape + shape)
+    return _nl._result(full, _dt.as_dtype(dtype), mask)
 
 
 def dma_copy(*, dst, src, mask=None, dst_rmw_op=None, oob_mode=None, dge_mode=dge_mode.unknown, name=None):
     """Copy ``src`` into ``dst`` through DMA; ``dst_rmw_op`` accumulates. ``dge_mode`` does not change
     results; ``oob_mode`` concerns indirect accesses (direct ones are always bounds-checked)."""
     for x, what in ((dst, "dst"), (src, "src")):
-        if isinstance(x, Tile) and x.buffer is psum:
-            raise NKIError("operand memory", f"nisa.dma_copy: {what} (shape {x.shape}) is in PSUM; DMA moves data "
+        if isinstance(x, _Tile) and x.buffer is _psum:
+            raise _NKIError("operand memory", f"nisa.dma_copy: {what} (shape {x.shape}) is in PSUM; DMA moves data "
                            "between HBM and SBUF (copy PSUM to SBUF with nisa.tensor_copy first)")
-    if isinstance(dst, (Access, HBMTensor)):
+    if isinstance(dst, (_Access, _HBMTensor)):
         if dst_rmw_op is not None:
-            acc = nl._as_access(dst, "dst", "nisa.dma_copy")
-            cur = Tile(acc.index.read(acc.tensor.data, mask), sbuf)
-            src = nl._make_binary("rmw", _ops.alu(dst_rmw_op))(cur, nl.load(src) if not isinstance(
-                src, Tile) else src)
-        if isinstance(src, (Access, HBMTensor)):
-            src = nl.load(src, mask=mask)
-        nl.store(dst, src, mask=mask)
+            acc = _nl._as_access(dst, "dst", "nisa.dma_copy")
+            cur = _Tile(acc.index.read(acc.tensor.data, mask), _sbuf)
+            src = _nl._make_binary("rmw", _ops.alu(dst_rmw_op))(cur, _nl.load(src) if not isinstance(
+                src, _Tile) else src)
+        if isinstance(src, (_Access, _HBMTensor)):
+            src = _nl.load(src, mask=mask)
+        _nl.store(dst, src, mask=mask)
         return None
-    if not isinstance(dst, Tile):
-        raise NKIError("operand type", f"nisa.dma_copy: dst must be a tensor, got {type(dst).__name__}")
-    val = nl.load(src, mask=mask) if isinstance(src, (Access, HBMTensor)) else src
+    if not isinstance(dst, _Tile):
+        raise _NKIError("operand type", f"nisa.dma_copy: dst must be a tensor, got {type(dst).__name__}")
+    val = _nl.load(src, mask=mask) if isinstance(src, (_Access, _HBMTensor)) else src
     if dst_rmw_op is not None:
-        val = nl._make_binary("rmw", _ops.alu(dst_rmw_op))(dst, val)
+        val = _nl._make_binary("rmw", _ops.alu(dst_rmw_op))(dst, val)
     dst[...] = val
     return None
 
@@ -289,25 +288,25 @@ def dma_copy(*, dst, src, mask=None, dst_rmw_op=None, oob_mode=None, dge_mode=dg
 def affine_select(pred, on_true_tile, on_false_value, *, dtype=None, mask=None, name=None):
     """Select ``on_true_tile`` where the affine predicate (index expression) holds, else a scalar."""
     x = _tile(on_true_tile, "on_true_tile", "affine_select")
-    cond = np.broadcast_to(np.asarray(pred), x.shape)
-    return nl._result(np.where(cond, nl._values(x, "on_true_tile"), on_false_value),
-                      nl._out_dtype(dtype, x), mask, engine="GpSimd")
+    cond = _np.broadcast_to(_np.asarray(pred), x.shape)
+    return _nl._result(_np.where(cond, _nl._values(x, "on_true_tile"), on_false_value),
+                      _nl._out_dtype(dtype, x), mask, engine="GpSimd")
 
 
 def tensor_tensor_scan(data0, data1, initial, op0, op1, reverse0=False, reverse1=False, *, dtype=None,
                        mask=None, name=None):
     """Inclusive scan along the free axis: ``r[i] = (data0[i] op0 r[i-1]) op1 data1[i]``."""
-    a = nl._values(_tile(data0, "data0", "tensor_tensor_scan"), "data0").astype(np.float32)
-    b = nl._values(_tile(data1, "data1", "tensor_tensor_scan"), "data1").astype(np.float32)
+    a = _nl._values(_tile(data0, "data0", "tensor_tensor_scan"), "data0").astype(_np.float32)
+    b = _nl._values(_tile(data1, "data1", "tensor_tensor_scan"), "data1").astype(_np.float32)
     f0, f1 = _ops.alu(op0), _ops.alu(op1)
     init = _per_partition(initial, data0, "initial", "tensor_tensor_scan")
-    prev = np.broadcast_to(np.asarray(init, np.float32), a.shape[:1] + (1,) * (a.ndim - 1))[..., 0]
-    out = np.empty_like(a)
+    prev = _np.broadcast_to(_np.asarray(init, _np.float32), a.shape[:1] + (1,) * (a.ndim - 1))[..., 0]
+    out = _np.empty_like(a)
     for i in range(a.shape[-1]):
         t = f0(prev, a[..., i]) if not reverse0 else f0(a[..., i], prev)
         prev = f1(t, b[..., i]) if not reverse1 else f1(b[..., i], t)
         out[..., i] = prev
-    return nl._result(out, nl._out_dtype(dtype, data0, data1), mask)
+    return _nl._result(out, _nl._out_dtype(dtype, data0, data1), mask)
 
 
 def bn_stats(data, *, mask=None, dtype=None, name=None):
@@ -317,34 +316,34 @@ def bn_stats(data, *, mask=None, dtype=None, name=None):
     then of the odd-indexed elements, to be combined by :func:`bn_aggr`.
     """
     x = _tile(data, "data", "bn_stats")
-    v = nl._values(x, "data").reshape(x.shape[0], -1).astype(np.float32)
-    if v.shape[1] > nl.tile_size.bn_stats_fmax:
-        raise NKIError("bn_stats", f"free size {v.shape[1]} > {nl.tile_size.bn_stats_fmax} (bn_stats_fmax)")
+    v = _nl._values(x, "data").reshape(x.shape[0], -1).astype(_np.float32)
+    if v.shape[1] > _nl.tile_size.bn_stats_fmax:
+        raise _NKIError("bn_stats", f"free size {v.shape[1]} > {_nl.tile_size.bn_stats_fmax} (bn_stats_fmax)")
     cols = []
     for half in (v[:, 0::2], v[:, 1::2]):
         n = half.shape[1]
-        mean = half.mean(1, keepdims=True) if n else np.zeros((v.shape[0], 1), np.float32)
-        m2 = ((half - mean) ** 2).sum(1, keepdims=True) if n else np.zeros_like(mean)
-        cols += [np.full_like(mean, n), mean, m2]
-    return nl._result(np.concatenate(cols, 1), nl._out_dtype(dtype, x), mask)
+        mean = half.mean(1, keepdims=True) if n else _np.zeros((v.shape[0], 1), _np.float32)
+        m2 = ((half - mean) ** 2).sum(1, keepdims=True) if n else _np.zeros_like(mean)
+        cols += [_np.full_like(mean, n), mean, m2]
+    return _nl._result(_np.concatenate(cols, 1), _nl._out_dtype(dtype, x), mask)
 
 
 def bn_aggr(data, *, mask=None, dtype=None, name=None):
     """Combine :func:`bn_stats` outputs (concatenated along the free axis) into [P, 2] (mean, variance)."""
     x = _tile(data, "data", "bn_aggr")
-    s = nl._values(x, "data").reshape(x.shape[0], -1, 3).astype(np.float64)
+    s = _nl._values(x, "data").reshape(x.shape[0], -1, 3).astype(_np.float64)
     n, mean, m2 = s[..., 0], s[..., 1], s[..., 2]
     tot = n.sum(1, keepdims=True)
     m = (n * mean).sum(1, keepdims=True) / tot
     var = (m2 + n * (mean - m) ** 2).sum(1, keepdims=True) / tot
-    return nl._result(np.concatenate([m, var], 1), nl._out_dtype(dtype, x), mask)
+    return _nl._result(_np.concatenate([m, var], 1), _nl._out_dtype(dtype, x), mask)
 
 
 # ---------------------------------------------------------------------------
 # Instructions implemented once, destination-style, in nki_kernels.simulator.instructions: the
 # first generation's functional forms allocate the result tile and pass it as dst.
 # ---------------------------------------------------------------------------
-def _functional(shape, dtype, mask, run, buffer=sbuf):
+def _functional(shape, dtype, mask, run, buffer=_sbuf):
     """A new result tile of ``shape`` / ``dtype`` written by ``run(dst)``; elements outside the
     first generation's ``mask`` stay zero."""
     out = _ops.new_tile(shape, dtype, buffer)
@@ -354,21 +353,21 @@ def _functional(shape, dtype, mask, run, buffer=sbuf):
     tmp = _ops.new_tile(shape, dtype, buffer)
     run(tmp)
     keep = _full_mask(mask, tuple(shape))
-    out.data[...] = tmp.data if keep is None else np.where(keep, tmp.data, out.data)
+    out.data[...] = tmp.data if keep is None else _np.where(keep, tmp.data, out.data)
     return out
 
 
 def _in_place(dst, mask, dtype, op, run):
     """Run ``run()`` writing ``dst`` in place; elements outside ``mask`` keep their values."""
-    if dtype is not None and dt.as_dtype(dtype) != getattr(dst, "dtype", None):
-        raise NKIError("dtype", f"nisa.{op}: dtype={dtype} differs from dst's dtype {getattr(dst, 'dtype', None)}; "
+    if dtype is not None and _dt.as_dtype(dtype) != getattr(dst, "dtype", None):
+        raise _NKIError("dtype", f"nisa.{op}: dtype={dtype} differs from dst's dtype {getattr(dst, 'dtype', None)}; "
                        "this instruction writes dst in its own dtype")
-    before = np.array(dst.data) if mask is not None and isinstance(dst, Tile) else None
+    before = _np.array(dst.data) if mask is not None and isinstance(dst, _Tile) else None
     run()
     if before is not None:
         keep = _full_mask(mask, tuple(dst.shape))
         if keep is not None:
-            dst[...] = np.where(keep, dst.data, before)
+            dst[...] = _np.where(keep, dst.data, before)
 
 
 def nc_stream_shuffle(src, dst, shuffle_mask, *, dtype=None, mask=None, name=None):
@@ -395,7 +394,7 @@ def nc_find_index8(*, data, vals, mask=None, dtype=None, name=None):
     """Indices of the first occurrences of the 8 ``vals`` in each partition of ``data``: a new
     [P, 8] uint32 (or ``dtype`` uint16) tile; ``mask`` applies to ``data`` only."""
     x = _tile(data, "data", "nc_find_index8")
-    return _functional((x.shape[0], 8), dtype or dt.uint32, None,
+    return _functional((x.shape[0], 8), dtype or _dt.uint32, None,
                        lambda d: _vector.find_index8(d, x, vals, mask))
 
 
@@ -418,7 +417,7 @@ def scalar_tensor_tensor(*, data, op0, operand0, op1, operand1, reverse0=False, 
     """``(data op0 operand0) op1 operand1`` (Vector engine): operand0 a scalar or [P, 1] tile, operand1 a
     tile like data; a new tile (``dtype``, default the operands' promoted dtype)."""
     x = _tile(data, "data", "scalar_tensor_tensor")
-    out_dtype = nl._out_dtype(dtype, x, operand1)
+    out_dtype = _nl._out_dtype(dtype, x, operand1)
     return _functional(x.shape, out_dtype, mask, lambda d: _vector.scalar_tensor_tensor(
         d, x, op0, operand0, op1, operand1, reverse0, reverse1))
 
@@ -429,16 +428,16 @@ def dma_transpose(src, *, axes=None, mask=None, dtype=None, name=None):
     shape = tuple(src.shape)
     perm = tuple(axes) if axes is not None else {2: (1, 0), 3: (2, 1, 0), 4: (3, 1, 2, 0)}.get(len(shape))
     if perm is None:
-        raise NKIError("dma_transpose", f"nisa.dma_transpose takes a 2-D to 4-D source, got shape {shape}")
+        raise _NKIError("dma_transpose", f"nisa.dma_transpose takes a 2-D to 4-D source, got shape {shape}")
     out_shape = tuple(shape[a] for a in perm)
     return _functional(out_shape, dtype or src.dtype, mask, lambda d: _dma.dma_transpose(d, src, axes=perm))
 
 
-_FP32_MIN = float(np.finfo(np.float32).min)
+_FP32_MIN = float(_np.finfo(_np.float32).min)
 
 
 def range_select(*, on_true_tile, comp_op0, comp_op1, bound0, bound1, reduce_cmd=reduce_cmd.idle, reduce_res=None,
-                 reduce_op=np.amax, range_start=0, on_false_value=_FP32_MIN, mask=None, dtype=None, name=None):
+                 reduce_op=_np.amax, range_start=0, on_false_value=_FP32_MIN, mask=None, dtype=None, name=None):
     """Keep ``on_true_tile`` where ``comp_op0(i + range_start, bound0)`` and ``comp_op1(i + range_start,
     bound1)`` hold for free index ``i``, else ``on_false_value``: a new tile, with the max reduction
     into the Vector registers / ``reduce_res`` (NeuronCore-v3+)."""
@@ -448,7 +447,7 @@ def range_select(*, on_true_tile, comp_op0, comp_op1, bound0, bound1, reduce_cmd
 
 
 def select_reduce(*, dst, predicate, on_true, on_false, reduce_res=None, reduce_cmd=reduce_cmd.idle,
-                  reduce_op=np.amax, reverse_pred=False, mask=None, dtype=None, name=None):
+                  reduce_op=_np.amax, reverse_pred=False, mask=None, dtype=None, name=None):
     """``dst = where(predicate, on_true, on_false)`` in place, with the max reduction into the Vector
     registers / ``reduce_res``."""
     _in_place(dst, mask, dtype, "select_reduce", lambda: _vector.select_reduce(
@@ -458,8 +457,8 @@ def select_reduce(*, dst, predicate, on_true, on_false, reduce_res=None, reduce_
 def sequence_bounds(*, segment_ids, dtype=None, name=None):
     """``[start, end)`` of the segment of each element of ``segment_ids`` ([1, n]): a new [1, 2, n] tile
     (``dtype``, default segment_ids')."""
-    s = _tile(segment_ids, "segment_ids", "sequence_bounds", (sbuf,))
-    n = int(np.prod(s.shape[1:]))
+    s = _tile(segment_ids, "segment_ids", "sequence_bounds", (_sbuf,))
+    n = int(_np.prod(s.shape[1:]))
     return _functional((s.shape[0], 2, n), dtype or s.dtype, None, lambda d: _gpsimd.sequence_bounds(d, s))
 
 
@@ -471,7 +470,18 @@ def dropout(data, prob, *, mask=None, dtype=None, name=None):
 
 
 # Instructions with batched implementations (see nl.BATCH_SAFE); the others run one program at a time.
-BATCH_SAFE = {"nc_matmul", "nc_transpose", "activation", "activation_reduce", "tensor_reduce",
+_BATCH_SAFE = {"nc_matmul", "nc_transpose", "activation", "activation_reduce", "tensor_reduce",
               "tensor_partition_reduce", "tensor_tensor", "tensor_scalar", "tensor_scalar_reduce", "tensor_copy", "iota",
               "memset"}
-nl._guard_module(globals(), BATCH_SAFE, "nisa")
+_nl._guard_module(globals(), _BATCH_SAFE, "nisa")
+
+# The documented names of the first generation's nki.isa page (instructions, config enums, target)
+# and the engine shorthands its pages use; everything else here is internal.
+__all__ = sorted(n for n in (
+    "nc_matmul", "nc_transpose", "activation", "activation_reduce", "tensor_reduce", "tensor_partition_reduce",
+    "tensor_tensor", "tensor_tensor_scan", "scalar_tensor_tensor", "tensor_scalar", "tensor_scalar_reduce",
+    "tensor_copy", "tensor_copy_dynamic_src", "tensor_copy_dynamic_dst", "tensor_copy_predicated", "reciprocal",
+    "iota", "dropout", "affine_select", "range_select", "select_reduce", "sequence_bounds", "memset", "bn_stats",
+    "bn_aggr", "local_gather", "dma_copy", "dma_transpose", "max8", "nc_find_index8", "nc_match_replace8",
+    "nc_stream_shuffle", "engine", "reduce_cmd", "dge_mode", "nc_version", "get_nc_version", "unknown_engine",
+    "tensor_engine", "vector_engine", "scalar_engine", "gpsimd_engine") if n in globals())

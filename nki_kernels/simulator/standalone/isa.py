@@ -21,23 +21,19 @@ Results are rounded to ``dst.dtype`` (fp32 compute, cast on write).
 Ops return ``None``: the standalone API's results live in ``dst``.
 """
 
-from __future__ import annotations
 
-import contextlib
-import weakref
+import numpy as _np
 
-import numpy as np
-from numpy.lib.stride_tricks import as_strided
-
-from .. import core
-from .. import dtypes as dt
+from .. import core as _core
+from .. import dtypes as _dt
 from .. import isa as _gen1
 from .. import language as _nl1
 from .. import profile as _prof
-from ..core import PMAX, Access, HBMTensor, Tile, psum, sbuf
+from ..core import PMAX as _PMAX, Access as _Access, HBMTensor as _HBMTensor, Tile as _Tile
+from ..core import psum as _psum, sbuf as _sbuf
 from ..cores import core_barrier, sendrecv  # noqa: F401 - LNC=2 instructions between logical cores
-from ..errors import NKIError
-from . import language as nl
+from ..errors import NKIError as _NKIError
+from . import language as _nl
 
 
 from ..instructions import operands as _ops
@@ -67,14 +63,14 @@ gpsimd_engine = engine.gpsimd
 
 def _compute_dtype(dst, *tiles):
     """Native integer math when every tile is an integer tile, else fp32 (rounded once, on write)."""
-    if all(np.issubdtype(t.dtype, np.integer) for t in (dst, *tiles)):
+    if all(_np.issubdtype(t.dtype, _np.integer) for t in (dst, *tiles)):
         return None
-    return dt.float32
+    return _dt.float32
 
 
 def _op(op):
     """An operator identifier the first-generation ops accept (``nl.copy`` becomes identity)."""
-    if op is nl.copy or op is nl.bypass:
+    if op is _nl.copy or op is _nl.bypass:
         return _nl1.identity
     return op
 
@@ -99,13 +95,13 @@ def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_on
     overwrites, later writes accumulate"
     (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/generated/nki.isa.nc_matmul.html).
     """
-    d = _check_dst(dst, "nc_matmul", (psum,))
-    if d.dtype not in (dt.float32, dt.bfloat16):
-        raise NKIError("dst dtype", f"nisa.nc_matmul: dst dtype is {d.dtype}; the matmul result tile must be "
+    d = _check_dst(dst, "nc_matmul", (_psum,))
+    if d.dtype not in (_dt.float32, _dt.bfloat16):
+        raise _NKIError("dst dtype", f"nisa.nc_matmul: dst dtype is {d.dtype}; the matmul result tile must be "
                        "float32 (bfloat16 is accepted from NeuronCore-v4)")
     for a, b, an, bn in ((stationary, moving, "stationary", "moving"), (moving, stationary, "moving", "stationary")):
-        if isinstance(a, Tile) and isinstance(b, Tile) and a.dtype == dt.float32 and b.dtype != dt.float32:
-            raise NKIError("matmul operands", f"nisa.nc_matmul: {an} is float32 but {bn} is {b.dtype}; if one "
+        if isinstance(a, _Tile) and isinstance(b, _Tile) and a.dtype == _dt.float32 and b.dtype != _dt.float32:
+            raise _NKIError("matmul operands", f"nisa.nc_matmul: {an} is float32 but {bn} is {b.dtype}; if one "
                            "input is float32/tfloat32 the other must be too")
     with _scratch():
         res = _gen1.nc_matmul(stationary, moving, is_transpose=is_transpose)
@@ -114,12 +110,12 @@ def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_on
     written = _psum_state(d)
     if accumulate is True:
         if not written.all():
-            raise NKIError("matmul accumulate", f"nisa.nc_matmul(accumulate=True) into PSUM dst {d.shape} whose "
+            raise _NKIError("matmul accumulate", f"nisa.nc_matmul(accumulate=True) into PSUM dst {d.shape} whose "
                            "elements were never written; the first matmul into a PSUM location must overwrite "
                            "(accumulate=False or None)")
-        vals = dt.compute_view(d.data).astype(np.float32) + vals
+        vals = _dt.compute_view(d.data).astype(_np.float32) + vals
     elif accumulate is None and written.any():
-        vals = np.where(written, dt.compute_view(d.data).astype(np.float32) + vals, vals)
+        vals = _np.where(written, _dt.compute_view(d.data).astype(_np.float32) + vals, vals)
     _write(d, vals, "nc_matmul")
 
 
@@ -134,15 +130,15 @@ def nc_transpose(dst, data, engine=engine.unknown, name=None):
     x = _gen1._tile(data, "data", "nc_transpose")
     eng = engine
     if eng == "unknown":
-        eng = "Tensor" if (x.buffer is sbuf and d.buffer is psum) else "Vector"
-    if eng == "Tensor" and (x.buffer is not sbuf or d.buffer is not psum):
-        raise NKIError("operand memory", f"nisa.nc_transpose on the Tensor engine reads SBUF and writes PSUM; "
+        eng = "Tensor" if (x.buffer is _sbuf and d.buffer is _psum) else "Vector"
+    if eng == "Tensor" and (x.buffer is not _sbuf or d.buffer is not _psum):
+        raise _NKIError("operand memory", f"nisa.nc_transpose on the Tensor engine reads SBUF and writes PSUM; "
                        f"got data in {x.buffer.name.upper()} and dst in {d.buffer.name.upper()}")
     if d.dtype != x.dtype:
-        raise NKIError("dst dtype", f"nisa.nc_transpose: dst dtype {d.dtype} differs from data dtype {x.dtype}; "
+        raise _NKIError("dst dtype", f"nisa.nc_transpose: dst dtype {d.dtype} differs from data dtype {x.dtype}; "
                        "the transpose output has the input's dtype")
     with _scratch():
-        src = x if x.ndim == 2 else Tile(x.data.reshape(x.shape[0], -1), x.buffer)
+        src = x if x.ndim == 2 else _Tile(x.data.reshape(x.shape[0], -1), x.buffer)
         res = _gen1.nc_transpose(src, engine="Vector" if eng == "Vector" else "Tensor")
     _write(d, res.data, "nc_transpose", f"transpose of {src.shape}")
 
@@ -177,14 +173,14 @@ def tensor_tensor(dst, data1, data2, op, engine=engine.unknown, name=None):
     a = _gen1._tile(data1, "data1", "tensor_tensor")
     b = _gen1._tile(data2, "data2", "tensor_tensor")
     if a.shape[0] != b.shape[0] or _per_partition(a.shape) != _per_partition(b.shape):
-        raise NKIError("operand shapes", f"nisa.tensor_tensor: data1 {a.shape} and data2 {b.shape} need the same "
+        raise _NKIError("operand shapes", f"nisa.tensor_tensor: data1 {a.shape} and data2 {b.shape} need the same "
                        "partition size and the same number of elements per partition (use nisa.tensor_scalar "
                        "to broadcast a [P, 1] operand)")
-    if op is nl.power or engine == "GpSimd":
+    if op is _nl.power or engine == "GpSimd":
         _gpsimd_psum("GpSimd", "tensor_tensor", a, b, d)
     with _scratch():
         if b.shape != a.shape:
-            b = Tile(b.data.reshape(a.shape), b.buffer)
+            b = _Tile(b.data.reshape(a.shape), b.buffer)
         res = _gen1.tensor_tensor(a, b, _op(op), dtype=_compute_dtype(d, a, b))
     _write(d, res.data, "tensor_tensor")
 
@@ -201,8 +197,8 @@ def tensor_scalar(dst, data, op0, operand0=None, reverse0=False, op1=None, opera
     x = _gen1._tile(data, "data", "tensor_scalar")
     with _scratch():
         if operand0 is None and _is_unary(op0):
-            x = Tile(np.asarray(nl.np_function(op0)(dt.compute_view(x.data))), x.buffer)
-            res = x if op1 is None else _gen1.tensor_scalar(x, _op(op1), operand1, reverse1, dtype=dt.float32)
+            x = _Tile(_np.asarray(_nl.np_function(op0)(_dt.compute_view(x.data))), x.buffer)
+            res = x if op1 is None else _gen1.tensor_scalar(x, _op(op1), operand1, reverse1, dtype=_dt.float32)
         else:
             res = _gen1.tensor_scalar(x, _op(op0), operand0, reverse0, op1=None if op1 is None else _op(op1),
                                       operand1=operand1, reverse1=reverse1, dtype=_compute_dtype(d, x))
@@ -219,7 +215,7 @@ def tensor_scalar_reduce(dst, data, op0, operand0, reduce_op, reduce_res=None, r
     d = _check_dst(dst, "tensor_scalar_reduce")
     x = _gen1._tile(data, "data", "tensor_scalar_reduce")
     with _scratch():
-        res = _gen1.tensor_scalar(x, _op(op0), operand0, reverse0, dtype=dt.float32)
+        res = _gen1.tensor_scalar(x, _op(op0), operand0, reverse0, dtype=_dt.float32)
     out = res.data
     _write(d, out, "tensor_scalar_reduce")
     _accumulate("tensor_scalar_reduce", "Vector", out, x.shape[0], reduce_op, reduce_res, reduce_cmd, reduce_init,
@@ -228,7 +224,7 @@ def tensor_scalar_reduce(dst, data, op0, operand0, reduce_op, reduce_res=None, r
 
 def _is_unary(op) -> bool:
     """Whether ``op`` is a one-input operator (``nl.abs``, ``nl.exp`` ...)."""
-    return op is nl.copy or op is nl.bypass or getattr(op, "__name__", None) in _nl1._UNARY
+    return op is _nl.copy or op is _nl.bypass or getattr(op, "__name__", None) in _nl1._UNARY
 
 
 _DEFAULT_CMD = object()
@@ -250,7 +246,7 @@ def activation(dst, op, data, bias=None, scale=1.0, reduce_op=None, reduce_res=N
     d = _check_dst(dst, "activation")
     x = _gen1._tile(data, "data", "activation")
     with _scratch():
-        res = _gen1.activation(_op(op), x, bias=bias, scale=scale, dtype=dt.float32)
+        res = _gen1.activation(_op(op), x, bias=bias, scale=scale, dtype=_dt.float32)
     out = res.data
     _write(d, out, "activation")
     if reduce_cmd is _DEFAULT_CMD:
@@ -277,19 +273,19 @@ def tensor_reduce(dst, op, data, axis, negate=False, keepdims=False, name=None):
     x = _gen1._tile(data, "data", "tensor_reduce")
     axes = sorted(_nl1._axes(x, axis, "tensor_reduce"))
     if axes != list(range(x.ndim - len(axes), x.ndim)):
-        raise NKIError("reduce axes", f"nisa.tensor_reduce: axis={axis} on a tile of shape {x.shape}; the reduced "
+        raise _NKIError("reduce axes", f"nisa.tensor_reduce: axis={axis} on a tile of shape {x.shape}; the reduced "
                        f"axes must be the last contiguous free dimensions, ending at axis {x.ndim - 1}")
     with _scratch():
-        res = _gen1.tensor_reduce(_op(op), x, axis, negate=negate, keepdims=keepdims, dtype=dt.float32)
+        res = _gen1.tensor_reduce(_op(op), x, axis, negate=negate, keepdims=keepdims, dtype=_dt.float32)
     _write(d, res.data, "tensor_reduce", f"reduction of {x.shape} over axis {axis}")
 
 
 def tensor_partition_reduce(dst, op, data, name=None):
     """Reduce ``data`` across its partitions with ``op`` into a one-partition ``dst`` (GpSimd: SBUF only)."""
-    d = _check_dst(dst, "tensor_partition_reduce", (sbuf,))
-    x = _gen1._tile(data, "data", "tensor_partition_reduce", (sbuf,))
+    d = _check_dst(dst, "tensor_partition_reduce", (_sbuf,))
+    x = _gen1._tile(data, "data", "tensor_partition_reduce", (_sbuf,))
     with _scratch():
-        res = _gen1.tensor_partition_reduce(_op(op), x, dtype=dt.float32)
+        res = _gen1.tensor_partition_reduce(_op(op), x, dtype=_dt.float32)
     _write(d, res.data, "tensor_partition_reduce")
 
 
@@ -298,7 +294,7 @@ def tensor_tensor_scan(dst, data0, data1, initial, op0, op1, reverse0=False, rev
     d = _check_dst(dst, "tensor_tensor_scan")
     with _scratch():
         res = _gen1.tensor_tensor_scan(data0, data1, initial, _op(op0), _op(op1), reverse0, reverse1,
-                                       dtype=dt.float32)
+                                       dtype=_dt.float32)
     _write(d, res.data, "tensor_tensor_scan")
 
 
@@ -307,15 +303,15 @@ def memset(dst, value, engine=engine.unknown, name=None):
     d = _check_dst(dst, "memset")
     _gpsimd_psum(engine, "memset", d)
     _prof.instruction("GpSimd" if engine == "GpSimd" else "Vector", d.data)
-    _write(d, np.full(d.shape, value), "memset")
+    _write(d, _np.full(d.shape, value), "memset")
 
 
 def _pattern_values(pattern, offset, channel_multiplier, parts):
     pattern = [list(p) for p in pattern]
-    vals = np.full((parts, 1), int(offset), dtype=np.int64) + np.arange(parts, dtype=np.int64)[:, None] * int(
+    vals = _np.full((parts, 1), int(offset), dtype=_np.int64) + _np.arange(parts, dtype=_np.int64)[:, None] * int(
         channel_multiplier)
     for step, num in pattern:
-        vals = (vals[..., None] + np.arange(int(num), dtype=np.int64) * int(step)).reshape(parts, -1)
+        vals = (vals[..., None] + _np.arange(int(num), dtype=_np.int64) * int(step)).reshape(parts, -1)
     return vals
 
 
@@ -327,31 +323,31 @@ def iota(dst, pattern, offset=0, channel_multiplier=0, name=None):
     cast to ``dst.dtype``.
     (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/generated/nki.isa.iota.html)
     """
-    d = _check_dst(dst, "iota", (sbuf,))
+    d = _check_dst(dst, "iota", (_sbuf,))
     if not isinstance(pattern, (list, tuple)):
         # An nl.arange / nl.mgrid expression, as the first generation took it.
-        vals = np.asarray(pattern)
+        vals = _np.asarray(pattern)
         vals = vals[:, None] if vals.ndim == 1 else vals
     else:
         vals = _pattern_values(pattern, offset, channel_multiplier, d.shape[0])
-        n = int(np.prod([p[1] for p in pattern]))
+        n = int(_np.prod([p[1] for p in pattern]))
         if n != _per_partition(d.shape):
-            raise NKIError("dst shape", f"nisa.iota: pattern {pattern} generates {n} elements per partition, dst "
+            raise _NKIError("dst shape", f"nisa.iota: pattern {pattern} generates {n} elements per partition, dst "
                            f"{d.shape} holds {_per_partition(d.shape)}")
     _prof.instruction("GpSimd", vals)
-    _write(d, vals.astype(np.int32), "iota")
+    _write(d, vals.astype(_np.int32), "iota")
 
 
 def affine_select(dst, pattern, channel_multiplier, on_true_tile, on_false_value, cmp_op=None, offset=0,
                   name=None):
     """``dst = where(cmp_op(offset + p * channel_multiplier + pattern, 0), on_true_tile, on_false_value)``."""
-    d = _check_dst(dst, "affine_select", (sbuf,))
-    x = _gen1._tile(on_true_tile, "on_true_tile", "affine_select", (sbuf,))
+    d = _check_dst(dst, "affine_select", (_sbuf,))
+    x = _gen1._tile(on_true_tile, "on_true_tile", "affine_select", (_sbuf,))
     _mark_read(x)
     pred_vals = _pattern_values(pattern, offset, channel_multiplier, x.shape[0])
-    cmp = nl.np_function(cmp_op if cmp_op is not None else nl.equal)
-    cond = np.asarray(cmp(pred_vals, 0)).reshape(x.shape)
-    out = np.where(cond, dt.compute_view(x.data), np.float32(on_false_value))
+    cmp = _nl.np_function(cmp_op if cmp_op is not None else _nl.equal)
+    cond = _np.asarray(cmp(pred_vals, 0)).reshape(x.shape)
+    out = _np.where(cond, _dt.compute_view(x.data), _np.float32(on_false_value))
     _prof.instruction("GpSimd", out)
     _write(d, out, "affine_select")
 
@@ -360,7 +356,7 @@ def bn_stats(dst, data, name=None):
     """Per-partition mean/variance statistics of ``data`` (<= 512 elements) into ``dst`` (Vector engine)."""
     d = _check_dst(dst, "bn_stats")
     with _scratch():
-        res = _gen1.bn_stats(data, dtype=dt.float32)
+        res = _gen1.bn_stats(data, dtype=_dt.float32)
     _write(d, res.data, "bn_stats")
 
 
@@ -368,7 +364,7 @@ def bn_aggr(dst, data, name=None):
     """Combine ``bn_stats`` outputs into [P, 2] mean and variance in ``dst``."""
     d = _check_dst(dst, "bn_aggr")
     with _scratch():
-        res = _gen1.bn_aggr(data, dtype=dt.float32)
+        res = _gen1.bn_aggr(data, dtype=_dt.float32)
     _write(d, res.data, "bn_aggr")
 
 
@@ -388,47 +384,47 @@ def _read_hbm(src, op):
 
 
 def _dma_source(src, op):
-    if isinstance(src, (Access, HBMTensor)):
+    if isinstance(src, (_Access, _HBMTensor)):
         return _read_hbm(src, op), "HBM"
-    if isinstance(src, Tile):
-        if src.buffer is psum:
-            raise NKIError("operand memory", f"nisa.{op}: src (shape {src.shape}) is in PSUM; DMA moves data between "
+    if isinstance(src, _Tile):
+        if src.buffer is _psum:
+            raise _NKIError("operand memory", f"nisa.{op}: src (shape {src.shape}) is in PSUM; DMA moves data between "
                            "HBM and SBUF (copy PSUM to SBUF with nisa.tensor_copy first)")
         _mark_read(src)
         return src.data, "SBUF"
-    raise NKIError("operand type", f"nisa.{op}: src must be an HBM tensor or an SBUF tile, got {type(src).__name__}")
+    raise _NKIError("operand type", f"nisa.{op}: src must be an HBM tensor or an SBUF tile, got {type(src).__name__}")
 
 
 def _dma_write(dst, vals, src_shape, op, dst_rmw_op=None):
-    if isinstance(dst, (Access, HBMTensor)):
+    if isinstance(dst, (_Access, _HBMTensor)):
         acc = _nl1._as_access(dst, "dst", op)
-        if int(np.prod(acc.shape)) != int(np.size(vals)):
-            raise NKIError("dst shape", f"nisa.{op}: dst {acc.tensor.name}{list(acc.shape)} has "
-                           f"{int(np.prod(acc.shape))} elements, src (shape {tuple(src_shape)}) has "
-                           f"{int(np.size(vals))}; a DMA copies equal element counts")
-        vals = np.reshape(vals, acc.shape)
+        if int(_np.prod(acc.shape)) != int(_np.size(vals)):
+            raise _NKIError("dst shape", f"nisa.{op}: dst {acc.tensor.name}{list(acc.shape)} has "
+                           f"{int(_np.prod(acc.shape))} elements, src (shape {tuple(src_shape)}) has "
+                           f"{int(_np.size(vals))}; a DMA copies equal element counts")
+        vals = _np.reshape(vals, acc.shape)
         if dst_rmw_op is not None:
             cur = acc.index.read(acc.tensor.data, None, what=acc.tensor.name)
-            vals = nl.np_function(dst_rmw_op)(dt.compute_view(cur).astype(np.float32),
-                                             dt.compute_view(np.asarray(vals)).astype(np.float32))
-        elif np.asarray(vals).dtype != acc.dtype:
-            vals = dt.compute_view(np.asarray(vals)).astype(np.float32)  # casts go through fp32
-        _nl1.store(acc, np.asarray(vals))
+            vals = _nl.np_function(dst_rmw_op)(_dt.compute_view(cur).astype(_np.float32),
+                                             _dt.compute_view(_np.asarray(vals)).astype(_np.float32))
+        elif _np.asarray(vals).dtype != acc.dtype:
+            vals = _dt.compute_view(_np.asarray(vals)).astype(_np.float32)  # casts go through fp32
+        _nl1.store(acc, _np.asarray(vals))
         return
-    d = _check_dst(dst, op, (sbuf,)) if not (isinstance(dst, Tile) and dst.buffer is psum) else None
+    d = _check_dst(dst, op, (_sbuf,)) if not (isinstance(dst, _Tile) and dst.buffer is _psum) else None
     if d is None:
-        raise NKIError("dst memory", f"nisa.{op}: dst (shape {dst.shape}) is in PSUM; DMA moves data between HBM "
+        raise _NKIError("dst memory", f"nisa.{op}: dst (shape {dst.shape}) is in PSUM; DMA moves data between HBM "
                        "and SBUF (write SBUF, then nisa.tensor_copy into PSUM)")
-    if _per_partition((1,) + tuple(d.shape)) != int(np.size(vals)):
-        raise NKIError("dst shape", f"nisa.{op}: dst has shape {d.shape} ({int(np.prod(d.shape))} elements), src "
-                       f"has shape {tuple(src_shape)} ({int(np.size(vals))} elements); a DMA copies equal "
+    if _per_partition((1,) + tuple(d.shape)) != int(_np.size(vals)):
+        raise _NKIError("dst shape", f"nisa.{op}: dst has shape {d.shape} ({int(_np.prod(d.shape))} elements), src "
+                       f"has shape {tuple(src_shape)} ({int(_np.size(vals))} elements); a DMA copies equal "
                        "element counts")
-    vals = np.reshape(vals, d.shape)
+    vals = _np.reshape(vals, d.shape)
     if dst_rmw_op is not None:
-        vals = nl.np_function(dst_rmw_op)(dt.compute_view(d.data).astype(np.float32),
-                                         dt.compute_view(vals).astype(np.float32))
+        vals = _nl.np_function(dst_rmw_op)(_dt.compute_view(d.data).astype(_np.float32),
+                                         _dt.compute_view(vals).astype(_np.float32))
     elif vals.dtype != d.dtype:
-        vals = dt.compute_view(vals).astype(np.float32)
+        vals = _dt.compute_view(vals).astype(_np.float32)
     _write(d, vals, op, "source")
 
 
@@ -442,7 +438,7 @@ def dma_copy(dst, src, dst_rmw_op=None, oob_mode=oob_mode.error, dge_mode=dge_mo
     (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/generated/nki.isa.dma_copy.html)
     """
     vals, _ = _dma_source(src, "dma_copy")
-    _dma_write(dst, vals, np.shape(vals), "dma_copy", dst_rmw_op)
+    _dma_write(dst, vals, _np.shape(vals), "dma_copy", dst_rmw_op)
 
 
 # The documented names of the current nki.isa page (instructions, config enums, target), and the
