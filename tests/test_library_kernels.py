@@ -154,9 +154,11 @@ def _check_attention(b, h, hkv, sq, sk, d, causal, dtype, seed, scale=None):
     do = _rand(rng, o.shape, dtype)
     dq = fa.flash_attention_bwd_dq_kernel[grid](q, k, v, o, lse, do, causal=causal, scale=sc)
     dk, dv = fa.flash_attention_bwd_dkdv_kernel[fa.kv_grid(k.shape)](q, k, v, o, lse, do, causal=causal, scale=sc)
-    for got, ref, name in zip((dq, dk, dv), R.attention_grad(q, k, v, do, causal, sc), ("dq", "dk", "dv")):
+    want = R.attention_grad(q, k, v, do, causal, sc)
+    floor = max(np.abs(g).max() for g in want)  # a vanishing gradient (one key: dq = 0) on the others' scale
+    for got, ref, name in zip((dq, dk, dv), want, ("dq", "dk", "dv")):
         assert got.dtype == q.dtype
-        R.close(got, ref, dtype, what=name)
+        R.close(got, ref, dtype, scale=floor * 0.1, what=name)
 
 
 @pytest.mark.parametrize("dtype", list(R.DTYPES))
