@@ -44,9 +44,9 @@ from ..instructions.operands import (check_dst as _check_dst, fit_dst as _fit_ds
 from ..instructions.registers import accumulate as _accumulate
 from ..instructions.target import (dge_mode, dma_engine, engine, get_nc_version, matmul_perf_mode, nc_version,
                                    oob_mode, reduce_cmd)
-from ..instructions.control import dynamic_range, fori_loop, while_loop  # noqa: F401 - re-exported by nl
 from ..instructions.dma import dma_compute, dma_transpose
 from ..instructions.gpsimd import nc_n_gather, nonzero_with_count, sequence_bounds
+from ..instructions.mx import nc_matmul_mx, quantize_mx
 from ..instructions.registers import (VirtualRegister, register_alloc, register_load, register_move,
                                       register_store)
 from ..instructions.rng import dropout, rand2, rand_get_state, rand_set_state, rng, set_rng_seed

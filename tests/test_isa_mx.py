@@ -1,0 +1,138 @@
+"""quantize_mx and nc_matmul_mx on the packed MX types, bit-exact against a NumPy reference of the
+OCP Microscaling spec (groups of 8 partitions x 4 elements, e8m0 scales, the reference pages'
+block scale two times the OCP sample algorithm's, round-to-nearest-even element conversion)."""
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from nki_kernels.simulator import NKIError
+from nki_kernels.simulator import dtypes as dt
+from nki_kernels.simulator import standalone as nki
+from nki_kernels.simulator.instructions import target
+
+nl = nki.language
+nisa = nki.isa
+RNG = np.random.default_rng(17)
+ELEM = {"e4m3": (ml_dtypes.float8_e4m3fn, 8, dt.float8_e4m3fn_x4), "e5m2": (ml_dtypes.float8_e5m2, 15,
+                                                                          dt.float8_e5m2_x4)}
+
+
+def mx_reference(x, elem, emax):
+    """OCP MX quantization of x [P, F] in groups of 8 partitions x 4 elements: the shared exponent
+    is floor(log2(amax)) - emax + 1 (twice the spec's sample scale), values rounded to nearest even."""
+    P, F = x.shape
+    g = x.astype(np.float64).reshape(P // 8, 8, F // 4, 4)
+    amax = np.abs(g).max(axis=(1, 3))
+    _, e = np.frexp(amax)  # amax = m * 2**e, m in [0.5, 1): floor(log2(amax)) = e - 1
+    shared = np.where(amax > 0, e - 1, -127) - emax + 1
+    biased = np.clip(shared + 127, 0, 254).astype(np.uint8)
+    factor = np.exp2(biased.astype(np.float64) - 127)
+    q = (g / factor[:, None, :, None]).reshape(P, F).astype(elem)
+    return q, biased
+
+
+def scale_rows(biased, P):
+    """Scales in the scale tile layout: group g at partition (g // 4) * 32 + g % 4."""
+    out = np.zeros((P, biased.shape[1]), np.uint8)
+    for gi in range(biased.shape[0]):
+        out[(gi // 4) * 32 + gi % 4] = biased[gi]
+    return out
+
+
+@nki.jit
+def quantize_kernel(x, kind="e4m3"):
+    P, F = x.shape
+    packed = ELEM[kind][2]
+    t = nl.ndarray(x.shape, dtype=nl.bfloat16, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    q = nl.ndarray((P, F // 4), dtype=packed, buffer=nl.sbuf)
+    s = nl.zeros((P, F // 4), dtype=nl.uint8, buffer=nl.sbuf)
+    nisa.quantize_mx(dst=q, src=t, dst_scale=s)
+    oq = nl.ndarray((P, F // 4), dtype=packed, buffer=nl.shared_hbm)
+    os_ = nl.ndarray((P, F // 4), dtype=nl.uint8, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=oq, src=q)
+    nisa.dma_copy(dst=os_, src=s)
+    return oq, os_
+
+
+def _mixed(P, F):
+    # Magnitudes differ by group so every group gets its own scale (and some groups are tiny).
+    mag = np.exp2(RNG.integers(-20, 20, (P // 8, 1, F // 4, 1))).astype(np.float32)
+    x = (RNG.standard_normal((P // 8, 8, F // 4, 4)) * mag).reshape(P, F)
+    return x.astype(ml_dtypes.bfloat16)
+
+
+@pytest.mark.parametrize("kind", ["e4m3", "e5m2"])
+@pytest.mark.parametrize("P", [32, 128])
+def test_quantize_mx_bit_exact(kind, P):
+    x = _mixed(P, 64)
+    with target.use("gen4"):
+        q, s = nki.simulate(quantize_kernel)(x, kind)
+    elem, emax, _ = ELEM[kind]
+    want_q, want_s = mx_reference(x.astype(np.float32), elem, emax)
+    np.testing.assert_array_equal(dt.unpack_x4(q).astype(elem).view(np.uint8), want_q.view(np.uint8))
+    np.testing.assert_array_equal(s, scale_rows(want_s, P))
+
+
+def test_quantize_mx_rules():
+    x = _mixed(32, 64)
+    with pytest.raises(NKIError, match="NeuronCore-v4"):
+        nki.simulate(quantize_kernel)(x)
+    with target.use("gen4"), pytest.raises(NKIError, match="multiple of 32"):
+        nki.simulate(quantize_kernel)(x[:24])
+
+
+@nki.jit
+def mx_matmul_kernel(a, b):
+    K, M = a.shape
+    _, N = b.shape
+    ta = nl.ndarray(a.shape, dtype=nl.bfloat16, buffer=nl.sbuf)
+    tb = nl.ndarray(b.shape, dtype=nl.bfloat16, buffer=nl.sbuf)
+    nisa.dma_copy(dst=ta, src=a)
+    nisa.dma_copy(dst=tb, src=b)
+    qa = nl.ndarray((K, M // 4), dtype=dt.float8_e4m3fn_x4, buffer=nl.sbuf)
+    qb = nl.ndarray((K, N // 4), dtype=dt.float8_e4m3fn_x4, buffer=nl.sbuf)
+    sa = nl.zeros((K, M // 4), dtype=nl.uint8, buffer=nl.sbuf)
+    sb = nl.zeros((K, N // 4), dtype=nl.uint8, buffer=nl.sbuf)
+    nisa.quantize_mx(dst=qa, src=ta, dst_scale=sa)
+    nisa.quantize_mx(dst=qb, src=tb, dst_scale=sb)
+    acc = nl.ndarray((M // 4, N // 4), dtype=nl.float32, buffer=nl.psum)
+    nisa.nc_matmul_mx(dst=acc, stationary=qa, moving=qb, stationary_scale=sa, moving_scale=sb)
+    res = nl.ndarray(acc.shape, dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=res, src=acc)
+    out = nl.ndarray(acc.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=res)
+    return out
+
+
+def test_nc_matmul_mx_matches_dequantized_product():
+    K, M, N = 64, 64, 128
+    a = _mixed(K, M)
+    b = _mixed(K, N)
+    with target.use("gen4"):
+        got = nki.simulate(mx_matmul_kernel)(a, b)
+    qa, sa = mx_reference(a.astype(np.float32), ml_dtypes.float8_e4m3fn, 8)
+    qb, sb = mx_reference(b.astype(np.float32), ml_dtypes.float8_e4m3fn, 8)
+    da = qa.astype(np.float64).reshape(K, M // 4, 4) * np.repeat(np.exp2(sa - 127.0), 8, 0)[:, :, None]
+    db = qb.astype(np.float64).reshape(K, N // 4, 4) * np.repeat(np.exp2(sb - 127.0), 8, 0)[:, :, None]
+    want = np.einsum("kiq,kjq->ij", da, db)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-30)
+    # and the MX product approximates the unquantized one
+    exact = np.einsum("kiq,kjq->ij", a.astype(np.float64).reshape(K, M // 4, 4),
+                      b.astype(np.float64).reshape(K, N // 4, 4))
+    assert np.abs(got - exact).max() <= 0.1 * np.abs(exact).max()
+
+
+def test_nc_matmul_mx_rejects_unpacked_operands():
+    @nki.jit
+    def k(a):
+        t = nl.ndarray(a.shape, dtype=nl.bfloat16, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=a)
+        s = nl.zeros((32, 4), dtype=nl.uint8, buffer=nl.sbuf)
+        acc = nl.ndarray((4, 4), dtype=nl.float32, buffer=nl.psum)
+        nisa.nc_matmul_mx(dst=acc, stationary=t, moving=t, stationary_scale=s, moving_scale=s)
+        return a
+
+    with target.use("gen4"), pytest.raises(NKIError, match="packed MX"):
+        nki.simulate(k)(np.zeros((32, 4), np.float32))
