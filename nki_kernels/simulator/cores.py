@@ -206,6 +206,9 @@ class Group:
                     prog.worker = w
                     set_current(prog)
                     w.result = self.kernel.func(*w.args, **w.kwargs)
+                    # live ranges, capacity, placement; no rerun to name lines (it would repeat the
+                    # program's sendrecv / barrier / collective calls without its peers)
+                    prog.finish()
                     w.state.programs += 1
         except _Aborted:
             pass
