@@ -470,3 +470,28 @@ def test_gen1_grid_on_two_cores_runs_every_program():
     a = rng.standard_normal((4, 2, 128, 8)).astype(np.float32)
     np.testing.assert_array_equal(copy_blocks[nl1.spmd_dim(nl1.nc(2), 2), 2](a), a)
     np.testing.assert_array_equal(copy_blocks[nl1.spmd_dim(2, nl1.nc(2)), 2](a), a)
+
+
+# ---------------------------------------------------------------------------
+# the simulated target reaches both cores
+# ---------------------------------------------------------------------------
+def test_cores_simulate_the_callers_target_and_need_neuroncore_v3():
+    from nki_kernels.simulator.instructions import target
+
+    seen = []
+
+    @nki.jit
+    def k(x):
+        out = nl.ndarray((128, 8), dtype=x.dtype, buffer=nl.shared_hbm)
+        seen.append(nisa.get_nc_version())
+        t = nl.ndarray((128, 8), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.memset(dst=t, value=1.0)
+        nisa.dma_copy(dst=out, src=t)
+        nisa.core_barrier(out, (0, 1))
+        return out
+
+    with target.use("gen4"):
+        k[2](np.zeros((1, 1), np.float32))
+    assert seen == [target.nc_version.gen4] * 2
+    with target.use("gen2"), pytest.raises(NKIError, match="NeuronCore-v3"):
+        k[2](np.zeros((1, 1), np.float32))

@@ -32,6 +32,7 @@ import numpy as np
 from . import diagnostics as _diag
 from .core import Access, HBMTensor, Program, Tile, current_or_none, private_hbm, psum, sbuf, set_current
 from .errors import NKIError, NotBatchable
+from .instructions import target as _target
 
 _worker_tls = threading.local()
 
@@ -173,6 +174,7 @@ class Group:
         """Run every worker to the end; re-raises the first failure (a deadlock is an NKIError)."""
         threads = [threading.Thread(target=self._main, args=(w,), daemon=True, name=f"nki {w.name}")
                    for w in self.workers]
+        self.version = _target.get_nc_version()  # the target is per thread; workers simulate the caller's
         for t in threads:
             t.start()
         with self.cv:
@@ -200,7 +202,7 @@ class Group:
         if len(self.workers) > 1:
             sys.settrace(_return_tracer(code, w))
         try:
-            with np.errstate(all="ignore"):  # as run_programs: masked-off lanes may overflow
+            with np.errstate(all="ignore"), _target.use(self.version):  # errstate: masked-off lanes may overflow
                 for pid in w.pids:
                     prog = Program(w.state, tuple(pid))
                     prog.worker = w
@@ -459,6 +461,7 @@ def sendrecv(src, dst, send_to_rank, recv_from_rank, pipe_id, dma_engine=None, n
     """
     op = "sendrecv"
     w = current_worker("nisa.sendrecv")
+    _target.require(op, _target.nc_version.gen3)
     _sbuf_tile(src, "src", op)
     _sbuf_tile(dst, "dst", op)
     if src.dtype != dst.dtype:
@@ -516,6 +519,7 @@ def core_barrier(data, cores, engine=None, name=None):
     (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/generated/nki.isa.core_barrier.html)
     """
     w = current_worker("nisa.core_barrier")
+    _target.require("core_barrier", _target.nc_version.gen3)
     if isinstance(data, Tile):
         raise NKIError("operand memory", f"nisa.core_barrier: data is a {data.buffer.name} tile (shape {data.shape}); "
                        "it must be the shared HBM tensor the cores synchronise on")
