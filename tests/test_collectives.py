@@ -454,3 +454,9 @@ def test_simulate_ranks_argument_errors():
         simulate_ranks(all_reduce_k, 3, _inputs(2, (4, 4)), groups=[[0, 1, 2]], op=nl.add)
     with pytest.raises(ValueError, match="ranks must be a positive integer"):
         simulate_ranks(all_reduce_k, 0, np.zeros((4, 4), np.float32))
+
+
+def test_replica_group_is_an_nki_object():
+    from nki_kernels.simulator.nki_object import NKIObject
+
+    assert isinstance(RG([[0, 1]]), NKIObject)

@@ -30,6 +30,7 @@ from . import profile as _prof
 from .core import Access, HBMTensor, Tile, psum
 from .errors import NKIError
 from .instructions.registers import VirtualRegister
+from .nki_object import NKIObject
 
 _MAX_CHANNELS = 4
 
@@ -45,7 +46,7 @@ class rg_partition_op(enum.Enum):
     mod = "mod"
 
 
-class ReplicaGroup:
+class ReplicaGroup(NKIObject):
     """The set of ranks a collective runs on, as a list of rank-lists (``nki.collectives.ReplicaGroup``).
 
     The collective runs independently within each rank-list, on all rank-lists in parallel;
