@@ -60,6 +60,7 @@ def nc_matmul(stationary, moving, *, is_stationary_onezero=False, is_moving_onez
     if s.ndim != 2 or m.ndim != 2:
         raise _NKIError("matmul operands", f"nc_matmul needs 2-D tiles, got stationary {s.shape} and moving {m.shape}")
     _matmul_dtypes(s, m)
+    _perf_mode_rule(perf_mode, s, m)
     k, mm = s.shape
     k2, n = m.shape
     if k != k2:
@@ -78,7 +79,25 @@ def nc_matmul(stationary, moving, *, is_stationary_onezero=False, is_moving_onez
     return _nl._result(_np.swapaxes(a, -1, -2) @ b, _dt.float32, mask, buffer=_psum, engine="Tensor")
 
 
-_MATMUL_DTYPES = (_dt.float8_e4m3, _dt.float8_e5m2, _dt.bfloat16, _dt.float16, _dt.tfloat32, _dt.float32)
+def _perf_mode_rule(perf_mode, stationary, moving):
+    """``perf_mode=double_row`` is the Tensor engine's FP8 double performance mode: NeuronCore-v3 and newer,
+    fp8 operands (results are the same as the normal mode's)."""
+    name = getattr(perf_mode, "value", perf_mode)
+    if name in (None, "none"):
+        return
+    if name not in ("double_row", "double_row_gen3"):
+        raise _NKIError("perf_mode", f"nisa.nc_matmul: perf_mode={perf_mode!r} is not a matmul_perf_mode")
+    if get_nc_version() < nc_version.gen3:
+        raise _NKIError("perf_mode", f"nisa.nc_matmul: perf_mode={name} needs NeuronCore-v3 or newer; the target "
+                        f"is {get_nc_version().name}")
+    fp8 = (_dt.float8_e4m3, _dt.float8_e4m3_ieee, _dt.float8_e5m2)
+    for t, what in ((stationary, "stationary"), (moving, "moving")):
+        if isinstance(t, _Tile) and t.dtype not in fp8:
+            raise _NKIError("perf_mode", f"nisa.nc_matmul: perf_mode={name} is the FP8 double performance mode; "
+                            f"{what} is {t.dtype}")
+
+
+_MATMUL_DTYPES = (_dt.float8_e4m3, _dt.float8_e4m3_ieee, _dt.float8_e5m2, _dt.bfloat16, _dt.float16, _dt.tfloat32, _dt.float32)
 
 
 def _matmul_dtypes(*operands):

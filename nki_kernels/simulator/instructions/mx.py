@@ -21,7 +21,7 @@ from .. import dtypes as dt
 from .. import profile as _prof
 from ..core import psum, sbuf
 from ..errors import NKIError
-from .operands import check_dst, instruction, per_partition, psum_state, rows, tile_operand, write
+from .operands import check_dst, instruction, per_partition, psum_accumulate, rows, tile_operand, write
 from .target import nc_version, require
 
 GROUP_PARTITIONS = 8
@@ -152,13 +152,6 @@ def nc_matmul_mx(dst, stationary, moving, stationary_scale, moving_scale, tile_p
     sv *= _scales(stationary_scale, "stationary_scale", K, M, op)[:, :, None]
     mv *= _scales(moving_scale, "moving_scale", K, N, op)[:, :, None]
     prod = np.einsum("kiq,kjq->ij", sv, mv).astype(np.float32)
-    written = psum_state(d)
-    if accumulate is True:
-        if not written.all():
-            raise NKIError("matmul accumulate", f"nisa.{op}(accumulate=True) into PSUM dst {d.shape} whose elements "
-                           "were never written; the first matmul into a PSUM location must overwrite")
-        prod = dt.compute_view(d.data).astype(np.float32).reshape(M, N) + prod
-    elif accumulate is None and written.any():
-        prod = np.where(written.reshape(M, N), dt.compute_view(d.data).astype(np.float32).reshape(M, N) + prod, prod)
+    prod = psum_accumulate(d, prod, accumulate, op)
     _prof.instruction("Tensor", prod)
     write(d, prod.reshape(d.shape), op)

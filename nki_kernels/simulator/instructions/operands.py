@@ -25,6 +25,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from .. import core
+from .. import memory as _memory
 from .. import dtypes as dt
 from ..core import Access, HBMTensor, Tile, psum, sbuf
 from ..errors import NKIError, NotBatchable
@@ -42,7 +43,10 @@ def instruction(fn):
         prog = core.current_or_none()
         if prog is not None and prog.nb:
             raise NotBatchable(f"nisa.{fn.__name__} runs one program at a time")
-        return fn(*args, **kwargs)
+        out = fn(*args, **kwargs)
+        if prog is not None:
+            _memory.slot_done(prog)  # the memory model's instruction slot (live ranges, working sets)
+        return out
 
     return run
 
@@ -250,6 +254,25 @@ def psum_state(dst):
         return np.zeros(dst.shape, dtype=bool)
     region = _region_mask(written, root, dst)
     return np.broadcast_to(bool(written.any()), dst.shape) if region is None else region
+
+
+def psum_accumulate(dst, values, accumulate, op):
+    """``values`` combined with a PSUM ``dst`` as a matmul writes it: ``accumulate=False`` overwrites,
+    ``True`` adds to what dst holds (every element must have been written), ``None`` overwrites the
+    elements never written and adds onto the others ("first write overwrites, later writes
+    accumulate", as the compiler infers it)."""
+    vals = np.asarray(values, np.float32).reshape(dst.shape)
+    written = psum_state(dst)
+    current = dt.compute_view(dst.data).astype(np.float32)
+    if accumulate is True:
+        if not written.all():
+            raise NKIError("matmul accumulate", f"nisa.{op}(accumulate=True) into PSUM dst {dst.shape} whose "
+                           "elements were never written; the first matmul into a PSUM location must overwrite "
+                           "(accumulate=False or None)")
+        return current + vals
+    if accumulate is None and written.any():
+        return np.where(written, current + vals, vals)
+    return vals
 
 
 def new_tile(shape, dtype, buffer=sbuf):

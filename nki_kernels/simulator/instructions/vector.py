@@ -326,10 +326,9 @@ _CUMULATIVE_DTYPES = (dt.bfloat16, dt.float16, dt.float32, dt.float8_e4m3, dt.fl
 
 
 @instruction
-def tensor_scalar_cumulative(dst, src, op0, op1, imm0, imm1=None, reduce_cmd="reset_reduce", reverse0=False,
-                             name=None):
+def tensor_scalar_cumulative(dst, src, op0, op1, imm0, imm1=None, reduce_cmd="reset_reduce", name=None):
     """Running reduction along the free axis: ``reg = op1(op0(src[i], imm0), reg); dst[i] = reg`` per
-    partition (``op0(imm0, src[i])`` with ``reverse0``), the Vector engine's register starting from
+    partition, the Vector engine's register starting from
     ``reduce_cmd``: ``reset_reduce`` (op1's identity), ``reduce`` (the register as left by the
     previous instruction) or ``load_reduce`` (``imm1``).
     (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/generated/nki.isa.tensor_scalar_cumulative.html)
@@ -360,7 +359,7 @@ def tensor_scalar_cumulative(dst, src, op0, op1, imm0, imm1=None, reduce_cmd="re
         reg = _per_partition_operand(imm1 if imm1 is not None else 0.0, parts, "imm1", op)
     v = values_of(x, "src", op)
     a = _per_partition_operand(imm0, parts, "imm0", op)
-    pre = f0(a, v) if reverse0 else f0(v, a)
+    pre = f0(v, a)
     out = np.empty_like(v)
     cur = reg[:, 0].astype(np.float32)
     for i in range(v.shape[1]):

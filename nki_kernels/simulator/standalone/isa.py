@@ -39,8 +39,7 @@ from . import language as _nl
 from ..instructions import operands as _ops
 from ..instructions import vector as _vector
 from ..instructions.operands import (check_dst as _check_dst, fit_dst as _fit_dst, mark_read as _mark_read,
-                                     per_partition as _per_partition, psum_state as _psum_state,
-                                     scratch as _scratch, write as _write)
+                                     per_partition as _per_partition, scratch as _scratch, write as _write)
 from ..instructions.registers import accumulate as _accumulate
 from ..instructions.target import (dge_mode, dma_engine, engine, get_nc_version, matmul_perf_mode, nc_version,
                                    oob_mode, reduce_cmd)
@@ -83,40 +82,36 @@ def _gpsimd_psum(eng, op, *tiles):
 # Tensor engine
 # ---------------------------------------------------------------------------
 def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_onezero=False,
-              is_transpose=False, accumulate=None, tile_position=(), tile_size=(), perf_mode=None,
+              is_transpose=False, accumulate=None, tile_position=(), tile_size=(), perf_mode=matmul_perf_mode.none,
               name=None):
     """``dst = stationary.T @ moving`` (or ``+=``) on the Tensor engine; ``dst`` must be a PSUM tile.
 
     stationary [K, M] and moving [K, N] are SBUF tiles with K <= 128, M <= 128,
-    N <= 512; ``dst`` is [M, N], fp32 (or bf16, NeuronCore-v4). ``accumulate``:
+    N <= 512; ``dst`` is [M, N], fp32 (bf16 from NeuronCore-v4). ``accumulate``:
     ``False`` overwrites, ``True`` adds to what ``dst`` holds (which must have
     been written before), ``None`` (default) overwrites the elements never
     written and accumulates onto the others, as the compiler infers "first write
-    overwrites, later writes accumulate"
+    overwrites, later writes accumulate". ``perf_mode=double_row`` (FP8 double
+    performance mode, NeuronCore-v3+) gives the same results.
     (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/generated/nki.isa.nc_matmul.html).
     """
     d = _check_dst(dst, "nc_matmul", (_psum,))
     if d.dtype not in (_dt.float32, _dt.bfloat16):
         raise _NKIError("dst dtype", f"nisa.nc_matmul: dst dtype is {d.dtype}; the matmul result tile must be "
-                       "float32 (bfloat16 is accepted from NeuronCore-v4)")
+                        "float32 (bfloat16 is accepted from NeuronCore-v4)")
+    if d.dtype == _dt.bfloat16 and get_nc_version() < nc_version.gen4:
+        raise _NKIError("dst dtype", f"nisa.nc_matmul: a bfloat16 result tile needs NeuronCore-v4; the target is "
+                        f"{get_nc_version().name} (write float32 to PSUM)")
     for a, b, an, bn in ((stationary, moving, "stationary", "moving"), (moving, stationary, "moving", "stationary")):
         if isinstance(a, _Tile) and isinstance(b, _Tile) and a.dtype == _dt.float32 and b.dtype != _dt.float32:
             raise _NKIError("matmul operands", f"nisa.nc_matmul: {an} is float32 but {bn} is {b.dtype}; if one "
-                           "input is float32/tfloat32 the other must be too")
+                            "input is float32/tfloat32 the other must be too")
+    _gen1._perf_mode_rule(perf_mode, stationary, moving)
     with _scratch():
         res = _gen1.nc_matmul(stationary, moving, is_transpose=is_transpose)
     vals = _fit_dst(d, res.data, "nc_matmul", f"product stationary.T @ moving ({stationary.shape[1]}x"
                     f"{moving.shape[1]})")
-    written = _psum_state(d)
-    if accumulate is True:
-        if not written.all():
-            raise _NKIError("matmul accumulate", f"nisa.nc_matmul(accumulate=True) into PSUM dst {d.shape} whose "
-                           "elements were never written; the first matmul into a PSUM location must overwrite "
-                           "(accumulate=False or None)")
-        vals = _dt.compute_view(d.data).astype(_np.float32) + vals
-    elif accumulate is None and written.any():
-        vals = _np.where(written, _dt.compute_view(d.data).astype(_np.float32) + vals, vals)
-    _write(d, vals, "nc_matmul")
+    _write(d, _ops.psum_accumulate(d, vals, accumulate, "nc_matmul"), "nc_matmul")
 
 
 def nc_transpose(dst, data, engine=engine.unknown, name=None):
