@@ -495,3 +495,29 @@ def test_cores_simulate_the_callers_target_and_need_neuroncore_v3():
     assert seen == [target.nc_version.gen4] * 2
     with target.use("gen2"), pytest.raises(NKIError, match="NeuronCore-v3"):
         k[2](np.zeros((1, 1), np.float32))
+
+
+def test_grid_with_several_programs_per_core_synchronises_its_cores():
+    """kernel[nl.spmd_dim(nl.nc(2), 2)]: programs 0, 1 on core 0 and 2, 3 on core 1; each exchanges
+    with the program in the same position on the other core (also when vectorising is on)."""
+
+    @nki.jit
+    def k(x):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        i = nl.program_id(0)
+        core, j = i // 2, i % 2
+        a = nl.ndarray((128, 8), dtype=x.dtype, buffer=nl.sbuf)
+        b = nl.ndarray((128, 8), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=a, src=x[i])
+        nisa.sendrecv(src=a, dst=b, send_to_rank=1 - core, recv_from_rank=1 - core, pipe_id=0)
+        nisa.dma_copy(dst=out[(1 - core) * 2 + j], src=b)
+        return out
+
+    x = rng.standard_normal((4, 128, 8)).astype(np.float32)
+    saved = config.vectorize
+    try:
+        for on in (True, False):
+            config.vectorize = on
+            np.testing.assert_array_equal(k[nl1.spmd_dim(nl1.nc(2), 2)](x), x)
+    finally:
+        config.vectorize = saved

@@ -104,12 +104,30 @@ def cores_of(grid) -> int:
     return getattr(grid, "cores", 1)
 
 
-def runs_on_cores(grid, vectorise: bool) -> bool:
+_SYNC_NAMES = frozenset({"sendrecv", "core_barrier", "all_reduce", "all_gather", "reduce_scatter", "all_to_all",
+                         "collective_permute", "collective_permute_implicit", "collective_permute_implicit_reduce",
+                         "all_gather_v", "all_to_all_v"})
+
+
+def _names_used(code) -> set:
+    names = set(code.co_names)
+    for c in code.co_consts:
+        if hasattr(c, "co_names"):
+            names |= _names_used(c)
+    return names
+
+
+def runs_on_cores(grid, vectorise: bool, kernel=None) -> bool:
     """Whether a launch runs its cores as cooperating workers: always when each core runs one
-    program (LNC=2, where cores synchronise); a first-generation grid with more programs than
-    cores (no synchronising instructions there) may instead run vectorised."""
+    program (LNC=2); a grid with several programs per core (``nl.spmd_dim`` with ``nl.nc``) may
+    run vectorised unless vectorising is off or the kernel's code names a synchronising call."""
     n = cores_of(grid)
-    return n > 1 and (int(np.prod(grid)) == n or not vectorise)
+    if n < 2:
+        return False
+    if int(np.prod(grid)) == n or not vectorise:
+        return True
+    func = getattr(kernel, "func", None)
+    return func is not None and bool(_names_used(func.__code__) & _SYNC_NAMES)
 
 
 # ---------------------------------------------------------------------------

@@ -268,7 +268,7 @@ def _run_programs(kernel, grid, args, kwargs, pids, outputs):
     try:
         # Masked-off lanes hold garbage that may overflow; that is not the user's bug.
         with np.errstate(all="ignore"):
-            if _cores.runs_on_cores(grid, _vec.enabled()):  # cores meet at sendrecv / core_barrier: all run, in turns
+            if _cores.runs_on_cores(grid, _vec.enabled(), kernel):  # cores meet at sendrecv / barriers: run in turns
                 result = _cores.run_launch(kernel, grid, args, kwargs, state)
             elif pids is None and math.prod(grid) > 1 and _vec.enabled():
                 result = _vec.GridRunner(kernel, grid, args, kwargs, state).run()
