@@ -292,12 +292,14 @@ def assigned(dest_rec, value) -> bool:
     assignment is a tile copy."""
     m = dest_rec.mem
     v = getattr(value, "_mem", None)
-    if (v is not None and v is m.last_result and getattr(value, "_parent", 1) is None and v.moved < 0
-            and v.last == v.first and v.lastc < 0):
-        v.moved = v.first
+    if v is not None and v is m.last_result and getattr(value, "_parent", 1) is None and v.moved < 0:
+        # No instruction ran since it was produced (its own op may have read it, e.g. reduce_res=).
+        v.moved = max(v.first, v.last, v.lastc)
         m.last_result = None
-        if m.ws_c == v.first and v.last == m.ws_c:
+        if m.ws_c == v.first:
             m.wsum[v.buf] -= v.nbytes
+        elif m.ws_c == v.last:  # read back by its own op after the instruction was counted
+            m.rsum[v.buf] -= v.nbytes
         m.wrote(dest_rec, v.first)
         return True
     if v is not None:
@@ -311,7 +313,7 @@ def accumulated(dest_rec, value) -> bool:
     the producing instruction accumulates into ``dest``; the add itself takes no working set."""
     m = dest_rec.mem
     v = getattr(value, "_mem", None)
-    if v is None or v is not m.last_result or getattr(value, "_parent", 1) is not None or v.last != v.first:
+    if v is None or v is not m.last_result or getattr(value, "_parent", 1) is not None:
         return False
     c = v.first
     v.moved = m.ic
@@ -334,23 +336,34 @@ def accumulated(dest_rec, value) -> bool:
 
 def instruction(prog) -> None:
     """One engine instruction done (called from :mod:`.profile`)."""
-    m = prog.mem
-    m.ic += 1
-    m.fresh = True
+    _ended(prog.mem)
+    prog.mem.fresh = True
 
 
 def dma(prog) -> None:
-    """One DMA done; a tile allocated in its slot is what it loaded (its result)."""
-    m = prog.mem
+    """One DMA done."""
+    _ended(prog.mem)
+    prog.mem.fresh = False
+
+
+def slot_done(prog) -> None:
+    """An instruction that writes its ``dst=`` ended (its result is no new tile)."""
+    _ended(prog.mem)
+    prog.mem.fresh = False
+
+
+def _ended(m) -> None:
+    # A tile allocated in this slot and written by the instruction (nl.load's tile, the new
+    # destination of a functional nisa op) is its result: a later `t[...] = result` moves it.
     r = m.last_alloc
-    if r is not None and r.first == m.ic:
+    m.last_alloc = None
+    m.last_result = None
+    if r is not None and r.first == m.ic and r.blocks is None:
         m.last_result = r
-        m.last_alloc = None
-        if r.last == m.ic and m.ws_c == m.ic:  # counted as read by the DMA: it is written
+        if r.last == m.ic and m.ws_c == m.ic:  # counted as read while being written
             m.rsum[r.buf] -= r.nbytes
             m.wsum[r.buf] += r.nbytes
     m.ic += 1
-    m.fresh = False
 
 
 # ---------------------------------------------------------------------------
