@@ -124,3 +124,50 @@ def nonzero_with_count(dst, src, index_offset=0, padding_val=-1):
         out[p, n] = nz.size
     _prof.instruction("GpSimd", out)
     write(d, out.reshape(d.shape), op)
+
+
+SNAKE = 16  # partitions of one top-k group (its "snake" layout)
+
+
+@instruction
+def topk(val_dst, idx_dst, src, n, sorted=False, name=None):  # noqa: A002 - the documented parameter name
+    """The ``k`` largest of the first ``n`` values of each 16-partition group of ``src`` (bf16, SBUF) and
+    their indices, GpSimd engine. A group's values are read in snake order (element ``e`` at
+    partition ``e % 16``, column ``e // 16``) and results go out the same way (result ``j`` at
+    partition ``j % 16``, column ``j // 16``), ascending by value; ``k`` is val_dst's free size.
+    The simulator requires ``k`` to be a multiple of 16 (how the last, partial column is filled
+    is not stated on the page).
+    (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/generated/nki.isa.topk.html)
+    """
+    op = "topk"
+    v = check_dst(val_dst, op, _SB)
+    i = check_dst(idx_dst, op, _SB)
+    s = tile_operand(src, "src", op, _SB)
+    if s.dtype != dt.bfloat16 or v.dtype != dt.bfloat16:
+        raise NKIError("dtype", f"nisa.{op}: src ({s.dtype}) and val_dst ({v.dtype}) must be bfloat16")
+    if i.dtype != dt.uint32:
+        raise NKIError("dtype", f"nisa.{op}: idx_dst dtype {i.dtype}; it must be uint32")
+    P = s.shape[0]
+    k = per_partition(v.shape)
+    n = int(n)
+    if P % SNAKE or v.shape[0] != P or i.shape[0] != P or per_partition(i.shape) != k:
+        raise NKIError("operand shapes", f"nisa.{op}: src {s.shape}, val_dst {v.shape}, idx_dst {i.shape}: the same "
+                       "partitions, a multiple of 16, and val_dst / idx_dst [P, k]")
+    if not 8 <= n < 65536 or not 1 <= k <= n or k >= 32768 or per_partition(s.shape) * SNAKE < n:
+        raise NKIError(op, f"nisa.{op}: n={n}, k={k}: need 8 <= n < 65536, 1 <= k <= n, k < 32768 and src free "
+                       f"size >= ceil(n / 16) (src {s.shape})")
+    if k % SNAKE:
+        raise NKIError(op, f"nisa.{op}: k={k} is not a multiple of 16; the simulator does not model how the last "
+                       "partial snake column is written")
+    sv = rows(dt.compute_view(s.data), P).astype(np.float32)
+    vals = rows(np.array(v.data), P).copy()
+    idxs = rows(np.array(i.data), P).copy()
+    for g in range(0, P, SNAKE):
+        snake = sv[g:g + SNAKE].T.reshape(-1)[:n]  # element e = p + 16 * c
+        order = np.argsort(-snake, kind="stable")[:k][::-1]  # the k largest, ascending
+        for j, e in enumerate(order):
+            vals[g + j % SNAKE, j // SNAKE] = snake[e]
+            idxs[g + j % SNAKE, j // SNAKE] = e
+    _prof.instruction("GpSimd", vals)
+    write(v, vals.reshape(v.shape), op, "top-k values")
+    write(i, idxs.reshape(i.shape), op, "top-k indices")

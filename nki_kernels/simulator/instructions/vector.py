@@ -406,3 +406,29 @@ def scalar_tensor_tensor(dst, data, op0, operand0, op1, operand1, reverse0=False
     out = alu(op1)(other, first) if reverse1 else alu(op1)(first, other)
     _prof.instruction("Vector", out)
     write(d, np.reshape(out, d.shape) if d.shape[0] == parts else out, op)
+
+
+@instruction
+def exponential(dst, src, max_value=0.0, reduce_res=None, reduce_cmd="idle", reduce_init=0.0, name=None):
+    """``dst = exp(src - max_value)`` (Vector engine, fp32 inside; ``max_value`` a scalar or [P, 1] tile),
+    with the row sums accumulated in the Vector engine's registers per ``reduce_cmd``
+    (``load_reduce`` starts from ``reduce_init``) and written to ``reduce_res``. NeuronCore-v4+.
+    (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/generated/nki.isa.exponential.html)
+    """
+    from . import registers, target
+    from .target import command
+
+    op = "exponential"
+    target.require(op, target.nc_version.gen4)
+    d = check_dst(dst, op)
+    x = tile_operand(src, "src", op)
+    same_rows(op, d, "dst", x, "src")
+    cmd = command(reduce_cmd)
+    if cmd != "load_reduce" and not (isinstance(reduce_init, (int, float)) and float(reduce_init) == 0.0):
+        raise NKIError("reduce_init", f"nisa.{op}: reduce_init is only used with reduce_cmd=load_reduce; leave it 0.0")
+    parts = x.shape[0]
+    out = np.exp(values_of(x, "src", op) - _per_partition_operand(max_value, parts, "max_value", op))
+    _prof.instruction("Vector", out)
+    write(d, out.reshape(d.shape), op)
+    registers.accumulate(op, "Vector", out, parts, np.add, reduce_res, cmd,
+                         init=reduce_init if cmd == "load_reduce" else None)

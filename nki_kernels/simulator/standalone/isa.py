@@ -44,14 +44,15 @@ from ..instructions.registers import accumulate as _accumulate
 from ..instructions.target import (dge_mode, dma_engine, engine, get_nc_version, matmul_perf_mode, nc_version,
                                    oob_mode, reduce_cmd)
 from ..instructions.dma import dma_compute, dma_transpose
-from ..instructions.gpsimd import nc_n_gather, nonzero_with_count, sequence_bounds
+from ..instructions.gpsimd import nc_n_gather, nonzero_with_count, sequence_bounds, topk
+from ..instructions.scalar import activate2
 from ..instructions.mx import nc_matmul_mx, quantize_mx
 from ..instructions.registers import (VirtualRegister, register_alloc, register_load, register_move,
                                       register_store)
 from ..instructions.rng import dropout, rand2, rand_get_state, rand_set_state, rng, set_rng_seed
-from ..instructions.vector import (max8, nc_find_index8, nc_match_replace8, nc_stream_shuffle, range_select,
-                                   reciprocal, scalar_tensor_tensor, select_reduce, tensor_copy_predicated,
-                                   tensor_scalar_cumulative)
+from ..instructions.vector import (exponential, max8, nc_find_index8, nc_match_replace8, nc_stream_shuffle,
+                                   range_select, reciprocal, scalar_tensor_tensor, select_reduce,
+                                   tensor_copy_predicated, tensor_scalar_cumulative)
 
 unknown_engine = engine.unknown
 tensor_engine = engine.tensor

@@ -1,0 +1,82 @@
+"""Scalar Engine instructions added with NeuronCore-v4: ``activate2`` (two tensor-scalar stages,
+an activation and a configurable reduction in one instruction)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import dtypes as dt
+from .. import profile as _prof
+from ..errors import NKIError
+from .operands import (alu, check_dst, engine_name, instruction, no_gpsimd_psum, per_partition, rows, tile_operand,
+                       write)
+
+# The six (op0, op1) pairs of the tensor-scalar stage, by NumPy function (identity = bypass).
+_IDENTITY = "bypass"
+
+
+def _stage(op):
+    name = getattr(op, "__name__", None)
+    if op is None or name in ("bypass", "copy", "identity"):
+        return _IDENTITY
+    fn = alu(op)
+    return {np.multiply: "multiply", np.add: "add", np.subtract: "subtract"}.get(fn, getattr(fn, "__name__", fn))
+
+
+_PAIRS = {("multiply", "add"), ("multiply", "subtract"), ("multiply", _IDENTITY), ("add", _IDENTITY),
+          ("subtract", _IDENTITY), (_IDENTITY, _IDENTITY)}
+
+
+def _imm(v, parts, name, op):
+    if hasattr(v, "shape") and hasattr(v, "buffer"):
+        t = tile_operand(v, name, op)
+        if t.shape[0] != parts or per_partition(t.shape) != 1:
+            raise NKIError("operand shapes", f"nisa.{op}: {name} must be a scalar or a [{parts}, 1] tile")
+        return rows(dt.compute_view(t.data), parts).astype(np.float32)
+    return np.float32(v)
+
+
+@instruction
+def activate2(dst, op, data, imm0, imm1, op0, op1, relu_param=0.0, reverse0=False, reverse1=False, reduce_op=None,
+              reduce_res=None, reduce_cmd="idle", engine="Scalar", name=None):
+    """``dst = op((data op0 imm0) op1 imm1)`` (``imm0 op0 data`` with ``reverse0``, ``imm1 op1 x`` with
+    ``reverse1``), fp32 inside, with an optional free-axis reduction (``reduce_op``: add, max or
+    min) into the Scalar engine's registers per ``reduce_cmd``; (op0, op1) is one of the six pairs
+    the page lists; ``relu_param`` is the negative slope when ``op`` is ``nl.relu``. NeuronCore-v4+.
+    (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/generated/nki.isa.activate2.html)
+    """
+    from . import registers, target
+
+    name_ = "activate2"
+    target.require(name_, target.nc_version.gen4)
+    eng = engine_name(engine)
+    d = check_dst(dst, name_)
+    x = tile_operand(data, "data", name_)
+    no_gpsimd_psum(eng, name_, d, x)
+    if x.shape[0] != d.shape[0] or per_partition(x.shape) != per_partition(d.shape):
+        raise NKIError("dst shape", f"nisa.{name_}: dst {d.shape} must match data {x.shape}")
+    pair = (_stage(op0), _stage(op1))
+    if pair not in _PAIRS:
+        raise NKIError("op", f"nisa.{name_}: (op0, op1) = {pair} is not one of the supported pairs {sorted(_PAIRS)}")
+    parts = x.shape[0]
+    v = rows(dt.compute_view(x.data), parts).astype(np.float32)
+    for stage, imm, rev, what in ((op0, imm0, reverse0, "imm0"), (op1, imm1, reverse1, "imm1")):
+        if _stage(stage) == _IDENTITY:
+            continue
+        a = _imm(imm, parts, what, name_)
+        v = alu(stage)(a, v) if rev else alu(stage)(v, a)
+    fn = alu(op)
+    if getattr(op, "__name__", None) == "relu":
+        out = np.where(v > 0, v, np.float32(relu_param) * v)
+    else:
+        if float(relu_param) != 0.0:
+            raise NKIError("relu_param", f"nisa.{name_}: relu_param={relu_param} only applies to nl.relu, op is {op!r}")
+        out = np.asarray(fn(v), np.float32)
+    _prof.instruction(eng, out)
+    write(d, out.reshape(d.shape), name_)
+    if reduce_op is not None or reduce_res is not None:
+        if eng != "Scalar":
+            raise NKIError("reduce_cmd", f"nisa.{name_}: the accumulation registers are on the Scalar engine only")
+        if reduce_op is not None and alu(reduce_op) not in (np.add, np.maximum, np.minimum):
+            raise NKIError("reduce_op", f"nisa.{name_}: reduce_op {reduce_op!r}: add, maximum or minimum")
+    registers.accumulate(name_, "Scalar", out, parts, reduce_op, reduce_res, reduce_cmd)
