@@ -80,5 +80,5 @@ def launch(kernel, grid, args, static, out_shape=None):
     if path == "nki_call":
         if out_shape is None:
             out_shape = out_shape_of(kernel, grid, args, static)
-        return jax_neuronx().nki_call(kernel, *args, grid=grid, out_shape=out_shape, **static)
+        return jax_neuronx().nki_call(backend.unwrap(kernel), *args, grid=grid, out_shape=out_shape, **static)
     return backend.genuine_call(kernel, grid, args, static)

@@ -8,12 +8,17 @@ simulator::
 The stack is chosen once by :func:`nki_kernels.neuron_env.kernel_stack`:
 ``neuronxcc.nki`` (SDK <= 2.27; our kernels are first-generation SPMD-grid
 kernels), then the standalone ``nki`` (SDK 2.27+), else the NumPy simulator.
-``NKI_OPS_KERNEL_STACK`` overrides it. :func:`simulator_twin` gives the simulator
-version of a genuine kernel (same source), for shape inference and CPU tensors.
+``NKI_OPS_KERNEL_STACK`` overrides it. On a genuine stack ``nki.jit`` returns a
+:class:`GenuineKernel`, so a kernel launched directly (``kernel[grid](*jax_arrays)``)
+takes the same per-era path as one given to ``nki_call``. :func:`simulator_twin` gives
+the simulator version of a genuine kernel (same source), for shape inference and CPU tensors.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
+import itertools
 import types
 
 from .neuron_env import kernel_stack
@@ -21,14 +26,73 @@ from .neuron_env import kernel_stack
 STACK = kernel_stack()
 GENUINE = STACK != "simulator"
 
+
+
+class GenuineKernel:
+    """A genuine ``@nki.jit`` kernel whose launches pass nki-ops' decision point.
+
+    ``kernel[grid](*args, **static)`` with JAX arrays / tracers or torch tensors goes
+    to that framework's ``nki_call`` (registered with the simulator's launch
+    dispatch), which asks :func:`jax_ops.genuine.launch` / :func:`torch_ops.backend.route`
+    for the SDK era's entry point; any other arguments (NumPy arrays, the SDK's own
+    tracing tensors inside another kernel) go straight to the genuine kernel.
+    """
+
+    def __init__(self, genuine, func):
+        self.genuine = genuine
+        self.func = func
+        self.signature = inspect.signature(func)
+        functools.update_wrapper(self, func)
+
+    def __getitem__(self, grid):
+        from .simulator.launch import normalize_grid
+
+        return functools.partial(self._launch, normalize_grid(grid))
+
+    def __call__(self, *args, **kwargs):
+        return self._launch((), *args, **kwargs)
+
+    def _launch(self, grid, *args, **kwargs):
+        from .simulator import launch
+
+        handler = launch.array_handler(itertools.chain(args, kwargs.values()), launch._ARRAY_DISPATCH)
+        if handler is not None:
+            return handler(launch.Launch(self, grid), args, kwargs)
+        return genuine_call(self, grid, args, kwargs)
+
+    def __repr__(self):
+        return f"<genuine {STACK} kernel {self.func.__module__}.{self.func.__qualname__}>"
+
+
+class _GenuineNki(types.ModuleType):
+    """The genuine ``nki`` module, with ``jit`` returning :class:`GenuineKernel` wrappers."""
+
+    def __init__(self, genuine):
+        super().__init__(genuine.__name__, genuine.__doc__)
+        self.__genuine = genuine
+
+    def __getattr__(self, name):
+        return getattr(self.__genuine, name)
+
+    def jit(self, func=None, **options):
+        """The genuine ``nki.jit`` (same options), returning a :class:`GenuineKernel`."""
+        if func is None:
+            return lambda f: self.jit(f, **options)
+        return GenuineKernel(self.__genuine.jit(func, **options), func)
+
+
 if STACK == "nki":  # pragma: no cover - needs the Neuron SDK (or the tests' stand-ins)
-    import nki
+    import nki as _genuine_nki
     import nki.isa as nisa
     import nki.language as nl
+
+    nki = _GenuineNki(_genuine_nki)
 elif STACK == "neuronxcc":  # pragma: no cover - needs the Neuron SDK (or the tests' stand-ins)
-    import neuronxcc.nki as nki
+    import neuronxcc.nki as _genuine_nki
     import neuronxcc.nki.isa as nisa
     import neuronxcc.nki.language as nl
+
+    nki = _GenuineNki(_genuine_nki)
 else:
     from .simulator import isa as nisa
     from .simulator import language as nl
@@ -48,6 +112,7 @@ def genuine_call(kernel, grid: tuple, args, static: dict):
     On the standalone ``nki`` stack ``kernel[n]`` is the logical-core count, not an
     SPMD grid, so a multi-program grid is refused there instead of launched wrongly.
     """
+    kernel = unwrap(kernel)
     if STACK == "nki":
         if tuple(grid) not in ((), (1,)):
             func = kernel_function(kernel)
@@ -58,6 +123,11 @@ def genuine_call(kernel, grid: tuple, args, static: dict):
                 "port it to loop over its tiles (the core count comes from NEURON_LOGICAL_NC_CONFIG)")
         return kernel(*args, **static)
     return (kernel[tuple(grid)] if grid else kernel)(*args, **static)
+
+
+def unwrap(kernel):
+    """The SDK's own kernel object behind a :class:`GenuineKernel` (anything else unchanged)."""
+    return kernel.genuine if isinstance(kernel, GenuineKernel) else kernel
 
 
 def kernel_function(kernel):
@@ -108,4 +178,4 @@ def simulator_twin(kernel):
     return _TWINS[id(kernel)][1]
 
 
-__all__ = ["GENUINE", "STACK", "genuine_call", "is_genuine_kernel", "kernel_function", "nki", "nl", "nisa", "simulator_twin"]
+__all__ = ["GENUINE", "GenuineKernel", "STACK", "genuine_call", "is_genuine_kernel", "kernel_function", "nki", "nl", "nisa", "simulator_twin", "unwrap"]

@@ -53,6 +53,10 @@ out["grad_calls"] = CALLS[n:]
 n = len(CALLS)
 out["vmap"] = jax.vmap(lambda xi: jax_ops.rms_norm(xi, w, 1e-5))(x)
 out["vmap_calls"] = CALLS[n:]
+n = len(CALLS)  # a kernel launched directly, as op code does: the same per-era path
+out["direct"] = jax.jit(lambda a, b: nki_kernels.tensor_add_kernel[2, 2](a, b))(a, b)
+out["numpy"] = nki_kernels.tensor_add(a, b)
+out["direct_calls"] = CALLS[n:]
 done()
 """
 
@@ -83,7 +87,8 @@ def rms_norm_grad_w_ref(x, w, eps):
 
 def check_jax_values(out):
     a, b, x, w = (np.asarray(out[k]) for k in ("a", "b", "x", "w"))
-    np.testing.assert_allclose(out["add"], a.astype(np.float64) + b, rtol=1e-6)
+    for key in ("add", "direct", "numpy"):
+        np.testing.assert_allclose(out[key], a.astype(np.float64) + b, rtol=1e-6)
     np.testing.assert_allclose(out["grad_w"], rms_norm_grad_w_ref(x[0], w, 1e-5), rtol=2e-4, atol=2e-4)
     np.testing.assert_allclose(out["vmap"], rms_norm_ref(x, w, 1e-5), rtol=2e-5, atol=2e-5)
 
@@ -92,46 +97,71 @@ def by_kernel(calls, name):
     return [c for c in calls if c.get("kernel") == name]
 
 
+def one_launch(calls):
+    """The launch a group of records describes: ops may trace their implementation more than once
+    (shape inference, then lowering), each trace calling the kernel with the same arguments."""
+    assert calls and all(c == calls[0] for c in calls), calls
+    return calls[0]
+
+
+def folded(calls):
+    """The launch of all 3 x 100 rows of the vmapped rms_norm (grid of 3 programs of 128 rows)."""
+    rows = [c for c in calls if c["args"][0]["shape"] == [300, 64]]
+    assert rows and all(c["grid"] == [3] and c["kernel"] == "rms_norm_fwd_kernel" for c in rows), calls
+    return rows[0]
+
+
+def op_calls(out):
+    """The calls made by the ops (before the direct launches at the end of JAX_OPS)."""
+    return out["calls"][:len(out["calls"]) - len(out["direct_calls"])]
+
+
 def test_sdk_2_22_jax_goes_through_jax_neuronx_nki_call():
     out = run_era("sdk_2_22", JAX_OPS)
     check_jax_values(out)
     assert out["stack"] == "neuronxcc"
     assert "<= 2.22" in out["env"] and "jax_neuronx.nki_call" in out["env"]
-    assert {c["entry"] for c in out["calls"]} == {"jax_neuronx.nki_call"}  # never the kernel directly
-    (add,) = by_kernel(out["calls"], "tensor_add_kernel")
+    assert {c["entry"] for c in op_calls(out)} == {"jax_neuronx.nki_call"}  # never the kernel directly
+    add = one_launch(by_kernel(op_calls(out), "tensor_add_kernel"))
     assert add["grid"] == [2, 2] and add["static"] == {}  # 130 rows / 128, 600 cols / 512
     assert [arg["shape"] for arg in add["args"]] == [[130, 600], [130, 600]]
     assert add["out_shape"] == [[[130, 600], "float32"]]  # derived from the kernel's simulator twin
-    fwd, = by_kernel(out["grad_calls"], "rms_norm_fwd_kernel")
+    fwd = one_launch(by_kernel(out["grad_calls"], "rms_norm_fwd_kernel"))
     assert fwd["static"] == {"eps": 1e-5, "return_rstd": True} and fwd["grid"] == [1]
     assert fwd["out_shape"] == [[[100, 64], "float32"], [[100, 1], "float32"]]
-    bwd, = by_kernel(out["grad_calls"], "rms_norm_bwd_kernel")
+    bwd = one_launch(by_kernel(out["grad_calls"], "rms_norm_bwd_kernel"))
     assert [arg["shape"] for arg in bwd["args"]] == [[100, 64], [100, 64], [64], [100, 1]]
-    # vmap folds the batch into rows: one launch of 300 rows, not three of 100
-    vm, = out["vmap_calls"]
-    assert vm["args"][0]["shape"] == [300, 64] and vm["grid"] == [3]
-    assert vm["static"] == {"eps": 1e-5, "return_rstd": False}
+    # vmap folds the batch into rows: a launch of all 300 rows (the op may also trace one example
+    # for shapes), with the same entry point
+    vm = folded(out["vmap_calls"])
+    assert vm["entry"] == "jax_neuronx.nki_call" and vm["static"]["eps"] == 1e-5
+    assert vm["out_shape"][0] == [[300, 64], "float32"]
+    traced, numpy = out["direct_calls"]  # jit traces a direct launch once
+    assert traced["entry"] == "jax_neuronx.nki_call" and traced["grid"] == [2, 2]
+    assert numpy["entry"] == "neuronxcc.nki.jit" and [arg["kind"] for arg in numpy["args"]] == ["numpy", "numpy"]
 
 
 def test_sdk_2_23_jax_calls_the_neuronxcc_kernel_directly_on_tracers():
     out = run_era("sdk_2_23", JAX_OPS)
     check_jax_values(out)
     assert out["stack"] == "neuronxcc" and "2.23-2.26" in out["env"]
-    assert {c["entry"] for c in out["calls"]} == {"neuronxcc.nki.jit"}
-    (add,) = by_kernel(out["calls"], "tensor_add_kernel")
+    assert {c["entry"] for c in op_calls(out)} == {"neuronxcc.nki.jit"}
+    add = one_launch(by_kernel(op_calls(out), "tensor_add_kernel"))
     assert add["grid"] == [2, 2] and all(arg["type"].endswith("Tracer") for arg in add["args"])
     assert {c["kernel"] for c in out["grad_calls"]} == {"rms_norm_fwd_kernel", "rms_norm_bwd_kernel"}
-    fwd, = by_kernel(out["grad_calls"], "rms_norm_fwd_kernel")
+    fwd = one_launch(by_kernel(out["grad_calls"], "rms_norm_fwd_kernel"))
     assert fwd["static"] == {"eps": 1e-5, "return_rstd": True}
-    vm, = out["vmap_calls"]
-    assert vm["args"][0]["shape"] == [300, 64] and vm["grid"] == [3]
+    assert folded(out["vmap_calls"])["entry"] == "neuronxcc.nki.jit"
+    traced, numpy = out["direct_calls"]  # jit traces a direct launch once
+    assert traced["entry"] == numpy["entry"] == "neuronxcc.nki.jit" and traced["args"][0]["type"].endswith("Tracer")
+    assert numpy["args"][0]["kind"] == "numpy" and numpy["grid"] == [2, 2]
 
 
 def test_sdk_2_27_keeps_first_generation_kernels_on_neuronxcc():
     out = run_era("sdk_2_27", JAX_OPS)
     check_jax_values(out)
     assert out["stack"] == "neuronxcc" and "2.27" in out["env"]
-    assert {c["entry"] for c in out["calls"]} == {"neuronxcc.nki.jit"}
+    assert {c["entry"] for c in out["calls"]} == {"neuronxcc.nki.jit"}  # never the standalone nki.jit
 
 
 STANDALONE_KERNEL = """
