@@ -309,3 +309,25 @@ def test_gen1_dma_transpose():
         return o
 
     np.testing.assert_array_equal(k(x), x.T)
+
+
+def test_gen1_tensor_copy_dynamic_src_and_dst():
+    x = RNG.standard_normal((16, 64)).astype(np.float32)
+
+    @nki1.jit
+    def k(a):
+        t = nl1.load(a)
+        i_p, i_f = nl1.mgrid[0:16, 0:8]
+        src = nisa1.tensor_copy_dynamic_src(t[i_p, 24 + i_f])
+        d = nl1.zeros((16, 64), dtype=nl1.float32)
+        nisa1.tensor_copy_dynamic_dst(dst=d[i_p, 40 + i_f], src=src)
+        outs = [nl1.ndarray(v.shape, dtype=v.dtype, buffer=nl1.shared_hbm) for v in (src, d)]
+        nl1.store(outs[0], src)
+        nl1.store(outs[1], d)
+        return tuple(outs)
+
+    got_src, got_dst = k(x)
+    np.testing.assert_array_equal(got_src, x[:, 24:32])
+    want = np.zeros_like(x)
+    want[:, 40:48] = x[:, 24:32]
+    np.testing.assert_array_equal(got_dst, want)

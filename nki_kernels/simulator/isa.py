@@ -425,6 +425,24 @@ def nc_match_replace8(*, data, vals, imm, dst_idx=None, mask=None, dtype=None, n
                        lambda d: _vector.nc_match_replace8(d, x, vals, imm, dst_idx))
 
 
+def tensor_copy_dynamic_src(src, *, mask=None, dtype=None, engine=engine.unknown, name=None):
+    """Copy ``src`` (a tile view at a dynamic offset within each partition, SBUF or PSUM) into a new tile
+    (``dtype``, default src's): the simulator knows the offset's value, so this is ``tensor_copy`` of
+    the view. GpSimd cannot access PSUM."""
+    x = _tile(src, "src", "tensor_copy_dynamic_src")
+    _ops.no_gpsimd_psum(_ops.engine_name(engine), "tensor_copy_dynamic_src", x)
+    return _functional(x.shape, dtype or x.dtype, mask, lambda d: _vector.copy(d, x, "tensor_copy_dynamic_src"))
+
+
+def tensor_copy_dynamic_dst(*, dst, src, mask=None, dtype=None, engine=engine.unknown, name=None):
+    """Copy ``src`` into ``dst``, a tile view at a dynamic offset within each partition (SBUF or PSUM),
+    in place; both have the same partitions and elements per partition."""
+    x = _tile(src, "src", "tensor_copy_dynamic_dst")
+    _ops.no_gpsimd_psum(_ops.engine_name(engine), "tensor_copy_dynamic_dst", x, dst)
+    _in_place(dst, mask, dtype, "tensor_copy_dynamic_dst",
+              lambda: _vector.copy(dst, x, "tensor_copy_dynamic_dst"))
+
+
 def reciprocal(data, *, dtype=None, mask=None, name=None):
     """``1 / data`` element-wise (Vector engine): a new tile (``dtype``, default data's)."""
     x = _tile(data, "data", "reciprocal")
