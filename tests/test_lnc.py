@@ -521,3 +521,37 @@ def test_grid_with_several_programs_per_core_synchronises_its_cores():
             np.testing.assert_array_equal(k[nl1.spmd_dim(nl1.nc(2), 2)](x), x)
     finally:
         config.vectorize = saved
+
+
+# ---------------------------------------------------------------------------
+# nisa.sendrecv_compute: exchange and reduce
+# ---------------------------------------------------------------------------
+@nki.jit
+def exchange_and_reduce(x, op=None):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    c = nl.program_id(0)
+    s = nl.ndarray(x.shape[1:], dtype=x.dtype, buffer=nl.sbuf)
+    d = nl.ndarray(x.shape[1:], dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=s, src=x[c])
+    nisa.sendrecv_compute(src=s, dst=d, send_to_rank=1 - c, recv_from_rank=1 - c, reduce_op=op)
+    nisa.dma_copy(dst=out[c], src=d)
+    return out
+
+
+@pytest.mark.parametrize("op,ref", [(nl.add, np.add), (nl.maximum, np.maximum), (nl.minimum, np.minimum)])
+def test_sendrecv_compute_reduces_both_cores_tiles(op, ref):
+    x = rng.standard_normal((2, 128, 16)).astype(np.float32)
+    out = exchange_and_reduce[2](x, op=op)
+    np.testing.assert_allclose(out[0], ref(x[0].astype(np.float64), x[1]), rtol=1e-6)
+    np.testing.assert_allclose(out[1], out[0], rtol=0)
+
+
+def test_sendrecv_compute_rules():
+    with pytest.raises(NKIError, match="nl.add, nl.maximum and nl.minimum"):
+        exchange_and_reduce[2](np.ones((2, 128, 4), np.float32), op=nl.multiply)
+
+    def shared(x, out, c):
+        s, _ = _tiles()
+        nisa.sendrecv_compute(src=s, dst=out, send_to_rank=1 - c, recv_from_rank=1 - c, reduce_op=nl.add)
+
+    assert "private HBM" in _one(shared)

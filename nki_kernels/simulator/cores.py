@@ -30,6 +30,8 @@ from collections import defaultdict, deque
 import numpy as np
 
 from . import diagnostics as _diag
+from . import dtypes as dt
+from . import profile as _prof
 from .core import Access, HBMTensor, Program, Tile, current_or_none, private_hbm, psum, sbuf, set_current
 from .errors import NKIError, NotBatchable
 from .instructions import target as _target
@@ -501,29 +503,96 @@ def sendrecv(src, dst, send_to_rank, recv_from_rank, pipe_id, dma_engine=None, n
     to = _rank_arg(send_to_rank, "send_to_rank", op, ncores)
     frm = _rank_arg(recv_from_rank, "recv_from_rank", op, ncores)
     _diag.on_read(src)
-    me, rank, pipe = (w.core if w is not None else 0), (w.rank if w is not None else 0), int(pipe_id)
+    got = _exchange(w, f"nisa.sendrecv(pipe_id={int(pipe_id)})", ("pipe", int(pipe_id)), src, dst, to, frm)
+    dst[...] = got
+    return None
+
+
+def _exchange(w, what, channel, src, dst, to, frm):
+    """Send a copy of ``src`` to core ``to`` and return what core ``frm`` sends on ``channel``
+    (checked against ``dst``'s shape and dtype); returns once both transfers are done."""
     msg = _Message(np.array(src.data, copy=True), _diag.where())
     if w is None:  # one core exchanging with itself
-        dst[...] = msg.data
-        return None
-    g = w.group
-    inbox = g.mail[(rank, pipe, frm, me)]
+        return msg.data
+    g, me, rank = w.group, w.core, w.rank
+    inbox = g.mail[(rank, channel, frm, me)]
     with g.cv:
-        g.mail[(rank, pipe, me, to)].append(msg)
-    g.block(w, lambda: bool(inbox),
-            lambda: f"nisa.sendrecv(pipe_id={pipe}) waits for core {frm} to send (recv_from_rank={frm})")
+        g.mail[(rank, channel, me, to)].append(msg)
+    g.block(w, lambda: bool(inbox), lambda: f"{what} waits for core {frm} to send (recv_from_rank={frm})")
     with g.cv:
         got = inbox.popleft()
         got.taken = True
     if got.shape != tuple(dst.shape) or got.dtype != dst.dtype:
-        raise NKIError("shape", f"nisa.sendrecv(pipe_id={pipe}): core {me} receives into dst {dst.shape} {dst.dtype} "
-                       f"at {_diag.fmt_where(msg.where)} but core {frm} sent {got.shape} {got.dtype} at "
+        raise NKIError("shape", f"{what}: core {me} receives into dst {dst.shape} {dst.dtype} at "
+                       f"{_diag.fmt_where(msg.where)} but core {frm} sent {got.shape} {got.dtype} at "
                        f"{_diag.fmt_where(got.where)}; the two cores' tiles must match")
-    dst[...] = got.data
     g.block(w, lambda: msg.taken,
-            lambda: f"nisa.sendrecv(pipe_id={pipe}) sent to core {to}, which has not received it "
-                    f"(no matching nisa.sendrecv with recv_from_rank={me} and pipe_id={pipe})")
+            lambda: f"{what} sent to core {to}, which has not received it (no matching call with "
+                    f"recv_from_rank={me})")
+    return got.data
+
+
+def sendrecv_compute(src, dst, send_to_rank, recv_from_rank, reduce_op, name=None):
+    """Exchange ``src`` with core ``recv_from_rank`` / ``send_to_rank`` like ``nisa.sendrecv`` and
+    write ``reduce_op(src, peer's src)`` (``nl.add``, ``nl.maximum`` or ``nl.minimum``, in fp32)
+    into ``dst`` (``nki.isa.sendrecv_compute``; LNC degree > 1). ``src`` and ``dst`` are both in
+    SBUF or both in private HBM, with the same shape and dtype. ``name`` is accepted and unused.
+    (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/generated/nki.isa.sendrecv_compute.html)
+    """
+    from . import language as _nl
+
+    op = "sendrecv_compute"
+    w = current_worker(f"nisa.{op}")
+    _target.require(op, _target.nc_version.gen3)
+    mems = []
+    for x, nm in ((src, "src"), (dst, "dst")):
+        if isinstance(x, Tile) and x.buffer is sbuf:
+            mems.append("SBUF")
+        elif isinstance(x, (HBMTensor, Access)) and (x.tensor if isinstance(x, Access) else x).buffer is private_hbm:
+            mems.append("private HBM")
+        else:
+            where = x.buffer.name if isinstance(x, (Tile, HBMTensor, Access)) else type(x).__name__
+            raise NKIError("operand memory", f"nisa.{op}: {nm} is in {where}; src and dst must both be in SBUF or "
+                           "both in private HBM (shared HBM is not supported)")
+    if mems[0] != mems[1]:
+        raise NKIError("operand memory", f"nisa.{op}: src is in {mems[0]} and dst in {mems[1]}; they must be in the "
+                       "same memory")
+    if src.dtype != dst.dtype or tuple(src.shape) != tuple(dst.shape):
+        raise NKIError("shape", f"nisa.{op}: src {tuple(src.shape)} {src.dtype} and dst {tuple(dst.shape)} {dst.dtype} "
+                       "must have the same shape and dtype")
+    try:
+        fn = _nl.np_function(reduce_op)
+    except NKIError:
+        fn = None
+    if fn not in (np.add, np.maximum, np.minimum):
+        raise NKIError("op", f"nisa.{op}: reduce_op={reduce_op!r}; supported are nl.add, nl.maximum and nl.minimum")
+    ncores = w.group.cores(w.rank) if w is not None else 1
+    to = _rank_arg(send_to_rank, "send_to_rank", op, ncores)
+    frm = _rank_arg(recv_from_rank, "recv_from_rank", op, ncores)
+    if isinstance(src, Tile):
+        _diag.on_read(src)
+        mine = np.array(src.data, copy=True)
+    else:
+        acc = src[...] if isinstance(src, HBMTensor) else src
+        mine = np.array(acc.index.read(acc.tensor.data, None, what=acc.tensor.name), copy=True)
+        _prof.dma(acc.tensor, mine, "read", acc, None)
+    peer = _exchange(w, f"nisa.{op}", ("compute",), _Held(mine), dst, to, frm)
+    f32 = [dt.compute_view(a).astype(np.float32) for a in (mine, peer)]
+    out = fn(*f32)
+    if isinstance(dst, Tile):
+        dst[...] = out
+    else:
+        _nl.store(dst, dt.cast(out, dst.dtype))
     return None
+
+
+class _Held:
+    """Values already read, in the place of a tile for :func:`_exchange`."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data):
+        self.data = data
 
 
 def core_barrier(data, cores, engine=None, name=None):

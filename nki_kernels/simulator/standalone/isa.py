@@ -31,7 +31,7 @@ from .. import language as _nl1
 from .. import profile as _prof
 from ..core import PMAX as _PMAX, Access as _Access, HBMTensor as _HBMTensor, Tile as _Tile
 from ..core import psum as _psum, sbuf as _sbuf
-from ..cores import core_barrier, sendrecv  # noqa: F401 - LNC=2 instructions between logical cores
+from ..cores import core_barrier, sendrecv, sendrecv_compute  # noqa: F401 - LNC=2 instructions between cores
 from ..errors import NKIError as _NKIError
 from . import language as _nl
 
@@ -446,7 +446,7 @@ __all__ = sorted(n for n in (
     "reciprocal", "quantize_mx", "iota", "dropout", "affine_select", "range_select", "select_reduce",
     "sequence_bounds", "memset", "bn_stats", "bn_aggr", "local_gather", "nc_n_gather", "dma_copy", "dma_transpose",
     "dma_compute", "max8", "nc_find_index8", "nc_match_replace8", "nc_stream_shuffle", "register_alloc",
-    "register_load", "register_move", "register_store", "core_barrier", "sendrecv", "rng", "rand2",
+    "register_load", "register_move", "register_store", "core_barrier", "sendrecv", "sendrecv_compute", "rng", "rand2",
     "rand_set_state", "rand_get_state", "set_rng_seed", "nonzero_with_count", "topk",
     "engine", "dma_engine", "reduce_cmd", "dge_mode", "oob_mode", "matmul_perf_mode", "nc_version",
     "get_nc_version", "VirtualRegister", "unknown_engine", "tensor_engine", "vector_engine", "scalar_engine",
