@@ -7,26 +7,29 @@
   with JAX arrays (``kernel[grid](a, b)``) ends up here too. When the genuine
   ``jax_neuronx`` imports and the kernel is a genuine ``neuronxcc`` one, the
   call is handed to it.
-- :func:`add`, :func:`rms_norm`: ``jax.custom_vjp`` operators on the NKI kernels,
-  whose vmap folds the batch into kernel rows and whose sharding follows the
-  input (``custom_partitioning``; the weight gradient is ``psum``-reduced).
+- :func:`add`, :func:`rms_norm`: the ops declared with :func:`nki_kernels.op`
+  (``custom_vjp``; vmap folds the batch into kernel rows; sharding follows the
+  input's rows through ``custom_partitioning``; the weight gradient is ``psum``-reduced).
+  Any op declared with ``nki_kernels.op`` gets the same on JAX arrays.
 - :func:`neuron_hlo`: the compiled HLO text of a function, without running it.
   With ``NEURON_FRAMEWORK_DEBUG=1`` every compiled module that holds an NKI
   call is also written to ``<module>.<hash>.pbtxt`` in the working directory.
 
 Module map: ``primitive`` (nki_call, abstract eval, generic vmap), ``lowering``
 (custom-call / host callback), ``cpu_target`` (the ctypes XLA:CPU target),
-``sharding`` (outer-primitive + custom_partitioning plumbing), ``rmsnorm_prims``
-and ``add_prims`` (the ops' primitives), ``ops`` (the custom_vjp functions),
+``sharding`` (outer-primitive + custom_partitioning plumbing), ``op_builder``
+(the JAX side of ``nki_kernels.op``), ``ops`` (checked ``add`` / ``rms_norm``),
 ``debug`` (HLO text and dumps), ``genuine`` (the real jax_neuronx, if any).
 """
 
 from . import debug as _debug
 from . import lowering as _lowering  # noqa: F401 - registers the lowerings and the CPU target
+from . import op_builder as _op_builder  # noqa: F401 - registers nki_kernels.op's JAX side
 from .debug import neuron_hlo
 from .ops import add, rms_norm
+from nki_kernels.library.ops import cross_entropy, flash_attention, residual_rms_norm, softmax  # noqa: E402
 from .primitive import nki_call, nki_call_p
 
 _debug.install()
 
-__all__ = ["add", "neuron_hlo", "nki_call", "nki_call_p", "rms_norm"]
+__all__ = ["softmax", "cross_entropy", "residual_rms_norm", "flash_attention", "add", "neuron_hlo", "nki_call", "nki_call_p", "rms_norm"]

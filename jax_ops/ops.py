@@ -1,42 +1,28 @@
-"""Differentiable NKI operators: ``add`` and ``rms_norm`` as ``jax.custom_vjp`` functions.
+"""``add`` and ``rms_norm`` for JAX: argument checks and layout around the declared ops.
 
-Arguments are checked at trace time (errors name the argument); the forward
-and backward passes are the NKI kernels behind the outer primitives of
-:mod:`jax_ops.rmsnorm_prims` / :mod:`jax_ops.add_prims`, so ``jit``, ``grad``,
-``vmap``, ``checkpoint`` and sharding all compose.
+The ops themselves (``nki::tensor_add``, ``nki::rms_norm``) are declared once in
+:mod:`nki_kernels.ops` with :func:`nki_kernels.op`; their JAX side
+(:mod:`jax_ops.op_builder`) gives ``custom_vjp`` gradients, vmap folding into kernel
+rows and row sharding. Here arguments are checked at trace time (errors name the
+argument) and any-rank inputs are laid out as the 2-D rows the ops shard and fold.
 """
 
 from __future__ import annotations
 
-import functools
+import math
 
-import jax
 import jax.numpy as jnp
 
 from nki_kernels import ADD_DTYPES
 from nki_kernels import validation as v
+from nki_kernels.ops import rms_norm_op, tensor_add_op
 
-from .add_prims import add_p
+from .op_builder import jax_op
 from .primitive import match_vma
-from .rmsnorm_prims import rms_norm_bwd_p, rms_norm_fwd_p
 
-
-# --- add ---------------------------------------------------------------------------------------
-
-@jax.custom_vjp
-def _add(a, b):
-    return add_p.bind(a, b)[0]
-
-
-def _add_fwd(a, b):
-    return _add(a, b), None
-
-
-def _add_bwd(_, g):
-    return g, g
-
-
-_add.defvjp(_add_fwd, _add_bwd)
+# Leading axes stay separate row axes (row_dims), so each keeps its sharding.
+_ADD = jax_op(tensor_add_op)
+_RMS_NORM = jax_op(rms_norm_op)
 
 
 def add(a, b):
@@ -58,30 +44,11 @@ def add(a, b):
                          "broadcast together") from None
     # broadcast_to's own VJP sums a broadcast operand's gradient back to its shape.
     a, b = match_vma(jnp.broadcast_to(a, shape), jnp.broadcast_to(b, shape))
+    if math.prod(shape) == 0:
+        return a + b  # nothing to launch
     if not shape:
-        return _add(a.reshape(1), b.reshape(1)).reshape(())
-    return _add(a, b)
-
-
-# --- rms_norm ------------------------------------------------------------------------------------
-
-@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
-def _rms_norm(x, weight, eps):
-    return rms_norm_fwd_p.bind(x, weight, eps=eps, with_rstd=False)[0]
-
-
-def _rms_norm_fwd(x, weight, eps):
-    y, rstd = rms_norm_fwd_p.bind(x, weight, eps=eps, with_rstd=True)
-    return y, (x, weight, rstd)
-
-
-def _rms_norm_bwd(eps, res, dy):
-    x, weight, rstd = res
-    dx, dw = rms_norm_bwd_p.bind(dy, x, weight, rstd, batch_dims=0)
-    return dx, dw
-
-
-_rms_norm.defvjp(_rms_norm_fwd, _rms_norm_bwd)
+        a, b = a.reshape(1), b.reshape(1)
+    return _ADD.call((a, b), {}, row_dims=a.ndim - 1).reshape(shape)
 
 
 def rms_norm(x, weight, eps=1e-6):
@@ -98,4 +65,7 @@ def rms_norm(x, weight, eps=1e-6):
         raise TypeError(f"weight has dtype {v.dtype_name(weight)} but x has dtype {v.dtype_name(x)}; "
                         "they must be equal")
     x, weight = match_vma(jnp.asarray(x), jnp.asarray(weight))
-    return _rms_norm(x, weight, float(eps))
+    if math.prod(x.shape[:-1]) == 0:
+        return jnp.zeros_like(x)
+    y, _ = _RMS_NORM.call((x, weight), {"eps": float(eps)}, row_dims=x.ndim - 1)
+    return y

@@ -191,8 +191,9 @@ batching.primitive_batchers[nki_call_p] = _batch
 
 def _no_jvp(primals, tangents, *, kernel, **_):
     raise TypeError(
-        f"nki_call of {kernel.func.__qualname__} has no derivative rule: wrap it in jax.custom_vjp "
-        "with a backward kernel (as jax_ops.rms_norm does), or apply lax.stop_gradient to its inputs")
+        f"nki_call of {kernel.func.__qualname__} has no derivative rule: declare a differentiable op "
+        "with nki_kernels.op(name, forward=..., backward=...) (or wrap it in jax.custom_vjp), or apply "
+        "lax.stop_gradient to its inputs")
 
 
 ad.primitive_jvps[nki_call_p] = _no_jvp

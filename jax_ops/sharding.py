@@ -48,14 +48,13 @@ def factors(prefix: str, n: int) -> list:
     return [f"{prefix}{i}" for i in range(n)]
 
 
-def define_op(name, *, impl, n_arrays, static, abstract, batch, infer, partition, rule):
-    """Create an outer primitive lowered through ``custom_partitioning(impl)``.
+def define_op(name, *, impl, abstract, batch, infer, partition, rule):
+    """Create an outer primitive with one parameter ``call`` lowered through ``custom_partitioning(impl)``.
 
-    ``impl(*arrays, *static_values)`` (``n_arrays`` arrays, then the
-    primitive's parameters named in ``static``, in that order) computes the op
-    on whatever shapes it gets, global or per shard, and returns a tuple.
-    ``infer``/``partition``/``rule`` are the ``custom_partitioning``
-    callbacks; they receive the static values first.
+    ``impl(call, *arrays)`` computes the op on whatever shapes it gets, global or per shard,
+    and returns a tuple; ``call`` is a hashable description of the call (the primitive's only
+    parameter). ``infer``/``partition``/``rule`` are the ``custom_partitioning`` callbacks;
+    they receive ``call`` first.
     """
     prim = core.Primitive(name)
     prim.multiple_results = True
@@ -65,16 +64,16 @@ def define_op(name, *, impl, n_arrays, static, abstract, batch, infer, partition
     # custom_partitioning needs the device assignment while lowering, also for eager calls.
     dispatch.prim_requires_devices_during_lowering.add(prim)
 
-    part = custom_partitioning(impl, static_argnums=tuple(range(n_arrays, n_arrays + len(static))))
+    part = custom_partitioning(impl, static_argnums=(0,))
     part.def_partition(partition=partition, infer_sharding_from_operands=infer, sharding_rule=rule)
 
-    def lower(*arrays, **params):
-        return part(*arrays, *(params[k] for k in static))
+    def lower(*arrays, call):
+        return part(call, *arrays)
 
     mlir.register_lowering(prim, mlir.lower_fun(lower, multiple_results=True))
 
-    def unpartitioned(*arrays, **params):
-        return impl(*arrays, *(params[k] for k in static))
+    def unpartitioned(*arrays, call):
+        return impl(call, *arrays)
 
     # On GPU the kernel runs in a host callback, and a callback inside custom_partitioning
     # crashed jaxlib 0.10.2: there, XLA shards the op itself (correct, with gathers).

@@ -84,7 +84,7 @@ def probe(name: str, submodules: tuple = ()):
             return None, "the nki-ops simulator is registered under this name (install()), not the Neuron package"
     if name not in sys.modules:
         try:
-            spec = importlib.util.find_spec(name)
+            spec = importlib.util.find_spec(root) and importlib.util.find_spec(name)
         except Exception as exc:  # noqa: BLE001 - a placeholder parent package raises on import
             return None, _import_failure(exc)
         if spec is None:

@@ -17,6 +17,7 @@ import importlib
 import inspect
 import itertools
 import math
+import sys
 import threading
 from collections import namedtuple
 
@@ -109,6 +110,15 @@ def register_adapter_module(array_module: str, adapter_module: str) -> None:
     """Import ``adapter_module`` the first time an argument whose type lives in the top-level
     module ``array_module`` (e.g. ``"torch"``) reaches a dispatch point, so it can register."""
     _ADAPTER_MODULES[array_module] = adapter_module
+
+
+def import_loaded_adapters() -> None:
+    """Import the adapter modules of array modules that are already imported (their frameworks
+    are in use, so their registrations are wanted now rather than on first sight of an array)."""
+    for array_module, adapter in list(_ADAPTER_MODULES.items()):
+        if array_module in sys.modules:
+            _ADAPTER_MODULES.pop(array_module, None)
+            importlib.import_module(adapter)
 
 
 def array_handler(values, registry):
