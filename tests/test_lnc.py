@@ -547,7 +547,7 @@ def test_sendrecv_compute_reduces_both_cores_tiles(op, ref):
 
 
 def test_sendrecv_compute_rules():
-    with pytest.raises(NKIError, match="nl.add, nl.maximum and nl.minimum"):
+    with pytest.raises(NKIError, match="nl.add, nl.minimum or nl.maximum"):
         exchange_and_reduce[2](np.ones((2, 128, 4), np.float32), op=nl.multiply)
 
     def shared(x, out, c):

@@ -26,7 +26,6 @@ from . import cores as _cores
 from . import diagnostics as _diag
 from . import dtypes as dt
 from . import language as _nl
-from . import profile as _prof
 from .core import Access, HBMTensor, Tile, psum
 from .errors import NKIError
 from .instructions.registers import VirtualRegister
@@ -206,17 +205,6 @@ def _tensor_lists(op, srcs, dsts, hbm_only=False, exactly_one=False):
     return mem
 
 
-def _read(x):
-    """The values of HBM tensor/region or SBUF tile ``x`` (a copy), telling the diagnostics."""
-    if isinstance(x, Tile):
-        _diag.on_read(x)
-        return np.array(x.data, copy=True)
-    acc = x[...] if isinstance(x, HBMTensor) else x
-    vals = np.array(acc.index.read(acc.tensor.data, None, what=acc.tensor.name), copy=True)
-    _prof.dma(acc.tensor, vals, "read", acc, None)
-    return vals
-
-
 def _write(dst, vals, op):
     """Write ``vals`` (exactly ``dst``'s shape) into ``dst``, rounding to its dtype."""
     shape = tuple(dst.shape)
@@ -247,14 +235,7 @@ def _write_flat(dst, pieces):
 
 
 def _reducer(op, name):
-    try:
-        fn = _nl.np_function(op)
-    except NKIError:
-        fn = None
-    if fn not in (np.add, np.maximum, np.minimum):
-        raise NKIError("op", f"nki.collectives.{name}: op={op!r}; the reduction must be nl.add, nl.minimum or "
-                       "nl.maximum")
-    return fn
+    return _cores.reduction(op, f"nki.collectives.{name}")
 
 
 def _reduce(fn, arrays):
@@ -290,7 +271,7 @@ def all_reduce(srcs, dsts, replica_group, op, priority=None, name=None):
     _tensor_lists("all_reduce", srcs, dsts)
     fn = _reducer(op, "all_reduce")
     w, rank, rl = _rank_list(replica_group, "all_reduce")
-    posts = _meet(w, rank, rl, "all_reduce", (fn.__name__, len(srcs)), [_read(s) for s in srcs])
+    posts = _meet(w, rank, rl, "all_reduce", (fn.__name__, len(srcs)), [_cores.read_values(s) for s in srcs])
     for i, d in enumerate(dsts):
         parts = [posts[r][i] for r in rl]
         _same_shapes("all_reduce", parts, f"srcs[{i}]")
@@ -304,7 +285,7 @@ def all_gather(srcs, dsts, replica_group, collective_dim, priority=None, name=No
     mem = _tensor_lists("all_gather", srcs, dsts)
     dim = _dim(collective_dim, mem, "all_gather", (0, 1))
     w, rank, rl = _rank_list(replica_group, "all_gather")
-    posts = _meet(w, rank, rl, "all_gather", (dim, len(srcs)), [_read(s) for s in srcs])
+    posts = _meet(w, rank, rl, "all_gather", (dim, len(srcs)), [_cores.read_values(s) for s in srcs])
     for i, d in enumerate(dsts):
         parts = [posts[r][i] for r in rl]
         _same_shapes("all_gather", parts, f"srcs[{i}]")
@@ -320,7 +301,7 @@ def reduce_scatter(srcs, dsts, replica_group, collective_dim, op, priority=None,
     dim = _dim(collective_dim, mem, "reduce_scatter")
     fn = _reducer(op, "reduce_scatter")
     w, rank, rl = _rank_list(replica_group, "reduce_scatter")
-    posts = _meet(w, rank, rl, "reduce_scatter", (dim, fn.__name__, len(srcs)), [_read(s) for s in srcs])
+    posts = _meet(w, rank, rl, "reduce_scatter", (dim, fn.__name__, len(srcs)), [_cores.read_values(s) for s in srcs])
     k, n = rl.index(rank), len(rl)
     for i, d in enumerate(dsts):
         parts = [posts[r][i] for r in rl]
@@ -339,7 +320,7 @@ def all_to_all(srcs, dsts, replica_group, collective_dim, priority=None, name=No
     mem = _tensor_lists("all_to_all", srcs, dsts, hbm_only=True)
     dim = _dim(collective_dim, mem, "all_to_all")
     w, rank, rl = _rank_list(replica_group, "all_to_all")
-    posts = _meet(w, rank, rl, "all_to_all", (dim, len(srcs)), [_read(s) for s in srcs])
+    posts = _meet(w, rank, rl, "all_to_all", (dim, len(srcs)), [_cores.read_values(s) for s in srcs])
     k, n = rl.index(rank), len(rl)
     for i, d in enumerate(dsts):
         parts = [posts[r][i] for r in rl]
@@ -373,7 +354,7 @@ def collective_permute(srcs, dsts, source_target_pairs, priority=None, name=None
                        f"{world} rank(s)")
     if rank not in members:
         return
-    posts = _meet(w, rank, members, op, (pairs,), _read(srcs[0]))
+    posts = _meet(w, rank, members, op, (pairs,), _cores.read_values(srcs[0]))
     source = next((s for s, t in pairs if t == rank), None)
     if source is not None:
         _write(dsts[0], posts[source], op)
@@ -418,7 +399,7 @@ def collective_permute_implicit(srcs_by_channel, dsts_by_channel, replica_group,
     op = "collective_permute_implicit"
     n = _channels(op, (srcs_by_channel, dsts_by_channel), ("srcs_by_channel", "dsts_by_channel"), channel_ids)
     w, rank, rl, pred = _ring(replica_group, op)
-    posts = _meet(w, rank, rl, op, (n,), [_read(ch[0]) for ch in srcs_by_channel])
+    posts = _meet(w, rank, rl, op, (n,), [_cores.read_values(ch[0]) for ch in srcs_by_channel])
     for c in range(n):
         _write(dsts_by_channel[c][0], posts[pred][c], op)
 
@@ -435,7 +416,7 @@ def collective_permute_implicit_reduce(srcs0_by_channel, srcs1_by_channel, dsts_
     w, rank, rl, pred = _ring(replica_group, what)
     mine = []
     for c in range(n):
-        a, b = _read(srcs0_by_channel[c][0]), _read(srcs1_by_channel[c][0])
+        a, b = _cores.read_values(srcs0_by_channel[c][0]), _cores.read_values(srcs1_by_channel[c][0])
         if a.shape != b.shape:
             raise NKIError("shape", f"nki.collectives.{what}: channel {c} reduces srcs0 {a.shape} with srcs1 {b.shape}")
         mine.append(_reduce(fn, [a, b]))
@@ -465,7 +446,7 @@ def rank_id(name=None):
 
 
 def _metadata(metadata_tensor, op, rows_needed, n):
-    meta = _read(metadata_tensor)
+    meta = _cores.read_values(metadata_tensor)
     if meta.dtype != np.uint32:
         raise NKIError("dtype", f"nki.collectives.{op}: metadata_tensor is {meta.dtype}; it must be uint32")
     if meta.ndim == 3 and meta.shape[0] == 1:
@@ -497,7 +478,7 @@ def all_to_all_v(srcs, dsts, replica_group, metadata_tensor, recv_counts_known=F
     n, k = len(rl), rl.index(rank)
     meta = _metadata(metadata_tensor, op, _v_rows(recv_counts_known, has_rdispls), n)
     posts = _meet(w, rank, rl, op, (bool(recv_counts_known), bool(has_rdispls)),
-                  (_read(srcs[0]).reshape(-1), meta[0], meta[1]))
+                  (_cores.read_values(srcs[0]).reshape(-1), meta[0], meta[1]))
     size, pieces, at = int(np.prod(dsts[0].shape)), [], 0
     for j, r in enumerate(rl):
         src, counts, displs = posts[r]
@@ -532,7 +513,7 @@ def all_gather_v(srcs, dsts, replica_group, metadata_tensor, recv_counts_known=F
     w, rank, rl = _rank_list(replica_group, op)
     n = len(rl)
     meta = _metadata(metadata_tensor, op, _v_rows(recv_counts_known, has_rdispls), n)
-    src = _read(srcs[0]).reshape(-1)
+    src = _cores.read_values(srcs[0]).reshape(-1)
     cnt, start = int(meta[0][0]), int(meta[1][0])
     if start + cnt > src.size:
         raise NKIError("bounds", f"nki.collectives.{op}: rank {rank} sends elements {start}:{start + cnt} of a "

@@ -32,7 +32,7 @@ import numpy as np
 from . import diagnostics as _diag
 from . import dtypes as dt
 from . import profile as _prof
-from .core import Access, HBMTensor, Program, Tile, current_or_none, private_hbm, psum, sbuf, set_current
+from .core import Access, HBMTensor, Program, Tile, current_or_none, private_hbm, sbuf, set_current
 from .errors import NKIError, NotBatchable
 from .instructions import target as _target
 
@@ -389,11 +389,6 @@ def simulate_ranks(kernel, ranks: int, *arrays, **static):
     return [_launch._unwrap(w.result) for w in last]
 
 
-def where_now():
-    """The kernel source line running now (``(file, line, function)``)."""
-    return _diag.where()
-
-
 # ---------------------------------------------------------------------------
 # race checking across cores
 # ---------------------------------------------------------------------------
@@ -560,22 +555,11 @@ def sendrecv_compute(src, dst, send_to_rank, recv_from_rank, reduce_op, name=Non
     if src.dtype != dst.dtype or tuple(src.shape) != tuple(dst.shape):
         raise NKIError("shape", f"nisa.{op}: src {tuple(src.shape)} {src.dtype} and dst {tuple(dst.shape)} {dst.dtype} "
                        "must have the same shape and dtype")
-    try:
-        fn = _nl.np_function(reduce_op)
-    except NKIError:
-        fn = None
-    if fn not in (np.add, np.maximum, np.minimum):
-        raise NKIError("op", f"nisa.{op}: reduce_op={reduce_op!r}; supported are nl.add, nl.maximum and nl.minimum")
+    fn = reduction(reduce_op, f"nisa.{op}")
     ncores = w.group.cores(w.rank) if w is not None else 1
     to = _rank_arg(send_to_rank, "send_to_rank", op, ncores)
     frm = _rank_arg(recv_from_rank, "recv_from_rank", op, ncores)
-    if isinstance(src, Tile):
-        _diag.on_read(src)
-        mine = np.array(src.data, copy=True)
-    else:
-        acc = src[...] if isinstance(src, HBMTensor) else src
-        mine = np.array(acc.index.read(acc.tensor.data, None, what=acc.tensor.name), copy=True)
-        _prof.dma(acc.tensor, mine, "read", acc, None)
+    mine = read_values(src)
     peer = _exchange(w, f"nisa.{op}", ("compute",), _Held(mine), dst, to, frm)
     f32 = [dt.compute_view(a).astype(np.float32) for a in (mine, peer)]
     out = fn(*f32)
@@ -584,6 +568,30 @@ def sendrecv_compute(src, dst, send_to_rank, recv_from_rank, reduce_op, name=Non
     else:
         _nl.store(dst, dt.cast(out, dst.dtype))
     return None
+
+
+def reduction(op, what):
+    """The NumPy function of a collective reduction ``op``: ``nl.add``, ``nl.minimum`` or ``nl.maximum``."""
+    from . import language as _nl
+
+    try:
+        fn = _nl.np_function(op)
+    except NKIError:
+        fn = None
+    if fn not in (np.add, np.maximum, np.minimum):
+        raise NKIError("op", f"{what}: op={op!r}; the reduction must be nl.add, nl.minimum or nl.maximum")
+    return fn
+
+
+def read_values(x):
+    """A copy of the values of SBUF tile or HBM tensor/region ``x``, telling the diagnostics."""
+    if isinstance(x, Tile):
+        _diag.on_read(x)
+        return np.array(x.data, copy=True)
+    acc = x[...] if isinstance(x, HBMTensor) else x
+    vals = np.array(acc.index.read(acc.tensor.data, None, what=acc.tensor.name), copy=True)
+    _prof.dma(acc.tensor, vals, "read", acc, None)
+    return vals
 
 
 class _Held:
