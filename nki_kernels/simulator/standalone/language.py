@@ -32,7 +32,14 @@ from ..language import _allocate, _parse_shape  # noqa: F401 - used by the isa f
 # `from module import *` skips private helpers; these names are public API in both generations.
 from ..language import (abs, all, any, copy, exp, identity, max, min, sum)  # noqa: F401,A004
 
-float8_e4m3fn = float8_e4m3  # noqa: F405 - the OCP name the standalone package also uses
+# The current page's data types (float8_e4m3 and float8_e4m3fn distinct, packed MX types), the tensor
+# type and the config base class: see nki_kernels.simulator.standalone.dtype / access_pattern.
+from ..access_pattern import NkiTensor  # noqa: E402
+from ..nki_object import NKIObject  # noqa: E402
+from .dtype import *  # noqa: E402,F401,F403
+from . import dtype as _dtypes  # noqa: E402
+
+bool = bool_  # noqa: A001,F405 - nl.bool, as kernels spell it
 
 
 class tile_size(_gen1.tile_size):
@@ -69,6 +76,7 @@ def np_function(op):
 
 _gen1._guard_module(globals(), {"ds", "bypass", "np_function"}, "nl")
 
-__all__ = sorted({*_gen1.__all__, "ds", "bypass", "shared_identity_matrix", "tile_size", "float8_e4m3fn",
+__all__ = sorted({*_gen1.__all__, *_dtypes.__all__, "NKIObject", "NkiTensor", "bool", "ds", "bypass",
+                  "shared_identity_matrix", "tile_size",
                   "np_function"})
 __all__ = [n for n in __all__ if n in globals()]
