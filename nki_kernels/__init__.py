@@ -13,6 +13,7 @@ import math
 from . import validation as _v
 from .add import add_grid, tensor_add_kernel
 from .simulator import launch as _launch
+from .op import Op, Rows, op
 from .rmsnorm import rms_norm_bwd_kernel, rms_norm_fwd_kernel, row_grid
 from .neuron_env import NeuronEnvironment, neuron_environment
 

@@ -5,7 +5,8 @@
 Prints each report (HBM bytes, traffic ratio vs. the minimum, instructions per engine,
 SBUF/PSUM peaks, estimated Trainium time from the model in
 ``nki_kernels/simulator/profiler.py``) and writes ``<kernel>.trace.json`` for
-https://ui.perfetto.dev or chrome://tracing.
+https://ui.perfetto.dev or chrome://tracing (with a counter track of live SBUF/PSUM bytes)
+and ``<kernel>.memory.png``, the on-chip occupancy over the instruction sequence.
 """
 
 from __future__ import annotations
@@ -46,6 +47,8 @@ def main(argv=None):
     for name, rep in reports.items():
         console.print(rep.table())
         path = rep.write_trace(os.path.join(args.out, f"{name}.trace.json"))
+        png = rep.plot_memory(os.path.join(args.out, f"{name}.memory.png"))
+        console.print(f"on-chip occupancy plot: {png}")
         console.print(f"[bold]{name}[/bold]: HBM traffic ratio {rep.traffic_ratio:.4f} "
                       f"(target 1.00; {notes[name]}); trace written to {path}\n")
     return reports

@@ -346,6 +346,13 @@ def dma(prog) -> None:
     prog.mem.fresh = False
 
 
+def wrote_dst(rec, prog) -> None:
+    """A ``dst=`` instruction wrote ``rec``'s tile: part of its working set; the instruction ends."""
+    m = prog.mem
+    m.wrote(rec, m.ic)
+    slot_done(prog)
+
+
 def slot_done(prog) -> None:
     """An instruction that writes its ``dst=`` ended (its result is no new tile)."""
     _ended(prog.mem)

@@ -78,6 +78,9 @@ class Report:
         self.psum_peak = 0
         self.estimated_s = 0.0
         self.events = []  # (engine, track, name, program, start_s, dur_s)
+        # per program, in launch order: (pid, live SBUF/PSUM bytes per partition at each
+        # instruction slot [2, slots], [(slot, model start time)] of its recorded events)
+        self.occupancy = []
         self.outputs = None
 
     @property
@@ -153,7 +156,44 @@ class Report:
         for e, tr, name, prog, start, dur in self.events:
             ev.append({"ph": "X", "name": name, "cat": e, "pid": 1, "tid": tid[(e, tr)], "ts": start * 1e6,
                        "dur": dur * 1e6, "args": {"program": list(prog)}})
+        for pid, curve, times in self.occupancy:  # Perfetto counter tracks: live on-chip bytes
+            for slot, start in times:
+                if slot < curve.shape[1]:
+                    ev.append({"ph": "C", "name": "on-chip live B/partition", "pid": 1, "ts": start * 1e6,
+                               "args": {"SBUF": int(curve[0, slot]), "PSUM": int(curve[1, slot])}})
         return {"traceEvents": ev, "displayTimeUnit": "ns", "otherData": self.as_dict()}
+
+    def plot_memory(self, path) -> str:
+        """Write a PNG of live SBUF and PSUM bytes per partition over the instruction slots of the
+        launch's programs (in launch order), with the capacities; returns the path."""
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        from .memory import CAPACITY, NAMES
+
+        fig, axes = plt.subplots(2, 1, figsize=(10, 5.5), sharex=True)
+        start = 0
+        for pid, curve, _ in self.occupancy:
+            x = np.arange(start, start + curve.shape[1])
+            for b, ax in enumerate(axes):
+                ax.step(x, curve[b] / 1024, where="post", color="C0" if b == 0 else "C1", linewidth=0.8)
+            start += curve.shape[1]
+            if len(self.occupancy) <= 64:
+                for ax in axes:
+                    ax.axvline(start, color="0.85", linewidth=0.5)
+        for b, ax in enumerate(axes):
+            ax.axhline(CAPACITY[b] / 1024, color="red", linestyle="--", linewidth=0.8, label="capacity")
+            ax.set_ylabel(f"{NAMES[b]} live KiB / partition")
+            ax.legend(loc="upper right")
+        axes[0].set_title(f"On-chip memory: {self.kernel} (grid {self.grid}); peaks SBUF {self.sbuf_peak:,} B, "
+                          f"PSUM {self.psum_peak:,} B")
+        axes[1].set_xlabel("instruction slot (programs in launch order)")
+        fig.tight_layout()
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        return str(path)
 
     def write_trace(self, path) -> str:
         """Write :meth:`trace` as JSON to ``path`` (open it in https://ui.perfetto.dev); returns the path."""
@@ -171,6 +211,7 @@ class Recorder:
         self.dma_free = 0.0
         self.chain = {}  # program id -> end of its latest instruction
         self.progs = {}
+        self.slot_times = {}  # id(program) -> [(memory slot, model start time)]
 
     def _prog(self):
         from .core import current_or_none
@@ -190,6 +231,7 @@ class Recorder:
         self.r.instructions[engine] += 1
         self.r.busy_s[engine] += dur
         self.r.events.append((engine, engine, f"{engine.lower()} {tuple(np.shape(out))}", pid, start, dur))
+        self._slot(start)
 
     def dma(self, tensor, data, direction, access, mask) -> None:
         """One DMA of the elements of ``access`` selected by ``mask``."""
@@ -215,12 +257,22 @@ class Recorder:
         self.r.busy_s["DMA"] += dur
         self.r.events.append(("DMA", "DMA", f"{'load' if direction == 'read' else 'store'} {tensor.name} "
                               f"{nbytes} B", pid, start, dur))
+        self._slot(start)
+
+    def _slot(self, start):
+        from .core import current_or_none
+
+        p = current_or_none()
+        if p is not None:  # the hook counted the slot before recording: this event is slot ic - 1
+            self.slot_times.setdefault(id(p), []).append((p.mem.ic - 1, start))
 
     def finish(self):
-        """Fill in peaks and the estimated time once the launch is done."""
+        """Fill in peaks, the occupancy curves and the estimated time once the launch is done."""
         for p in self.progs.values():
             self.r.sbuf_peak = max(self.r.sbuf_peak, p.sbuf_peak)
             self.r.psum_peak = max(self.r.psum_peak, p.psum_peak)
+            if p.mem.curve is not None:
+                self.r.occupancy.append((p.pid, p.mem.curve, self.slot_times.get(id(p), [])))
         self.r.estimated_s = max([s + d for *_, s, d in self.r.events] + list(self.chain.values()) or [0.0])
 
 

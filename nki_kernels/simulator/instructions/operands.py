@@ -178,7 +178,7 @@ def root_of(tile):
 
 def _offset_in_root(view, root):
     """Element offset of ``view``'s first element in ``root`` (``None`` if not a view of it)."""
-    rd, vd = root.data, view.data
+    rd, vd = root._raw(), view._raw()
     if not rd.flags.c_contiguous or vd.dtype != rd.dtype or not np.may_share_memory(rd, vd):
         return None
     off = vd.__array_interface__["data"][0] - rd.__array_interface__["data"][0]
@@ -194,8 +194,8 @@ def _region_mask(mask, root, dst):
     off = _offset_in_root(dst, root)
     if off is None:
         return None
-    item = root.data.itemsize
-    return as_strided(mask.reshape(-1)[off:], dst.data.shape, tuple(s // item for s in dst.data.strides))
+    item = root._raw().itemsize
+    return as_strided(mask.reshape(-1)[off:], dst._raw().shape, tuple(s // item for s in dst._raw().strides))
 
 
 def partition_range(tile):
@@ -208,10 +208,10 @@ def partition_range(tile):
     if off is None:
         return 0, count
     pdim = root.pdim
-    coords = np.unravel_index(off, root.data.shape) if root.data.size else (0,) * root.data.ndim
+    coords = np.unravel_index(off, root._raw().shape) if root._raw().size else (0,) * root._raw().ndim
     start = int(coords[pdim]) if len(coords) > pdim else 0
-    pstride = root.data.strides[pdim] if root.data.ndim > pdim else 0
-    if tile.data.ndim and pstride and tile.data.strides[0] == 0:
+    pstride = root._raw().strides[pdim] if root._raw().ndim > pdim else 0
+    if tile._raw().ndim and pstride and tile._raw().strides[0] == 0:
         count = 1
     return start, count
 
@@ -226,8 +226,8 @@ def write(dst, values, op, what="result", mask=None):
     root = root_of(dst)
     core.flush_pending()  # a deferred op may still read the memory about to be written
     if dst is not root:
-        data = dst.data
-        if not data.flags.writeable or not np.may_share_memory(data, root.data):
+        data = dst._raw()
+        if not data.flags.writeable or not np.may_share_memory(data, root._raw()):
             raise NKIError("dst view", f"nisa.{op}: dst (shape {dst.shape}) is a copy, not a view, of a "
                            f"{root.buffer.name} tile {root.shape}; write to a basic-slice view of the tile "
                            "(e.g. t[0:128, 0:512]) or to the tile itself")
@@ -237,6 +237,9 @@ def write(dst, values, op, what="result", mask=None):
     if keep is not None:
         new = np.where(np.broadcast_to(keep, new.shape), new, dst.data)
     dst[...] = new
+    prog = core.current_or_none()
+    if prog is not None and dst._mem is not None:  # the instruction wrote dst: one memory slot
+        _memory.wrote_dst(dst._mem, prog)
     if root.buffer is psum:
         written = _written_mask(root, create=True)
         region = _region_mask(written, root, dst)
