@@ -30,7 +30,7 @@ import jax.numpy as jnp
 from jax import lax
 from jax.interpreters import ad
 
-from nki_kernels import op as core_op
+from nki_kernels.op import register_op_adapter
 
 from . import sharding as sh
 from .primitive import match_vma, out_aval
@@ -295,4 +295,4 @@ def jax_op(op) -> JaxOp:
     return op._impls["jax"]
 
 
-core_op.register_op_adapter("jax", lambda v: isinstance(v, jax.Array), build)
+register_op_adapter("jax", lambda v: isinstance(v, jax.Array), build)
