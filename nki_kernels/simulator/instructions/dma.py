@@ -101,3 +101,74 @@ def dma_transpose(dst, src, axes=None, dge_mode=None, name=None):
         raise NKIError("dst shape", f"nisa.dma_transpose: dst has shape {dst.shape}, the transposed source has "
                        f"shape {out.shape}")
     store(dst, out, "dma_transpose", "transposed source")
+
+
+# ---------------------------------------------------------------------------
+# indirect (vector_offset) DMA with oob_mode=skip
+# ---------------------------------------------------------------------------
+def vector_layout(x):
+    """The layout of an HBM view with per-partition (vector) offsets, else ``None``."""
+    if not isinstance(x, HBMTensor):
+        return None
+    lay = x.__dict__.get("_layout")
+    return lay if lay is not None and lay.dynamic is not None and lay.dynamic.kind == "vector" else None
+
+
+def _rows_in_bounds(lay, what):
+    """``(valid, addr, flat)``: which partitions' rows lie inside the storage, their element addresses
+    and a flat HBM view of the storage to address them through."""
+    from .. import access_pattern as ap
+
+    vals = ap._index_value(lay.dynamic.index, what).reshape(-1)
+    if vals.size != lay.shape[0]:
+        raise NKIError("dynamic offset", f"{what}: the vector offset has {vals.size} values for {lay.shape[0]} "
+                       "partitions")
+    base = ap.addresses(lay.replace(strides=(0,) + tuple(lay.strides[1:])))
+    addr = base + (vals * lay.dynamic.stride).reshape((-1,) + (1,) * (len(lay.shape) - 1))
+    n = ap._storage_elems(lay.root, lay.dtype)
+    valid = ((addr >= 0) & (addr < n)).reshape(len(vals), -1).all(axis=1)
+    flat = HBMTensor(ap._storage_bytes(lay.root)[: n * lay.dtype.itemsize].view(lay.dtype), lay.root.buffer,
+                     lay.root.name)
+    ap._share_hbm(flat, lay.root)
+    return valid, addr, flat
+
+
+def copy_skipping_oob(dst, src, op):
+    """``dma_copy`` with ``oob_mode=skip``: a gather (src with vector offsets) leaves the dst partitions
+    whose source row is out of bounds unmodified; a scatter (dst with vector offsets) drops the
+    partitions whose destination row is out of bounds."""
+    from .. import language as _nl
+    from ..indexing import Index
+
+    what = f"nisa.{op}(oob_mode=skip)"
+    src_lay, dst_lay = vector_layout(src), vector_layout(dst)
+    if src_lay is not None and dst_lay is not None:
+        raise NKIError("indirect DMA", f"{what}: at most one side of a DMA has per-partition offsets")
+    if src_lay is not None:
+        valid, addr, flat = _rows_in_bounds(src_lay, what)
+        d = check_dst(dst, op, (sbuf,))
+        if d.shape[0] != len(valid) or int(np.prod(d.shape)) != addr.size:
+            raise NKIError("dst shape", f"nisa.{op}: dst {d.shape} must hold the gathered {tuple(src_lay.shape)}")
+        rows_ = np.flatnonzero(valid)
+        out = np.array(np.reshape(d.data, (len(valid), -1)))
+        if rows_.size:
+            acc_addr = addr[rows_].reshape(rows_.size, -1)
+            got = Index(flat.shape, acc_addr.shape, [acc_addr]).read(flat.data, None, what=flat.name)
+            _prof.dma(flat, got, "read", None, None)
+            out[rows_] = dt.cast(dt.compute_view(got), d.dtype) if got.dtype != d.dtype else got
+        write(d, out.reshape(d.shape), op, "gathered rows")
+        return
+    if dst_lay is not None:
+        valid, addr, flat = _rows_in_bounds(dst_lay, what)
+        vals = np.asarray(read(src, op))
+        if int(np.size(vals)) != addr.size:
+            raise NKIError("dst shape", f"nisa.{op}: src has {int(np.size(vals))} elements, the scatter "
+                           f"{tuple(dst_lay.shape)} {addr.size}")
+        rows_ = np.flatnonzero(valid)
+        if rows_.size:
+            acc_addr = addr[rows_].reshape(rows_.size, -1)
+            part = np.reshape(vals, (len(valid), -1))[rows_]
+            _nl.store(Access(flat, Index(flat.shape, acc_addr.shape, [acc_addr])), part)
+        return
+    raise NKIError("oob_mode", f"{what}: oob_mode applies to indirect DMA (an HBM side with vector_offset); "
+                   "direct accesses are always bounds-checked")

@@ -36,6 +36,7 @@ from ..errors import NKIError as _NKIError
 from . import language as _nl
 
 
+from ..instructions import dma as _dma
 from ..instructions import operands as _ops
 from ..instructions import vector as _vector
 from ..instructions.operands import (check_dst as _check_dst, fit_dst as _fit_dst, mark_read as _mark_read,
@@ -433,6 +434,11 @@ def dma_copy(dst, src, dst_rmw_op=None, oob_mode=oob_mode.error, dge_mode=dge_mo
     releases) accumulates into ``dst``.
     (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/generated/nki.isa.dma_copy.html)
     """
+    if getattr(oob_mode, "value", oob_mode) == "skip":
+        if dst_rmw_op is not None:
+            raise _NKIError("oob_mode", "nisa.dma_copy: dst_rmw_op allows only oob_mode=oob_mode.error")
+        _dma.copy_skipping_oob(dst, src, "dma_copy")
+        return
     vals, _ = _dma_source(src, "dma_copy")
     _dma_write(dst, vals, _np.shape(vals), "dma_copy", dst_rmw_op)
 

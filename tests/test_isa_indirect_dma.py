@@ -1,0 +1,76 @@
+"""Indirect DMA (per-partition vector_offset access patterns) with oob_mode: error raises on a row
+outside the tensor, skip leaves / drops those partitions, as the dma_copy page states."""
+
+import numpy as np
+import pytest
+
+from nki_kernels.simulator import NKIError
+from nki_kernels.simulator import standalone as nki
+
+nl = nki.language
+nisa = nki.isa
+RNG = np.random.default_rng(19)
+
+
+@nki.jit
+def gather_kernel(table, idx, init, mode):
+    R, F = table.shape
+    P = idx.shape[0]
+    out = nl.ndarray((P, F), dtype=table.dtype, buffer=nl.shared_hbm)
+    i = nl.ndarray(idx.shape, dtype=nl.int32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=i, src=idx)
+    d = nl.ndarray((P, F), dtype=table.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=d, src=init)
+    rows = table.ap(pattern=[[F, P], [1, F]], offset=0, vector_offset=i, indirect_dim=0)
+    nisa.dma_copy(dst=d, src=rows, oob_mode=mode)
+    nisa.dma_copy(dst=out, src=d)
+    return out
+
+
+@nki.jit
+def scatter_kernel(table, idx, vals, mode):
+    R, F = table.shape
+    P = idx.shape[0]
+    i = nl.ndarray(idx.shape, dtype=nl.int32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=i, src=idx)
+    v = nl.ndarray(vals.shape, dtype=vals.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=v, src=vals)
+    rows = table.ap(pattern=[[F, P], [1, F]], offset=0, vector_offset=i, indirect_dim=0)
+    nisa.dma_copy(dst=rows, src=v, oob_mode=mode)
+    return table
+
+
+def test_gather_skip_leaves_out_of_bounds_partitions():
+    table = RNG.standard_normal((10, 6)).astype(np.float32)
+    idx = np.array([[3], [12], [0], [-1], [9]], np.int32)
+    init = np.full((5, 6), -7.0, np.float32)
+    got = nki.simulate(gather_kernel)(table, idx, init, nisa.oob_mode.skip)
+    want = init.copy()
+    for p, r in enumerate(idx[:, 0]):
+        if 0 <= r < 10:
+            want[p] = table[r]
+    np.testing.assert_array_equal(got, want)
+    with pytest.raises(NKIError, match="out-of-bounds|oob"):
+        nki.simulate(gather_kernel)(table, idx, init, nisa.oob_mode.error)
+
+
+def test_scatter_skip_drops_out_of_bounds_partitions():
+    table = np.zeros((8, 4), np.float32)
+    idx = np.array([[1], [8], [5]], np.int32)
+    vals = RNG.standard_normal((3, 4)).astype(np.float32)
+    got = nki.simulate(scatter_kernel)(table.copy(), idx, vals, nisa.oob_mode.skip)
+    want = table.copy()
+    want[1] = vals[0]
+    want[5] = vals[2]
+    np.testing.assert_array_equal(got, want)
+
+
+def test_skip_on_a_direct_access_is_rejected():
+    @nki.jit
+    def k(a):
+        t = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=a, oob_mode=nisa.oob_mode.skip)
+        return a
+
+    with pytest.raises(NKIError, match="indirect DMA"):
+        nki.simulate(k)(np.zeros((4, 4), np.float32))
