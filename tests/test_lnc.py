@@ -555,3 +555,27 @@ def test_sendrecv_compute_rules():
         nisa.sendrecv_compute(src=s, dst=out, send_to_rank=1 - c, recv_from_rank=1 - c, reduce_op=nl.add)
 
     assert "private HBM" in _one(shared)
+
+
+def test_deferred_op_on_one_core_is_computed_before_the_other_core_writes_its_input():
+    """Core 0 computes exp(x) (the simulator defers element-wise ops) before a barrier; core 1
+    overwrites x after it. Core 0's result must be exp of the old x."""
+    from nki_kernels.simulator import nki as nki1
+
+    @nki1.jit
+    def k(x):
+        out = nl1.ndarray((128, 8), dtype=x.dtype, buffer=nl1.shared_hbm)
+        c = nl1.program_id(0)
+        if c == 0:
+            y = nl1.exp(nl1.load(x))
+        nisa.core_barrier(x, (0, 1))
+        if c == 1:
+            nl1.store(x, nl1.zeros((128, 8), dtype=x.dtype))
+        nisa.core_barrier(x, (0, 1))
+        if c == 0:
+            nl1.store(out, y)
+        return out
+
+    x = rng.standard_normal((128, 8)).astype(np.float32)
+    expect = np.exp(x.astype(np.float64))
+    np.testing.assert_allclose(k[2](x), expect, rtol=1e-6)

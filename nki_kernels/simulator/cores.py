@@ -32,7 +32,8 @@ import numpy as np
 from . import diagnostics as _diag
 from . import dtypes as dt
 from . import profile as _prof
-from .core import Access, HBMTensor, Program, Tile, current_or_none, private_hbm, sbuf, set_current
+from .core import (Access, HBMTensor, Program, Tile, current_or_none, flush_pending, private_hbm, sbuf,
+                   set_current)
 from .errors import NKIError, NotBatchable
 from .instructions import target as _target
 
@@ -266,6 +267,8 @@ class Group:
         with self.cv:
             if ready():
                 return
+            # A deferred op may read HBM another core is about to write: compute it now.
+            flush_pending()
             w.wait = _Wait(ready, describe, _diag.where())
             w.status = "blocked"
             w.loops = list(_diag.loops)
