@@ -336,6 +336,15 @@ def test_nothing_installed_reports_the_simulator_paths():
         env.package("tensorflow_neuron")
 
 
+def test_detection_is_cached_and_imports_no_framework_where_nothing_is_installed():
+    code = ("import sys; from nki_kernels.neuron_env import neuron_environment; env = neuron_environment(); "
+            "print(env is neuron_environment(), sorted(m for m in ('jax', 'torch', 'torch_xla') if m in sys.modules))")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env={k: v for k, v in os.environ.items() if k != "NKI_OPS_KERNEL_STACK"})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["True", "[]"]
+
+
 def test_env_cli_prints_the_report():
     proc = subprocess.run([sys.executable, "-m", "nki_kernels.env"], cwd=ROOT, capture_output=True, text=True,
                           timeout=300, env={**os.environ, "COLUMNS": "140"})

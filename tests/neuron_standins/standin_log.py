@@ -52,10 +52,15 @@ def compute(func, grid, args, static):
         from torch_ops.dispatch import simulate_cpu
 
         cls = type(args[0])
-        plain = [a.as_subclass(torch.Tensor) for a in args]
-        out = simulate_cpu(kernel, tuple(grid), plain, static)
-        wrap = (lambda t: t.as_subclass(cls)) if cls is not torch.Tensor else (lambda t: t)
-        return tuple(wrap(o) for o in out) if isinstance(out, tuple) else wrap(out)
+        plain = [a.as_subclass(torch.Tensor) for a in args]  # the tests' device-faking subclasses
+        device = plain[0].device  # where the data really is: CPU, or a real torch-xla device
+        out = simulate_cpu(kernel, tuple(grid), [p.cpu() for p in plain], static)
+
+        def back(t):
+            t = t.to(device)
+            return t.as_subclass(cls) if cls is not torch.Tensor else t
+
+        return tuple(back(o) for o in out) if isinstance(out, tuple) else back(out)
     from nki_kernels.simulator.launch import simulate
 
     return simulate(kernel, tuple(grid), *args, **static)
