@@ -120,3 +120,34 @@ def test_gen1_activation_reduce_cmd_accumulates_across_instructions():
 
     want = np.exp(x.astype(np.float64)).sum(1, keepdims=True) + y.sum(1, keepdims=True)
     np.testing.assert_allclose(k(x, y), want, rtol=1e-5)
+
+
+@nki.jit
+def activation_kernel(a, reduce_op=nl.add, engine=nisa.scalar_engine, chain=False):
+    t = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=a)
+    d = nl.ndarray(a.shape, dtype=nl.float32, buffer=nl.sbuf)
+    r = nl.ndarray((a.shape[0], 1), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.activation(dst=d, op=nl.exp, data=t, reduce_op=reduce_op, reduce_res=r, engine=engine,
+                    reduce_cmd=nisa.reduce_cmd.reset_reduce)
+    if chain:
+        nisa.activation(dst=d, op=nl.copy, data=t, scale=2.0, reduce_op=reduce_op, reduce_res=r,
+                        reduce_cmd=nisa.reduce_cmd.reduce)
+    o = nl.ndarray(r.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=o, src=r)
+    return o
+
+
+def test_standalone_activation_registers_accumulate_and_rules():
+    from nki_kernels.simulator.instructions import target
+
+    x = RNG.standard_normal((8, 16)).astype(np.float32)
+    got = nki.simulate(activation_kernel)(x, chain=True)
+    want = np.exp(x.astype(np.float64)).sum(1, keepdims=True) + 2 * x.astype(np.float64).sum(1, keepdims=True)
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    with pytest.raises(NKIError, match="only sum"):
+        nki.simulate(activation_kernel)(x, reduce_op=nl.maximum)
+    with pytest.raises(NKIError, match="NeuronCore-v4"):
+        nki.simulate(activation_kernel)(x, engine=nisa.gpsimd_engine)
+    with target.use("gen4"), pytest.raises(NKIError, match="Scalar engine only"):
+        nki.simulate(activation_kernel)(x, engine=nisa.gpsimd_engine)

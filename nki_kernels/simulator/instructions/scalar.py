@@ -80,3 +80,63 @@ def activate2(dst, op, data, imm0, imm1, op0, op1, relu_param=0.0, reverse0=Fals
         if reduce_op is not None and alu(reduce_op) not in (np.add, np.maximum, np.minimum):
             raise NKIError("reduce_op", f"nisa.{name_}: reduce_op {reduce_op!r}: add, maximum or minimum")
     registers.accumulate(name_, "Scalar", out, parts, reduce_op, reduce_res, reduce_cmd)
+
+
+_DEFAULT_CMD = object()
+
+
+@instruction
+def activation(dst, op, data, bias=None, scale=1.0, reduce_op=None, reduce_res=None, reduce_cmd=_DEFAULT_CMD,
+               engine="Scalar", name=None):
+    """``dst = op(data * scale + bias)`` on the Scalar engine (or GpSimd, NeuronCore-v4+), with an
+    optional free-axis reduction of the result on the Scalar engine.
+
+    ``scale`` and ``bias`` are scalars or [P, 1] tiles. The reduction (``reduce_op``
+    must be ``nl.add``: the Scalar engine's registers only sum) feeds per-partition
+    registers controlled by ``reduce_cmd`` (``reset``, ``idle``, ``reduce``,
+    ``reset_reduce``); ``reduce_res`` ([P, 1]) receives them. Given ``reduce_res`` and
+    ``reduce_op`` without ``reduce_cmd``, the simulator uses ``reset_reduce``
+    (``activation_reduce``'s behaviour, which kernels of earlier releases expect).
+    (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/generated/nki.isa.activation.html)
+    """
+    from .. import isa as _gen1
+    from . import registers, target
+    from .operands import scratch
+
+    op_name = "activation"
+    eng = engine_name(engine)
+    if eng in ("unknown", "None"):
+        eng = "Scalar"
+    if eng not in ("Scalar", "GpSimd"):
+        raise NKIError("engine", f"nisa.{op_name}: engine {engine!r}; activation runs on the Scalar engine (or "
+                       "GpSimd from NeuronCore-v4)")
+    if eng == "GpSimd":
+        target.require(op_name + " on the GpSimd engine", target.nc_version.gen4)
+    d = check_dst(dst, op_name)
+    x = tile_operand(data, "data", op_name)
+    no_gpsimd_psum(eng, op_name, d, x, bias, scale)
+    if reduce_cmd is _DEFAULT_CMD:
+        reduce_cmd = "reset_reduce" if (reduce_res is not None and reduce_op is not None) else "idle"
+    reducing = reduce_res is not None or getattr(reduce_cmd, "value", reduce_cmd) != "idle"
+    if reducing and eng != "Scalar":
+        raise NKIError("reduce_cmd", f"nisa.{op_name}: the accumulation registers are on the Scalar engine only")
+    if reduce_op is not None and alu(reduce_op) is not np.add:
+        raise NKIError("reduce_op", f"nisa.{op_name}: reduce_op {reduce_op!r}; the Scalar engine's reduction "
+                       "registers only sum (nl.add); use nisa.tensor_reduce or nisa.activate2 for max/min")
+    with scratch():
+        res = _gen1.activation(_identity_op(op), x, bias=bias, scale=scale, dtype=dt.float32)
+    out = res.data
+    write(d, out, op_name)
+    registers.accumulate(op_name, "Scalar", out, x.shape[0], reduce_op, reduce_res, reduce_cmd)
+
+
+def _identity_op(op):
+    """``nl.copy`` / ``nl.bypass`` of either generation as the identity activation."""
+    return np.copy if getattr(op, "__name__", None) in ("copy", "bypass") else op
+
+
+@instruction
+def activation_reduce(dst, op, data, reduce_op, reduce_res, bias=None, scale=1.0, name=None):
+    """``activation`` plus a free-axis sum of its result into ``reduce_res`` (registers reset first)."""
+    activation(dst, op, data, bias=bias, scale=scale, reduce_op=reduce_op, reduce_res=reduce_res,
+               reduce_cmd="reset_reduce")

@@ -46,7 +46,7 @@ from ..instructions.target import (dge_mode, dma_engine, engine, get_nc_version,
                                    oob_mode, reduce_cmd)
 from ..instructions.dma import dma_compute, dma_transpose
 from ..instructions.gpsimd import nc_n_gather, nonzero_with_count, sequence_bounds, topk
-from ..instructions.scalar import activate2
+from ..instructions.scalar import activate2, activation, activation_reduce
 from ..instructions.mx import nc_matmul_mx, quantize_mx
 from ..instructions.registers import (VirtualRegister, register_alloc, register_load, register_move,
                                       register_store)
@@ -222,39 +222,6 @@ def tensor_scalar_reduce(dst, data, op0, operand0, reduce_op, reduce_res=None, r
 def _is_unary(op) -> bool:
     """Whether ``op`` is a one-input operator (``nl.abs``, ``nl.exp`` ...)."""
     return op is _nl.copy or op is _nl.bypass or getattr(op, "__name__", None) in _nl1._UNARY
-
-
-_DEFAULT_CMD = object()
-
-
-def activation(dst, op, data, bias=None, scale=1.0, reduce_op=None, reduce_res=None, reduce_cmd=_DEFAULT_CMD,
-               name=None):
-    """``dst = op(data * scale + bias)`` on the Scalar engine, with an optional free-axis reduction.
-
-    ``scale`` is a scalar or a [P, 1] tile, ``bias`` a scalar or a [P, 1] tile.
-    The reduction (``reduce_op``, ``nl.add``) feeds per-partition registers
-    controlled by ``reduce_cmd`` (``reset``, ``idle``, ``reduce``,
-    ``reset_reduce``); ``reduce_res`` ([P, 1]) receives the registers. When
-    ``reduce_res`` and ``reduce_op`` are given without ``reduce_cmd`` the
-    simulator uses ``reset_reduce`` (``activation_reduce``'s behaviour, and what
-    kernels written for earlier releases expect).
-    (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/generated/nki.isa.activation.html)
-    """
-    d = _check_dst(dst, "activation")
-    x = _gen1._tile(data, "data", "activation")
-    with _scratch():
-        res = _gen1.activation(_op(op), x, bias=bias, scale=scale, dtype=_dt.float32)
-    out = res.data
-    _write(d, out, "activation")
-    if reduce_cmd is _DEFAULT_CMD:
-        reduce_cmd = "reset_reduce" if (reduce_res is not None and reduce_op is not None) else "idle"
-    _accumulate("activation", "Scalar", out, x.shape[0], reduce_op, reduce_res, reduce_cmd)
-
-
-def activation_reduce(dst, op, data, reduce_op, reduce_res, bias=None, scale=1.0, name=None):
-    """``activation`` plus a free-axis reduction of its result into ``reduce_res`` (registers reset first)."""
-    activation(dst, op, data, bias=bias, scale=scale, reduce_op=reduce_op, reduce_res=reduce_res,
-               reduce_cmd="reset_reduce")
 
 
 def tensor_reduce(dst, op, data, axis, negate=False, keepdims=False, name=None):
