@@ -75,13 +75,13 @@ def flash_attention_fwd_kernel(q, k, v, causal=False, scale=1.0):
     q0 = nl.program_id(3) * Q_TILE
     iq, rows = _query_rows(sq)
     i_d = nl.arange(d)[None, :]
-    q_t = nl.load_transpose2d(q[b, h][iq, i_d], mask=rows)  # [D, 128]: head_dim on partitions
-    k_bh, v_bh = k[b, nl.program_id(1)], v[b, nl.program_id(1)]
+    q_t = nl.load_transpose2d(q[b, h, iq, i_d], mask=rows)  # [D, 128]: head_dim on partitions
+    hk = nl.program_id(1)
 
     m = l = acc = None
     for k0, k1 in _tiles(sk, K_TILE):
         w = k1 - k0
-        k_t = nl.load_transpose2d(k_bh[k0 + nl.arange(w)[:, None], i_d])  # [D, w]
+        k_t = nl.load_transpose2d(k[b, hk, k0 + nl.arange(w)[:, None], i_d])  # [D, w]
         s = _scores(q_t, k_t, scale, causal, q0, k0, w)
         m_tile = nl.max(s, axis=[1], keepdims=True)
         m_new = m_tile if m is None else nl.maximum(m, m_tile)
@@ -90,7 +90,7 @@ def flash_attention_fwd_kernel(q, k, v, causal=False, scale=1.0):
 
         pv = nl.zeros((Q_TILE, d), dtype=nl.float32, buffer=nl.psum)
         for c0, c1 in _tiles(w, K_SUB):
-            v_c = nl.load(v_bh[k0 + c0 + nl.arange(c1 - c0)[:, None], i_d])
+            v_c = nl.load(v[b, hk, k0 + c0 + nl.arange(c1 - c0)[:, None], i_d])
             pv += nisa.nc_matmul(_transposed(p, c0, c1, v.dtype), v_c)
 
         if m is None:
@@ -101,8 +101,8 @@ def flash_attention_fwd_kernel(q, k, v, causal=False, scale=1.0):
             acc = nl.add(nl.multiply(acc, alpha), pv)
         m = m_new
 
-    nl.store(o[b, h][iq, i_d], value=nl.multiply(acc, nl.reciprocal(l), dtype=q.dtype), mask=rows)
-    nl.store(lse[b, h][iq, nl.arange(1)[None, :]], value=nl.add(m, nl.log(l)), mask=rows)
+    nl.store(o[b, h, iq, i_d], value=nl.multiply(acc, nl.reciprocal(l), dtype=q.dtype), mask=rows)
+    nl.store(lse[b, h, iq, nl.arange(1)[None, :]], value=nl.add(m, nl.log(l)), mask=rows)
     return o, lse
 
 
@@ -123,24 +123,24 @@ def flash_attention_bwd_dq_kernel(q, k, v, o, lse, do, causal=False, scale=1.0):
     q0 = nl.program_id(3) * Q_TILE
     iq, rows = _query_rows(sq)
     i_d = nl.arange(d)[None, :]
-    q_t = nl.load_transpose2d(q[b, h][iq, i_d], mask=rows)
-    do_t = nl.load_transpose2d(do[b, h][iq, i_d], mask=rows)
-    delta = _row_delta(nl.load(o[b, h][iq, i_d], mask=rows), nl.load(do[b, h][iq, i_d], mask=rows))
-    neg_lse = nl.negative(nl.load(lse[b, h][iq, nl.arange(1)[None, :]], mask=rows))
-    k_bh, v_bh = k[b, nl.program_id(1)], v[b, nl.program_id(1)]
+    q_t = nl.load_transpose2d(q[b, h, iq, i_d], mask=rows)
+    do_t = nl.load_transpose2d(do[b, h, iq, i_d], mask=rows)
+    delta = _row_delta(nl.load(o[b, h, iq, i_d], mask=rows), nl.load(do[b, h, iq, i_d], mask=rows))
+    neg_lse = nl.negative(nl.load(lse[b, h, iq, nl.arange(1)[None, :]], mask=rows))
+    hk = nl.program_id(1)
 
     dq_acc = nl.zeros((Q_TILE, d), dtype=nl.float32, buffer=nl.psum)
     for k0, k1 in _tiles(sk, K_TILE):
         w = k1 - k0
         ik = k0 + nl.arange(w)[:, None]
-        s = _scores(q_t, nl.load_transpose2d(k_bh[ik, i_d]), scale, causal, q0, k0, w)
+        s = _scores(q_t, nl.load_transpose2d(k[b, hk, ik, i_d]), scale, causal, q0, k0, w)
         p = nisa.activation(op=nl.exp, data=s, bias=neg_lse, dtype=nl.float32)
-        dp = nisa.nc_matmul(do_t, nl.load_transpose2d(v_bh[ik, i_d]))
+        dp = nisa.nc_matmul(do_t, nl.load_transpose2d(v[b, hk, ik, i_d]))
         ds = nl.multiply(p, nl.subtract(dp, delta), dtype=nl.float32)
         for c0, c1 in _tiles(w, K_SUB):
-            k_c = nl.load(k_bh[k0 + c0 + nl.arange(c1 - c0)[:, None], i_d])
+            k_c = nl.load(k[b, hk, k0 + c0 + nl.arange(c1 - c0)[:, None], i_d])
             dq_acc += nisa.nc_matmul(_transposed(ds, c0, c1, k.dtype), k_c)
-    nl.store(dq[b, h][iq, i_d], value=nl.multiply(dq_acc, scale, dtype=q.dtype), mask=rows)
+    nl.store(dq[b, h, iq, i_d], value=nl.multiply(dq_acc, scale, dtype=q.dtype), mask=rows)
     return dq
 
 
@@ -157,8 +157,8 @@ def flash_attention_bwd_dkdv_kernel(q, k, v, o, lse, do, causal=False, scale=1.0
     ik = k0 + nl.arange(K_SUB)[:, None]
     keys = ik < sk
     i_d = nl.arange(d)[None, :]
-    k_t = nl.load_transpose2d(k[b, hk][ik, i_d], mask=keys)  # [D, 128]
-    v_t = nl.load_transpose2d(v[b, hk][ik, i_d], mask=keys)
+    k_t = nl.load_transpose2d(k[b, hk, ik, i_d], mask=keys)  # [D, 128]
+    v_t = nl.load_transpose2d(v[b, hk, ik, i_d], mask=keys)
 
     dk_acc = nl.zeros((K_SUB, d), dtype=nl.float32, buffer=nl.psum)
     dv_acc = nl.zeros((K_SUB, d), dtype=nl.float32, buffer=nl.psum)
@@ -167,22 +167,22 @@ def flash_attention_bwd_dkdv_kernel(q, k, v, o, lse, do, causal=False, scale=1.0
         for q0, q1 in _tiles(sq, Q_TILE):
             w = q1 - q0
             iq = q0 + nl.arange(w)[:, None]
-            q_rows = nl.load(q[b, h][iq, i_d])
-            do_rows = nl.load(do[b, h][iq, i_d])
-            delta = _row_delta(nl.load(o[b, h][iq, i_d]), do_rows)
-            neg_lse = nl.negative(nl.load(lse[b, h][iq, nl.arange(1)[None, :]]))
-            s = nl.multiply(nisa.nc_matmul(nl.load_transpose2d(q[b, h][iq, i_d]), k_t), scale, dtype=nl.float32)
+            q_rows = nl.load(q[b, h, iq, i_d])
+            do_rows = nl.load(do[b, h, iq, i_d])
+            delta = _row_delta(nl.load(o[b, h, iq, i_d]), do_rows)
+            neg_lse = nl.negative(nl.load(lse[b, h, iq, nl.arange(1)[None, :]]))
+            s = nl.multiply(nisa.nc_matmul(nl.load_transpose2d(q[b, h, iq, i_d]), k_t), scale, dtype=nl.float32)
             if causal:
                 i_q, i_k = nl.mgrid[0:w, 0:K_SUB]
                 s = nisa.affine_select(pred=(q0 + i_q - k0 - i_k >= 0), on_true_tile=s, on_false_value=MASKED,
                                        dtype=nl.float32)
             p = nisa.activation(op=nl.exp, data=s, bias=neg_lse, dtype=nl.float32)  # [w, 128]
             dv_acc += nisa.nc_matmul(nl.copy(p, dtype=do.dtype), do_rows)
-            dp = nisa.nc_matmul(nl.load_transpose2d(do[b, h][iq, i_d]), v_t)
+            dp = nisa.nc_matmul(nl.load_transpose2d(do[b, h, iq, i_d]), v_t)
             ds = nl.multiply(p, nl.subtract(dp, delta), dtype=q.dtype)
             dk_acc += nisa.nc_matmul(ds, q_rows)
-    nl.store(dk[b, hk][ik, i_d], value=nl.multiply(dk_acc, scale, dtype=k.dtype), mask=keys)
-    nl.store(dv[b, hk][ik, i_d], value=nl.copy(dv_acc, dtype=v.dtype), mask=keys)
+    nl.store(dk[b, hk, ik, i_d], value=nl.multiply(dk_acc, scale, dtype=k.dtype), mask=keys)
+    nl.store(dv[b, hk, ik, i_d], value=nl.copy(dv_acc, dtype=v.dtype), mask=keys)
     return dk, dv
 
 
