@@ -94,6 +94,8 @@ SIGNATURES = {  # current reference pages
     "set_rng_seed": ["src_seeds", "name"],
     "rand2": ["dst", "min", "max", "name"],
     "tensor_copy": ["dst", "src", "engine", "name"],
+    "activation": ["dst", "op", "data", "bias", "scale", "reduce_op", "reduce_res", "reduce_cmd", "engine", "name"],
+    "activation_reduce": ["dst", "op", "data", "reduce_op", "reduce_res", "bias", "scale", "name"],
     "exponential": ["dst", "src", "max_value", "reduce_res", "reduce_cmd", "reduce_init", "name"],
     "activate2": ["dst", "op", "data", "imm0", "imm1", "op0", "op1", "relu_param", "reverse0", "reverse1",
                   "reduce_op", "reduce_res", "reduce_cmd", "engine", "name"],
@@ -270,3 +272,39 @@ def test_nc_version_is_an_enum_with_names():
     assert nisa.nc_version.gen3.name == "gen3" and nisa1.nc_version is nisa.nc_version
     with target.use(nisa.nc_version.gen4):
         assert nisa1.get_nc_version() is nisa.nc_version.gen4
+
+
+def test_gen1_gpsimd_instructions_reject_psum_operands():
+    x = np.ones((4, 8), np.float32)
+
+    @nki1.jit
+    def k(a, which):
+        p = nl1.copy(nl1.load(a))
+        acc = nl1.zeros((4, 8), dtype=nl1.float32, buffer=nl1.psum)
+        acc[...] = p
+        if which == "partition_reduce":
+            nisa1.tensor_partition_reduce(np.add, acc)
+        else:
+            i_p, i_f = nl1.mgrid[0:4, 0:8]
+            nisa1.affine_select(i_p >= i_f, acc, 0.0)
+        return a
+
+    for which in ("partition_reduce", "affine_select"):
+        with pytest.raises(NKIError, match="PSUM"):
+            k(x, which)
+
+
+def test_gen1_activation_reduce_op_is_add_only_on_v2():
+    x = np.ones((4, 8), np.float32)
+
+    @nki1.jit
+    def k(a):
+        res = nl1.ndarray((4, 1), dtype=nl1.float32, buffer=nl1.sbuf)
+        nisa1.activation(np.exp, nl1.load(a), reduce_op=np.max, reduce_res=res)
+        out = nl1.ndarray((4, 1), dtype=nl1.float32, buffer=nl1.shared_hbm)
+        nl1.store(out, res)
+        return out
+
+    np.testing.assert_allclose(k(x), np.full((4, 1), np.e), rtol=1e-6)
+    with target.use("gen2"), pytest.raises(NKIError, match="NeuronCore-v2"):
+        k(x)

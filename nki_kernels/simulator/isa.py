@@ -158,6 +158,9 @@ def activation(op, data, *, bias=None, scale=1.0, reduce_op=None, reduce_res=Non
     """
     x = _tile(data, "data", "activation")
     fn = _ops.alu(op)
+    if reduce_op is not None and get_nc_version() < nc_version.gen3 and _ops.alu(reduce_op) is not _np.add:
+        raise _NKIError("reduce_op", f"nisa.activation: reduce_op {reduce_op!r} on NeuronCore-v2; its Scalar "
+                        "engine reduces with addition only (np.add / nl.add)")
     v = _nl._values(x, "data")
     s = _per_partition(scale, x, "scale", "activation")
     b = _per_partition(bias, x, "bias", "activation")
@@ -197,7 +200,7 @@ def tensor_reduce(op, data, axis, *, mask=None, dtype=None, negate=False, keepdi
 
 def tensor_partition_reduce(op, data, *, mask=None, dtype=None, name=None):
     """Reduce across the partition axis with ``op``; result has one partition (GpSimd engine)."""
-    x = _tile(data, "data", "tensor_partition_reduce")
+    x = _tile(data, "data", "tensor_partition_reduce", (_sbuf,))  # GpSimd cannot access PSUM
     res = _reducer(op)(_nl._values(x, "data"), axis=(x.nb,), keepdims=True)
     return _nl._result(res, _nl._out_dtype(dtype, x), mask, engine="GpSimd")
 
@@ -306,7 +309,7 @@ def dma_copy(*, dst, src, mask=None, dst_rmw_op=None, oob_mode=None, dge_mode=dg
 
 def affine_select(pred, on_true_tile, on_false_value, *, dtype=None, mask=None, name=None):
     """Select ``on_true_tile`` where the affine predicate (index expression) holds, else a scalar."""
-    x = _tile(on_true_tile, "on_true_tile", "affine_select")
+    x = _tile(on_true_tile, "on_true_tile", "affine_select", (_sbuf,))  # GpSimd cannot access PSUM
     cond = _np.broadcast_to(_np.asarray(pred), x.shape)
     return _nl._result(_np.where(cond, _nl._values(x, "on_true_tile"), on_false_value),
                       _nl._out_dtype(dtype, x), mask, engine="GpSimd")
