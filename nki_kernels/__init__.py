@@ -16,6 +16,7 @@ from .simulator import launch as _launch
 from .op import Op, Rows, op
 from .rmsnorm import rms_norm_bwd_kernel, rms_norm_fwd_kernel, row_grid
 from .neuron_env import NeuronEnvironment, neuron_environment
+from .library.ops import cross_entropy, flash_attention, residual_rms_norm, softmax
 
 ADD_DTYPES = ("float32", "bfloat16", "float16", "int32", "int16", "int8", "uint8")
 
@@ -23,7 +24,7 @@ ADD_DTYPES = ("float32", "bfloat16", "float16", "int32", "int16", "int8", "uint8
 for _array_module, _adapter in (("jax", "jax_ops"), ("jaxlib", "jax_ops"), ("torch", "torch_ops")):
     _launch.register_adapter_module(_array_module, _adapter)
 
-__all__ = ["neuron_environment", "NeuronEnvironment", "tensor_add", "rms_norm", "rms_norm_backward", "tensor_add_kernel", "rms_norm_fwd_kernel",
+__all__ = ["softmax", "cross_entropy", "residual_rms_norm", "flash_attention", "neuron_environment", "NeuronEnvironment", "tensor_add", "rms_norm", "rms_norm_backward", "tensor_add_kernel", "rms_norm_fwd_kernel",
            "rms_norm_bwd_kernel", "add_grid", "row_grid"]
 
 
