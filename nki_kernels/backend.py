@@ -103,7 +103,8 @@ def is_genuine_kernel(obj) -> bool:
     """True for a kernel of the genuine Neuron stack (not a simulator kernel) when that stack is in use."""
     from .simulator import is_kernel
 
-    return GENUINE and callable(obj) and not is_kernel(obj)
+    # A bare function is an undecorated kernel, not something the SDK's nki.jit returned.
+    return GENUINE and callable(obj) and not is_kernel(obj) and not isinstance(obj, types.FunctionType)
 
 
 def genuine_call(kernel, grid: tuple, args, static: dict):
