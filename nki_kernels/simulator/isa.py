@@ -25,6 +25,7 @@ from .instructions import gpsimd as _gpsimd
 from .instructions import rng as _rng
 from .instructions import vector as _vector
 from .instructions.target import dge_mode, engine, get_nc_version, nc_version, reduce_cmd
+from .instructions.target import oob_mode as _oob_mode
 
 
 unknown_engine = engine.unknown
@@ -55,8 +56,11 @@ def nc_matmul(stationary, moving, *, is_stationary_onezero=False, is_moving_onez
     M <= 128 (``gemm_stationary_fmax``), N <= 512 (``gemm_moving_fmax``). ``tile_position`` /
     ``tile_size`` (PE-array tiling), ``perf_mode`` and ``name`` do not change results.
     """
-    s = _tile(stationary, "stationary", "nc_matmul", (_sbuf,))
-    m = _tile(moving, "moving", "nc_matmul", (_sbuf,))
+    # The first generation's compiler places tiles: a PSUM result fed to nc_matmul (the official
+    # flash-attention backward transposes dy on the Tensor engine and multiplies it) is copied to
+    # SBUF for it, so PSUM operands are accepted here; the standalone API (dst=) has no such copies.
+    s = _tile(stationary, "stationary", "nc_matmul", (_sbuf, _psum))
+    m = _tile(moving, "moving", "nc_matmul", (_sbuf, _psum))
     if s.ndim != 2 or m.ndim != 2:
         raise _NKIError("matmul operands", f"nc_matmul needs 2-D tiles, got stationary {s.shape} and moving {m.shape}")
     _matmul_dtypes(s, m)
@@ -281,9 +285,13 @@ def memset(shape, value, dtype, *, mask=None, engine=engine.unknown, name=None):
     return _nl._result(full, _dt.as_dtype(dtype), mask)
 
 
-def dma_copy(*, dst, src, mask=None, dst_rmw_op=None, oob_mode=None, dge_mode=dge_mode.unknown, name=None):
-    """Copy ``src`` into ``dst`` through DMA; ``dst_rmw_op`` accumulates. ``dge_mode`` does not change
-    results; ``oob_mode`` concerns indirect accesses (direct ones are always bounds-checked)."""
+def dma_copy(*, dst, src, mask=None, dst_rmw_op=None, oob_mode=_oob_mode.error, dge_mode=dge_mode.unknown,
+             name=None):
+    """Copy ``src`` into ``dst`` through DMA (HBM or SBUF, never PSUM); ``dst_rmw_op`` (np.add) accumulates.
+    Without ``mask`` this is :func:`nki_kernels.simulator.instructions.dma.dma_copy`; a ``mask`` limits
+    the elements moved. ``dge_mode`` does not change results."""
+    if mask is None:
+        return _dma.dma_copy(dst, src, dst_rmw_op=dst_rmw_op, oob_mode=oob_mode, dge_mode=dge_mode)
     for x, what in ((dst, "dst"), (src, "src")):
         if isinstance(x, _Tile) and x.buffer is _psum:
             raise _NKIError("operand memory", f"nisa.dma_copy: {what} (shape {x.shape}) is in PSUM; DMA moves data "

@@ -12,6 +12,9 @@ from .. import profile as _prof
 from ..core import Access, HBMTensor, Tile, psum, sbuf
 from ..errors import NKIError
 from .operands import alu, check_dst, instruction, mark_read, write
+from .target import dge_mode as _dge_mode
+from .target import engine as _engine
+from .target import oob_mode as _oob_mode
 
 
 def read(src, op, name="src"):
@@ -39,7 +42,11 @@ def read(src, op, name="src"):
 
 
 def store(dst, vals, op, what="source"):
-    """Write ``vals`` (same element count) into a DMA destination in HBM or SBUF, rounding to its dtype."""
+    """Write ``vals`` (same element count) into a DMA destination in HBM or SBUF, rounding to its dtype
+    (conversions between dtypes go through fp32)."""
+    vals = np.asarray(vals)
+    if vals.dtype != getattr(dst, "dtype", vals.dtype) and vals.dtype not in dt.PACKED_X4:
+        vals = dt.compute_view(vals).astype(np.float32, copy=False)
     if isinstance(dst, (Access, HBMTensor)):
         from .. import language as _nl
 
@@ -58,6 +65,35 @@ def store(dst, vals, op, what="source"):
         raise NKIError("dst shape", f"nisa.{op}: dst has shape {d.shape}, the {what} has {int(np.size(vals))} "
                        "elements; a DMA copies equal element counts")
     write(d, np.reshape(vals, d.shape), op, what)
+
+
+@instruction
+def dma_copy(dst, src, dst_rmw_op=None, oob_mode=_oob_mode.error, dge_mode=_dge_mode.unknown, engine=_engine.unknown,
+             unique_indices=True, priority=None, name=None):
+    """Copy ``src`` to ``dst`` with a DMA engine: each is an HBM tensor/region or an SBUF tile (PSUM is
+    not reachable). Element counts must match (shapes may differ); different dtypes convert
+    through fp32. ``dst_rmw_op=nl.add`` adds src to what dst holds (only with oob_mode=error);
+    ``oob_mode=skip`` skips the out-of-bounds rows of an indirect (vector_offset) access.
+    ``dge_mode``, ``engine``, ``unique_indices`` and ``priority`` do not change results.
+    (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/generated/nki.isa.dma_copy.html)
+    """
+    op = "dma_copy"
+    if getattr(oob_mode, "value", oob_mode) == "skip":
+        if dst_rmw_op is not None:
+            raise NKIError("oob_mode", f"nisa.{op}: dst_rmw_op allows only oob_mode=oob_mode.error")
+        copy_skipping_oob(dst, src, op)
+        return
+    vals = np.asarray(read(src, op))
+    what = f"source (shape {tuple(vals.shape)})"
+    if dst_rmw_op is not None:
+        if alu(dst_rmw_op) is not np.add:
+            raise NKIError("dst_rmw_op", f"nisa.{op}: dst_rmw_op {dst_rmw_op!r}; only nl.add is supported")
+        cur = np.asarray(read(dst, op, "dst"))
+        if cur.size != vals.size:
+            raise NKIError("dst shape", f"nisa.{op}: dst has {cur.size} elements, src {vals.size}")
+        vals = dt.compute_view(cur).astype(np.float32).reshape(-1) + \
+            dt.compute_view(vals).astype(np.float32).reshape(-1)
+    store(dst, vals, op, what)
 
 
 @instruction

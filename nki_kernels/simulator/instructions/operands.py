@@ -43,10 +43,7 @@ def instruction(fn):
         prog = core.current_or_none()
         if prog is not None and prog.nb:
             raise NotBatchable(f"nisa.{fn.__name__} runs one program at a time")
-        out = fn(*args, **kwargs)
-        if prog is not None:
-            _memory.slot_done(prog)  # the memory model's instruction slot (live ranges, working sets)
-        return out
+        return fn(*args, **kwargs)  # (its dst write ends the memory model's instruction slot)
 
     return run
 
@@ -116,6 +113,17 @@ def values_of(x, name, op, buffers=ON_CHIP):
     """The fp32 compute view of operand tile ``x`` as ``[partitions, elements]``."""
     t = tile_operand(x, name, op, buffers)
     return rows(dt.compute_view(t.data), t.shape[0]).astype(np.float32, copy=False)
+
+
+def column(v, parts, name, op):
+    """A scalar or a [P, 1] tile operand as an fp32 ``[parts, 1]`` column (one value per partition)."""
+    if isinstance(v, Tile):
+        t = tile_operand(v, name, op)
+        if t.shape[0] != parts or per_partition(t.shape) != 1:
+            raise NKIError("operand shapes", f"nisa.{op}: {name} must be a scalar or a [{parts}, 1] tile, got "
+                           f"shape {t.shape}")
+        return rows(dt.compute_view(t.data), parts).astype(np.float32)
+    return np.full((parts, 1), np.float32(v))
 
 
 def same_rows(op, a, an, b, bn):

@@ -17,7 +17,8 @@ from .. import dtypes as dt
 from .. import profile as _prof
 from ..core import Tile, sbuf
 from ..errors import NKIError
-from .operands import check_dst, engine_name, instruction, no_gpsimd_psum, per_partition, rows, tile_operand, write
+from .operands import (check_dst, column, engine_name, instruction, no_gpsimd_psum, per_partition, rows,
+                       tile_operand, write)
 
 _LANES = 128
 _WEYL = np.uint32(362437)
@@ -159,15 +160,6 @@ def uniform(parts, n, eng="Vector"):
     return (_draw(_state(eng), parts, n) >> np.uint32(8)).astype(np.float32) * np.float32(2.0 ** -24)
 
 
-def _bound(v, parts, name, op):
-    if isinstance(v, Tile):
-        t = tile_operand(v, name, op)
-        if t.shape[0] != parts or per_partition(t.shape) != 1:
-            raise NKIError("operand shapes", f"nisa.{op}: {name} must be a scalar or a [{parts}, 1] tile")
-        return rows(dt.compute_view(t.data), parts).astype(np.float32)
-    return np.float32(v)
-
-
 @instruction
 def rand2(dst, min, max, name=None):  # noqa: A002 - the documented parameter names
     """Uniform fp32 random numbers in ``[min, max]`` (scalars or [P, 1] tiles) into ``dst`` (Vector
@@ -177,7 +169,7 @@ def rand2(dst, min, max, name=None):  # noqa: A002 - the documented parameter na
     op = "rand2"
     target.require(op, target.nc_version.gen4)
     d = check_dst(dst, op)
-    lo, hi = _bound(min, d.shape[0], "min", op), _bound(max, d.shape[0], "max", op)
+    lo, hi = column(min, d.shape[0], "min", op), column(max, d.shape[0], "max", op)
     if np.any(np.asarray(lo) >= np.asarray(hi)):
         raise NKIError(op, f"nisa.{op}: min must be < max")
     u = uniform(d.shape[0], per_partition(d.shape))
@@ -197,7 +189,7 @@ def dropout(dst, data, prob, name=None):
         raise NKIError("dst shape", f"nisa.{op}: dst {d.shape} must match data {x.shape}")
     if np.issubdtype(x.dtype, np.integer) and d.dtype != x.dtype:
         raise NKIError("dtype", f"nisa.{op}: integer data {x.dtype} needs a dst of the same dtype, got {d.dtype}")
-    p = _bound(prob, x.shape[0], "prob", op)
+    p = column(prob, x.shape[0], "prob", op)
     u = uniform(x.shape[0], per_partition(x.shape))
     v = rows(dt.compute_view(x.data), x.shape[0])
     out = np.where(u >= p, v, np.zeros((), v.dtype))

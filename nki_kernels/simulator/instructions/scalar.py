@@ -8,8 +8,8 @@ import numpy as np
 from .. import dtypes as dt
 from .. import profile as _prof
 from ..errors import NKIError
-from .operands import (alu, check_dst, engine_name, instruction, no_gpsimd_psum, per_partition, rows, tile_operand,
-                       write)
+from .operands import (alu, check_dst, column, engine_name, instruction, no_gpsimd_psum, per_partition, rows,
+                       tile_operand, write)
 
 # The six (op0, op1) pairs of the tensor-scalar stage, by NumPy function (identity = bypass).
 _IDENTITY = "bypass"
@@ -25,15 +25,6 @@ def _stage(op):
 
 _PAIRS = {("multiply", "add"), ("multiply", "subtract"), ("multiply", _IDENTITY), ("add", _IDENTITY),
           ("subtract", _IDENTITY), (_IDENTITY, _IDENTITY)}
-
-
-def _imm(v, parts, name, op):
-    if hasattr(v, "shape") and hasattr(v, "buffer"):
-        t = tile_operand(v, name, op)
-        if t.shape[0] != parts or per_partition(t.shape) != 1:
-            raise NKIError("operand shapes", f"nisa.{op}: {name} must be a scalar or a [{parts}, 1] tile")
-        return rows(dt.compute_view(t.data), parts).astype(np.float32)
-    return np.float32(v)
 
 
 @instruction
@@ -63,7 +54,7 @@ def activate2(dst, op, data, imm0, imm1, op0, op1, relu_param=0.0, reverse0=Fals
     for stage, imm, rev, what in ((op0, imm0, reverse0, "imm0"), (op1, imm1, reverse1, "imm1")):
         if _stage(stage) == _IDENTITY:
             continue
-        a = _imm(imm, parts, what, name_)
+        a = column(imm, parts, what, name_)
         v = alu(stage)(a, v) if rev else alu(stage)(v, a)
     fn = alu(op)
     if getattr(op, "__name__", None) == "relu":

@@ -13,8 +13,8 @@ from .. import profile as _prof
 from ..core import Tile, psum
 from ..errors import NKIError
 from ..indexing import _full_mask
-from .operands import (check_dst, instruction, partition_range, per_partition, rows, same_rows, tile_operand,
-                       values_of, write)
+from .operands import (check_dst, column, instruction, partition_range, per_partition, rows, same_rows,
+                       tile_operand, values_of, write)
 
 QUADRANT = 32  # partitions of a Vector Engine cross-partition quadrant
 SHUFFLE_KEEP = 255  # shuffle_mask value: leave the output partition unmodified
@@ -236,17 +236,6 @@ def nc_match_replace8(dst, data, vals, imm, dst_idx=None, name=None):
 # ---------------------------------------------------------------------------
 # selects and cumulative ops
 # ---------------------------------------------------------------------------
-def _per_partition_operand(v, parts, name, op):
-    """A scalar or a [P, 1] tile as an fp32 [P, 1] column."""
-    if isinstance(v, Tile):
-        t = tile_operand(v, name, op)
-        if t.shape[0] != parts or per_partition(t.shape) != 1:
-            raise NKIError("operand shapes", f"nisa.{op}: {name} must be a scalar or a [{parts}, 1] tile, got "
-                           f"shape {t.shape}")
-        return rows(dt.compute_view(t.data), parts).astype(np.float32)
-    return np.full((parts, 1), np.float32(v))
-
-
 @instruction
 def range_select(dst, on_true_tile, comp_op0, comp_op1, bound0, bound1, reduce_cmd="idle", reduce_res=None,
                  reduce_op=np.maximum, range_start=0.0, on_false_value=0.0, name=None):
@@ -266,8 +255,8 @@ def range_select(dst, on_true_tile, comp_op0, comp_op1, bound0, bound1, reduce_c
     v = values_of(x, "on_true_tile", op)
     parts = x.shape[0]
     idx = np.arange(v.shape[1], dtype=np.float32)[None, :] + np.float32(range_start)
-    b0 = _per_partition_operand(bound0, parts, "bound0", op)
-    b1 = _per_partition_operand(bound1, parts, "bound1", op)
+    b0 = column(bound0, parts, "bound0", op)
+    b1 = column(bound1, parts, "bound1", op)
     from .operands import alu
 
     cond = np.asarray(alu(comp_op0)(idx, b0), bool) & np.asarray(alu(comp_op1)(idx, b1), bool)
@@ -313,7 +302,7 @@ def select_reduce(dst, predicate, on_true, on_false, reduce_res=None, reduce_cmd
     cond = rows(p.data, parts) != 0
     if reverse_pred:
         cond = ~cond
-    out = np.where(cond, values_of(t, "on_true", op), _per_partition_operand(on_false, parts, "on_false", op))
+    out = np.where(cond, values_of(t, "on_true", op), column(on_false, parts, "on_false", op))
     _prof.instruction("Vector", out)
     write(d, out.reshape(d.shape), op)
     if reduce_res is not None and not dt.is_float(reduce_res.dtype):
@@ -356,9 +345,9 @@ def tensor_scalar_cumulative(dst, src, op0, op1, imm0, imm1=None, reduce_cmd="re
     if cmd == "reset_reduce" or reg is None or reg.shape[0] != parts:
         reg = np.full((parts, 1), identity_of(op1), np.float32)
     if cmd == "load_reduce":
-        reg = _per_partition_operand(imm1 if imm1 is not None else 0.0, parts, "imm1", op)
+        reg = column(imm1 if imm1 is not None else 0.0, parts, "imm1", op)
     v = values_of(x, "src", op)
-    a = _per_partition_operand(imm0, parts, "imm0", op)
+    a = column(imm0, parts, "imm0", op)
     pre = f0(v, a)
     out = np.empty_like(v)
     cur = reg[:, 0].astype(np.float32)
@@ -400,7 +389,7 @@ def scalar_tensor_tensor(dst, data, op0, operand0, op1, operand1, reverse0=False
         raise NKIError("operand memory", f"nisa.{op}: data and operand1 cannot both be in PSUM")
     parts = x.shape[0]
     v = values_of(x, "data", op)
-    a = _per_partition_operand(operand0, parts, "operand0", op)
+    a = column(operand0, parts, "operand0", op)
     first = alu(op0)(a, v) if reverse0 else alu(op0)(v, a)
     other = values_of(o1, "operand1", op)
     out = alu(op1)(other, first) if reverse1 else alu(op1)(first, other)
@@ -427,7 +416,7 @@ def exponential(dst, src, max_value=0.0, reduce_res=None, reduce_cmd="idle", red
     if cmd != "load_reduce" and not (isinstance(reduce_init, (int, float)) and float(reduce_init) == 0.0):
         raise NKIError("reduce_init", f"nisa.{op}: reduce_init is only used with reduce_cmd=load_reduce; leave it 0.0")
     parts = x.shape[0]
-    out = np.exp(values_of(x, "src", op) - _per_partition_operand(max_value, parts, "max_value", op))
+    out = np.exp(values_of(x, "src", op) - column(max_value, parts, "max_value", op))
     _prof.instruction("Vector", out)
     write(d, out.reshape(d.shape), op)
     registers.accumulate(op, "Vector", out, parts, np.add, reduce_res, cmd,

@@ -1,59 +1,58 @@
 """``nki.isa`` (``nisa``) of the standalone ``nki`` package: every instruction writes into ``dst``.
 
-Each op computes with the first generation's implementation (same operand
-rules, same fp32 compute and rounding, same profile accounting) and then
-writes the result into the caller's destination, a tile or a view of one
-(``dst=acc``, ``dst=t[0:128, 0:512]``) or, for ``dma_copy``, an HBM region.
-On top of the first generation's checks, the destination is checked the way
-the current reference states
+Most instructions live once, destination-style, in
+:mod:`nki_kernels.simulator.instructions` (grouped by engine, operand rules next
+to each) and are exported here as they are. The ones still defined below compute
+with the first generation's implementation (same operand rules, fp32 compute and
+rounding, profile accounting) and write the result into the caller's
+destination, a tile or a view of one (``dst=acc``, ``dst=t[0:128, 0:512]``). On
+top of the first generation's checks the destination is checked the way the
+current reference states
 (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/nki.isa.html):
 
 * its memory: ``nc_matmul`` writes PSUM only; ``iota`` / ``affine_select``
-  write SBUF only; ``dma_copy`` moves between HBM and SBUF (never PSUM);
-  GpSimd cannot touch PSUM;
+  write SBUF only; DMA moves between HBM and SBUF (never PSUM); GpSimd cannot
+  touch PSUM;
 * its shape: the same partition size as the result and the same number of
-  elements per partition (the reference's wording for every op), else an
-  :class:`NKIError` naming both shapes;
+  elements per partition, else an :class:`NKIError` naming both shapes;
 * its dtype where the reference fixes it (``nc_matmul``: fp32, or bf16 on
   NeuronCore-v4; ``nc_transpose``: the input's dtype).
 
-Results are rounded to ``dst.dtype`` (fp32 compute, cast on write).
-Ops return ``None``: the standalone API's results live in ``dst``.
+Results are rounded to ``dst.dtype``; instructions return ``None``.
 """
-
 
 import numpy as _np
 
-from .. import core as _core
 from .. import dtypes as _dt
 from .. import isa as _gen1
 from .. import language as _nl1
 from .. import profile as _prof
-from ..core import PMAX as _PMAX, Access as _Access, HBMTensor as _HBMTensor, Tile as _Tile
-from ..core import psum as _psum, sbuf as _sbuf
+from ..core import Tile as _Tile
+from ..core import psum as _psum
+from ..core import sbuf as _sbuf
 from ..cores import core_barrier, sendrecv, sendrecv_compute  # noqa: F401 - LNC=2 instructions between cores
 from ..errors import NKIError as _NKIError
-from . import language as _nl
-
-
-from ..instructions import dma as _dma
 from ..instructions import operands as _ops
-from ..instructions import vector as _vector
-from ..instructions.operands import (check_dst as _check_dst, fit_dst as _fit_dst, mark_read as _mark_read,
-                                     per_partition as _per_partition, scratch as _scratch, write as _write)
-from ..instructions.registers import accumulate as _accumulate
-from ..instructions.target import (dge_mode, dma_engine, engine, get_nc_version, matmul_perf_mode, nc_version,
-                                   oob_mode, reduce_cmd)
-from ..instructions.dma import dma_compute, dma_transpose
+from ..instructions.dma import dma_compute, dma_copy, dma_transpose
 from ..instructions.gpsimd import nc_n_gather, nonzero_with_count, sequence_bounds, topk
-from ..instructions.scalar import activate2, activation, activation_reduce
 from ..instructions.mx import nc_matmul_mx, quantize_mx
+from ..instructions.operands import check_dst as _check_dst
+from ..instructions.operands import fit_dst as _fit_dst
+from ..instructions.operands import mark_read as _mark_read
+from ..instructions.operands import per_partition as _per_partition
+from ..instructions.operands import scratch as _scratch
+from ..instructions.operands import write as _write
+from ..instructions.registers import accumulate as _accumulate
 from ..instructions.registers import (VirtualRegister, register_alloc, register_load, register_move,
                                       register_store)
 from ..instructions.rng import dropout, rand2, rand_get_state, rand_set_state, rng, set_rng_seed
+from ..instructions.scalar import activate2, activation, activation_reduce
+from ..instructions.target import (dge_mode, dma_engine, engine, get_nc_version, matmul_perf_mode, nc_version,
+                                   oob_mode, reduce_cmd)
 from ..instructions.vector import (exponential, max8, nc_find_index8, nc_match_replace8, nc_stream_shuffle,
                                    range_select, reciprocal, scalar_tensor_tensor, select_reduce,
                                    tensor_copy_predicated, tensor_scalar_cumulative)
+from . import language as _nl
 
 unknown_engine = engine.unknown
 tensor_engine = engine.tensor
@@ -330,84 +329,6 @@ def bn_aggr(dst, data, name=None):
     with _scratch():
         res = _gen1.bn_aggr(data, dtype=_dt.float32)
     _write(d, res.data, "bn_aggr")
-
-
-# ---------------------------------------------------------------------------
-# DMA
-# ---------------------------------------------------------------------------
-def _read_hbm(src, op):
-    acc = _nl1._as_access(src, "src", op)
-    vals = acc.index.read(acc.tensor.data, None, what=acc.tensor.name)
-    _prof.dma(acc.tensor, vals, "read", acc, None)
-    from .. import diagnostics as _diag
-
-    hook = getattr(_diag, "hbm_access", None)
-    if hook is not None:
-        hook(acc.tensor, acc, None, False)
-    return vals
-
-
-def _dma_source(src, op):
-    if isinstance(src, (_Access, _HBMTensor)):
-        return _read_hbm(src, op), "HBM"
-    if isinstance(src, _Tile):
-        if src.buffer is _psum:
-            raise _NKIError("operand memory", f"nisa.{op}: src (shape {src.shape}) is in PSUM; DMA moves data between "
-                           "HBM and SBUF (copy PSUM to SBUF with nisa.tensor_copy first)")
-        _mark_read(src)
-        return src.data, "SBUF"
-    raise _NKIError("operand type", f"nisa.{op}: src must be an HBM tensor or an SBUF tile, got {type(src).__name__}")
-
-
-def _dma_write(dst, vals, src_shape, op, dst_rmw_op=None):
-    if isinstance(dst, (_Access, _HBMTensor)):
-        acc = _nl1._as_access(dst, "dst", op)
-        if int(_np.prod(acc.shape)) != int(_np.size(vals)):
-            raise _NKIError("dst shape", f"nisa.{op}: dst {acc.tensor.name}{list(acc.shape)} has "
-                           f"{int(_np.prod(acc.shape))} elements, src (shape {tuple(src_shape)}) has "
-                           f"{int(_np.size(vals))}; a DMA copies equal element counts")
-        vals = _np.reshape(vals, acc.shape)
-        if dst_rmw_op is not None:
-            cur = acc.index.read(acc.tensor.data, None, what=acc.tensor.name)
-            vals = _nl.np_function(dst_rmw_op)(_dt.compute_view(cur).astype(_np.float32),
-                                             _dt.compute_view(_np.asarray(vals)).astype(_np.float32))
-        elif _np.asarray(vals).dtype != acc.dtype:
-            vals = _dt.compute_view(_np.asarray(vals)).astype(_np.float32)  # casts go through fp32
-        _nl1.store(acc, _np.asarray(vals))
-        return
-    d = _check_dst(dst, op, (_sbuf,)) if not (isinstance(dst, _Tile) and dst.buffer is _psum) else None
-    if d is None:
-        raise _NKIError("dst memory", f"nisa.{op}: dst (shape {dst.shape}) is in PSUM; DMA moves data between HBM "
-                       "and SBUF (write SBUF, then nisa.tensor_copy into PSUM)")
-    if _per_partition((1,) + tuple(d.shape)) != int(_np.size(vals)):
-        raise _NKIError("dst shape", f"nisa.{op}: dst has shape {d.shape} ({int(_np.prod(d.shape))} elements), src "
-                       f"has shape {tuple(src_shape)} ({int(_np.size(vals))} elements); a DMA copies equal "
-                       "element counts")
-    vals = _np.reshape(vals, d.shape)
-    if dst_rmw_op is not None:
-        vals = _nl.np_function(dst_rmw_op)(_dt.compute_view(d.data).astype(_np.float32),
-                                         _dt.compute_view(vals).astype(_np.float32))
-    elif vals.dtype != d.dtype:
-        vals = _dt.compute_view(vals).astype(_np.float32)
-    _write(d, vals, op, "source")
-
-
-def dma_copy(dst, src, dst_rmw_op=None, oob_mode=oob_mode.error, dge_mode=dge_mode.unknown, engine=engine.unknown,
-             unique_indices=True, priority=None, name=None):
-    """Copy ``src`` to ``dst`` with a DMA engine: each is an HBM tensor/region or an SBUF tile.
-
-    Element counts must match (shapes may differ); different dtypes convert
-    through fp32. PSUM is not reachable by DMA. ``dst_rmw_op=nl.add`` (earlier
-    releases) accumulates into ``dst``.
-    (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/generated/nki.isa.dma_copy.html)
-    """
-    if getattr(oob_mode, "value", oob_mode) == "skip":
-        if dst_rmw_op is not None:
-            raise _NKIError("oob_mode", "nisa.dma_copy: dst_rmw_op allows only oob_mode=oob_mode.error")
-        _dma.copy_skipping_oob(dst, src, "dma_copy")
-        return
-    vals, _ = _dma_source(src, "dma_copy")
-    _dma_write(dst, vals, _np.shape(vals), "dma_copy", dst_rmw_op)
 
 
 # The documented names of the current nki.isa page (instructions, config enums, target), and the
