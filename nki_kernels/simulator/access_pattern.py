@@ -673,6 +673,10 @@ class NkiTensor(NKIObject):
             shape = (kwargs["shape"],)
         if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
             shape = tuple(shape[0])
+        from .core import HBMTensor
+
+        if isinstance(self, HBMTensor) and not getattr(self, "_storage_root", self).data.flags.c_contiguous:
+            return _reshape_strided_hbm(self, shape, what)  # a strided kernel argument: no flat storage
         lay = layout_of(self)
         shape = _infer(tuple(int(s) for s in shape), math.prod(lay.shape), what)
         if lay.on_chip and (not shape or shape[0] != lay.shape[0]):
@@ -775,6 +779,21 @@ class NkiTensor(NKIObject):
         """Tensor Indirection (NeuronCore-v4): not modelled by the simulator yet."""
         raise NKIError("not modelled", "NkiTensor.indirect (Tensor Indirection, NeuronCore-v4) is not modelled by "
                        "the simulator; the gather/scatter group size depends on the consuming engine")
+
+
+def _reshape_strided_hbm(t, shape, what):
+    """``reshape`` of an HBM tensor over a strided (non-row-major) array, as a NumPy view of it."""
+    from .core import HBMTensor
+
+    shape = _infer(tuple(int(s) for s in shape), t.data.size, what)
+    try:
+        data = np.reshape(t.data, shape, copy=False)
+    except ValueError:
+        raise NKIError("reshape", f"{what}: {_label(t)} of shape {t.shape} (a strided array) cannot be reshaped "
+                       f"into {shape} without a copy") from None
+    out = HBMTensor(data, t.buffer, t.name)
+    out._borrowers, out.is_output = t._borrowers, t.is_output
+    return out
 
 
 def _infer(sizes, total, what):

@@ -188,16 +188,8 @@ class HBMTensor(_InHBM, NkiTensor):
         ``t.reshape((a, b))``, ``t.reshape(a, b)`` and ``t.reshape(shape=(a, b))`` as documented."""
         if shape is not None and shape_args:
             raise TypeError("reshape: give the shape positionally or as shape=, not both")
-        shape = shape if shape is not None else shape_args
-        if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
-            shape = tuple(shape[0])
-        shape = tuple(int(s) for s in shape)
-        if int(np.prod(shape)) != self.data.size:
-            raise NKIError("reshape", f"cannot reshape {self.name} of shape {self.shape} into {shape}")
-        out = HBMTensor(self.data.reshape(shape), self.buffer, self.name)
-        out._borrowers = self._borrowers
-        out.is_output = self.is_output
-        return out
+        # A view of the same storage (NkiTensor.reshape): never a silent copy that writes would miss.
+        return NkiTensor.reshape(self, *(shape_args if shape is None else (shape,)))
 
     def __getitem__(self, key):
         prog = current_or_none()

@@ -415,7 +415,8 @@ def launch_end(state, result=None) -> None:
     if log is None:
         return
     results = list(_hbm_results(result))
-    written = set()  # ids of returned outputs stored into, directly or through a reshape of them
+    written = set()  # ids of returned outputs stored into, directly or through a view of them
+    aliases = {}  # id(output) -> (whole-tensor alias?, tensor, writes, covered, regions) per written alias
     for key, (tensor, reads, writes) in log.tensors.items():
         if not writes:
             continue
@@ -423,12 +424,16 @@ def launch_end(state, result=None) -> None:
         if config.enabled("race"):
             covered, regions = _check_races(tensor, reads, writes, state, log.repeats.get(key, ()))
         for out in results:
-            if _same_memory(tensor, out):
+            same = _same_memory(tensor, out)
+            if same or tensor.__dict__.get("_storage_root") is out:  # out, or a view of its storage
                 written.add(id(out))
-                # A whole-tensor reshape addresses the same elements in the same C order, so the
-                # view's flat coverage is the output's.
-                if config.enabled("uninit") and out.__dict__.get("uninit"):
-                    _check_output_covered(tensor, writes, covered, regions)
+                aliases.setdefault(id(out), []).append((same, tensor, writes, covered, regions))
+    for out in results:
+        # A whole-tensor reshape addresses the same elements in the same C order, so its flat
+        # coverage is the output's; coverage split over several views is not tracked.
+        al = aliases.get(id(out), ())
+        if len(al) == 1 and al[0][0] and config.enabled("uninit") and out.__dict__.get("uninit"):
+            _check_output_covered(*al[0][1:])
     for t in results:
         if config.enabled("uninit") and t.__dict__.get("uninit") and id(t) not in written:
             config.report("uninit", NKIError(
