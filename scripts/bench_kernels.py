@@ -1,0 +1,438 @@
+"""Loop-heavy kernels on the simulator against the same computation in NumPy, in one process.
+
+    python scripts/bench_kernels.py [--quick] [--repeat N] [--only NAME] [--json PATH]
+
+Rows:
+
+* tiled matmul ``lhsT.T @ rhs`` (fp32) in the four styles of the NKI matmul tutorial,
+  written here for both API generations (``neuronxcc.nki`` tiles returned by
+  ``nl.load`` / ``nisa.nc_matmul``; the standalone ``nki`` with ``dst=`` instructions):
+  *tiled* (one load per matmul), *hoisted* (loads hoisted out of the inner loop),
+  *block free* (several M / N tiles per block, loads shared by the block),
+  *optimised* (blocks along M, N and K, K blocks accumulated in SBUF);
+* the kernel library's flash attention forward and backward (causal, fp32) against a
+  NumPy float32 attention and its hand-written backward;
+* the cost of one small instruction (``nl.add`` / ``nisa.tensor_tensor`` on 128x64
+  tiles inside an affine loop): microseconds per instruction, no NumPy ratio.
+
+Each time is the best of ``--repeat`` runs after a warm-up; the ratio is simulator /
+NumPy (> 1: the simulator is slower). ``--quick`` runs small shapes once (a smoke test).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+# The simulator's Tensor-engine matmuls are small (<= 128 x 512): BLAS threads only add spin-waiting.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+sys.path.insert(0, os.path.dirname(HERE))
+
+import numpy as np  # noqa: E402
+from rich.console import Console  # noqa: E402
+from rich.progress import Progress  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+from nki_kernels.simulator import isa as nisa1  # noqa: E402
+from nki_kernels.simulator import language as nl1  # noqa: E402
+from nki_kernels.simulator import nki as nki1  # noqa: E402
+from nki_kernels.simulator import standalone as nki2  # noqa: E402
+
+nl2, nisa2 = nki2.language, nki2.isa
+
+TK, TM, TN = 128, 128, 512  # contraction / stationary free / moving free tile sizes of nc_matmul
+
+
+# ---------------------------------------------------------------------------
+# First generation (neuronxcc.nki): tiles are values
+# ---------------------------------------------------------------------------
+@nki1.jit
+def mm1_tiled(lhsT, rhs):
+    """One (M, N) output tile per iteration; both operands loaded for every K step."""
+    K, M = lhsT.shape
+    N = rhs.shape[1]
+    out = nl1.ndarray((M, N), dtype=lhsT.dtype, buffer=nl1.shared_hbm)
+    for m in nl1.affine_range(M // TM):
+        for n in nl1.affine_range(N // TN):
+            acc = nl1.zeros((TM, TN), nl1.float32, buffer=nl1.psum)
+            for k in nl1.affine_range(K // TK):
+                a = nl1.load(lhsT[k * TK:(k + 1) * TK, m * TM:(m + 1) * TM])
+                b = nl1.load(rhs[k * TK:(k + 1) * TK, n * TN:(n + 1) * TN])
+                acc += nisa1.nc_matmul(a, b)
+            nl1.store(out[m * TM:(m + 1) * TM, n * TN:(n + 1) * TN], value=nl1.copy(acc, dtype=out.dtype))
+    return out
+
+
+@nki1.jit
+def mm1_hoisted(lhsT, rhs):
+    """The stationary strip of an M tile is loaded once for every N tile; the moving strip once per N tile."""
+    K, M = lhsT.shape
+    N = rhs.shape[1]
+    KT = K // TK
+    out = nl1.ndarray((M, N), dtype=lhsT.dtype, buffer=nl1.shared_hbm)
+    for m in nl1.affine_range(M // TM):
+        a = nl1.ndarray((KT, nl1.par_dim(TK), TM), dtype=lhsT.dtype, buffer=nl1.sbuf)
+        for k in nl1.affine_range(KT):
+            a[k] = nl1.load(lhsT[k * TK:(k + 1) * TK, m * TM:(m + 1) * TM])
+        for n in nl1.affine_range(N // TN):
+            b = nl1.ndarray((KT, nl1.par_dim(TK), TN), dtype=rhs.dtype, buffer=nl1.sbuf)
+            for k in nl1.affine_range(KT):
+                b[k] = nl1.load(rhs[k * TK:(k + 1) * TK, n * TN:(n + 1) * TN])
+            acc = nl1.zeros((TM, TN), nl1.float32, buffer=nl1.psum)
+            for k in nl1.affine_range(KT):
+                acc += nisa1.nc_matmul(a[k], b[k])
+            nl1.store(out[m * TM:(m + 1) * TM, n * TN:(n + 1) * TN], value=nl1.copy(acc, dtype=out.dtype))
+    return out
+
+
+@nki1.jit
+def mm1_block_free(lhsT, rhs, bm=2, bn=2):
+    """``bm`` M tiles and ``bn`` N tiles per block: one wide load per K step serves a block row / column."""
+    K, M = lhsT.shape
+    N = rhs.shape[1]
+    KT, BM, BN = K // TK, bm * TM, bn * TN
+    out = nl1.ndarray((M, N), dtype=lhsT.dtype, buffer=nl1.shared_hbm)
+    for m2 in nl1.affine_range(M // BM):
+        a = nl1.ndarray((KT, nl1.par_dim(TK), BM), dtype=lhsT.dtype, buffer=nl1.sbuf)
+        for k in nl1.affine_range(KT):
+            a[k] = nl1.load(lhsT[k * TK:(k + 1) * TK, m2 * BM:(m2 + 1) * BM])
+        for n2 in nl1.affine_range(N // BN):
+            b = nl1.ndarray((KT, nl1.par_dim(TK), BN), dtype=rhs.dtype, buffer=nl1.sbuf)
+            for k in nl1.affine_range(KT):
+                b[k] = nl1.load(rhs[k * TK:(k + 1) * TK, n2 * BN:(n2 + 1) * BN])
+            for i in nl1.affine_range(bm):
+                for j in nl1.affine_range(bn):
+                    acc = nl1.zeros((TM, TN), nl1.float32, buffer=nl1.psum)
+                    for k in nl1.affine_range(KT):
+                        acc += nisa1.nc_matmul(a[k, :, i * TM:(i + 1) * TM], b[k, :, j * TN:(j + 1) * TN])
+                    r0, c0 = m2 * BM + i * TM, n2 * BN + j * TN
+                    nl1.store(out[r0:r0 + TM, c0:c0 + TN], value=nl1.copy(acc, dtype=out.dtype))
+    return out
+
+
+@nki1.jit
+def mm1_optimised(lhsT, rhs, bm=2, bn=2, bk=8):
+    """Blocks along M, N and K; each K block's PSUM products are added into an SBUF result block."""
+    K, M = lhsT.shape
+    N = rhs.shape[1]
+    BM, BN, BK = bm * TM, bn * TN, bk * TK
+    out = nl1.ndarray((M, N), dtype=lhsT.dtype, buffer=nl1.shared_hbm)
+    for n2 in nl1.affine_range(N // BN):
+        for m2 in nl1.affine_range(M // BM):
+            res = nl1.zeros((bm * bn, nl1.par_dim(TM), TN), dtype=nl1.float32, buffer=nl1.sbuf)
+            for k2 in nl1.sequential_range(K // BK):
+                a = nl1.ndarray((bk, nl1.par_dim(TK), BM), dtype=lhsT.dtype, buffer=nl1.sbuf)
+                b = nl1.ndarray((bk, nl1.par_dim(TK), BN), dtype=rhs.dtype, buffer=nl1.sbuf)
+                for k in nl1.affine_range(bk):
+                    kk = k2 * BK + k * TK
+                    a[k] = nl1.load(lhsT[kk:kk + TK, m2 * BM:(m2 + 1) * BM])
+                    b[k] = nl1.load(rhs[kk:kk + TK, n2 * BN:(n2 + 1) * BN])
+                for i in nl1.affine_range(bm):
+                    for j in nl1.affine_range(bn):
+                        acc = nl1.zeros((TM, TN), nl1.float32, buffer=nl1.psum)
+                        for k in nl1.affine_range(bk):
+                            acc += nisa1.nc_matmul(a[k, :, i * TM:(i + 1) * TM], b[k, :, j * TN:(j + 1) * TN])
+                        res[i * bn + j] = nl1.add(res[i * bn + j], acc)
+            for i in nl1.affine_range(bm):
+                for j in nl1.affine_range(bn):
+                    r0, c0 = m2 * BM + i * TM, n2 * BN + j * TN
+                    nl1.store(out[r0:r0 + TM, c0:c0 + TN], value=nl1.copy(res[i * bn + j], dtype=out.dtype))
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Standalone nki: tiles declared with nl.ndarray, instructions write dst=
+# ---------------------------------------------------------------------------
+def _product_tile2(acc, out, r0, c0):
+    """PSUM ``acc`` copied to SBUF and stored at ``out[r0:, c0:]`` (standalone API)."""
+    res = nl2.ndarray((TM, TN), dtype=out.dtype, buffer=nl2.sbuf)
+    nisa2.tensor_copy(dst=res, src=acc)
+    nisa2.dma_copy(dst=out[r0:r0 + TM, c0:c0 + TN], src=res)
+
+
+@nki2.jit
+def mm2_tiled(lhsT, rhs):
+    """Standalone form of :func:`mm1_tiled`."""
+    K, M = lhsT.shape
+    N = rhs.shape[1]
+    out = nl2.ndarray((M, N), dtype=lhsT.dtype, buffer=nl2.shared_hbm)
+    for m in nl2.affine_range(M // TM):
+        for n in nl2.affine_range(N // TN):
+            acc = nl2.ndarray((TM, TN), dtype=nl2.float32, buffer=nl2.psum)
+            for k in nl2.affine_range(K // TK):
+                a = nl2.ndarray((TK, TM), dtype=lhsT.dtype, buffer=nl2.sbuf)
+                b = nl2.ndarray((TK, TN), dtype=rhs.dtype, buffer=nl2.sbuf)
+                nisa2.dma_copy(dst=a, src=lhsT[k * TK:(k + 1) * TK, m * TM:(m + 1) * TM])
+                nisa2.dma_copy(dst=b, src=rhs[k * TK:(k + 1) * TK, n * TN:(n + 1) * TN])
+                nisa2.nc_matmul(dst=acc, stationary=a, moving=b)
+            _product_tile2(acc, out, m * TM, n * TN)
+    return out
+
+
+@nki2.jit
+def mm2_hoisted(lhsT, rhs):
+    """Standalone form of :func:`mm1_hoisted` (one SBUF tile per K step, kept in a list)."""
+    K, M = lhsT.shape
+    N = rhs.shape[1]
+    KT = K // TK
+    out = nl2.ndarray((M, N), dtype=lhsT.dtype, buffer=nl2.shared_hbm)
+    for m in nl2.affine_range(M // TM):
+        a = [nl2.ndarray((TK, TM), dtype=lhsT.dtype, buffer=nl2.sbuf) for _ in range(KT)]
+        for k in nl2.affine_range(KT):
+            nisa2.dma_copy(dst=a[k], src=lhsT[k * TK:(k + 1) * TK, m * TM:(m + 1) * TM])
+        for n in nl2.affine_range(N // TN):
+            b = [nl2.ndarray((TK, TN), dtype=rhs.dtype, buffer=nl2.sbuf) for _ in range(KT)]
+            for k in nl2.affine_range(KT):
+                nisa2.dma_copy(dst=b[k], src=rhs[k * TK:(k + 1) * TK, n * TN:(n + 1) * TN])
+            acc = nl2.ndarray((TM, TN), dtype=nl2.float32, buffer=nl2.psum)
+            for k in nl2.affine_range(KT):
+                nisa2.nc_matmul(dst=acc, stationary=a[k], moving=b[k])
+            _product_tile2(acc, out, m * TM, n * TN)
+    return out
+
+
+@nki2.jit
+def mm2_block_free(lhsT, rhs, bm=2, bn=2):
+    """Standalone form of :func:`mm1_block_free`."""
+    K, M = lhsT.shape
+    N = rhs.shape[1]
+    KT, BM, BN = K // TK, bm * TM, bn * TN
+    out = nl2.ndarray((M, N), dtype=lhsT.dtype, buffer=nl2.shared_hbm)
+    for m2 in nl2.affine_range(M // BM):
+        a = [nl2.ndarray((TK, BM), dtype=lhsT.dtype, buffer=nl2.sbuf) for _ in range(KT)]
+        for k in nl2.affine_range(KT):
+            nisa2.dma_copy(dst=a[k], src=lhsT[k * TK:(k + 1) * TK, m2 * BM:(m2 + 1) * BM])
+        for n2 in nl2.affine_range(N // BN):
+            b = [nl2.ndarray((TK, BN), dtype=rhs.dtype, buffer=nl2.sbuf) for _ in range(KT)]
+            for k in nl2.affine_range(KT):
+                nisa2.dma_copy(dst=b[k], src=rhs[k * TK:(k + 1) * TK, n2 * BN:(n2 + 1) * BN])
+            for i in nl2.affine_range(bm):
+                for j in nl2.affine_range(bn):
+                    acc = nl2.ndarray((TM, TN), dtype=nl2.float32, buffer=nl2.psum)
+                    for k in nl2.affine_range(KT):
+                        nisa2.nc_matmul(dst=acc, stationary=a[k][:, i * TM:(i + 1) * TM],
+                                        moving=b[k][:, j * TN:(j + 1) * TN])
+                    _product_tile2(acc, out, m2 * BM + i * TM, n2 * BN + j * TN)
+    return out
+
+
+@nki2.jit
+def mm2_optimised(lhsT, rhs, bm=2, bn=2, bk=8):
+    """Standalone form of :func:`mm1_optimised`."""
+    K, M = lhsT.shape
+    N = rhs.shape[1]
+    BM, BN, BK = bm * TM, bn * TN, bk * TK
+    out = nl2.ndarray((M, N), dtype=lhsT.dtype, buffer=nl2.shared_hbm)
+    for n2 in nl2.affine_range(N // BN):
+        for m2 in nl2.affine_range(M // BM):
+            res = [nl2.ndarray((TM, TN), dtype=nl2.float32, buffer=nl2.sbuf) for _ in range(bm * bn)]
+            for r in res:
+                nisa2.memset(dst=r, value=0.0)
+            for k2 in nl2.sequential_range(K // BK):
+                a = [nl2.ndarray((TK, BM), dtype=lhsT.dtype, buffer=nl2.sbuf) for _ in range(bk)]
+                b = [nl2.ndarray((TK, BN), dtype=rhs.dtype, buffer=nl2.sbuf) for _ in range(bk)]
+                for k in nl2.affine_range(bk):
+                    kk = k2 * BK + k * TK
+                    nisa2.dma_copy(dst=a[k], src=lhsT[kk:kk + TK, m2 * BM:(m2 + 1) * BM])
+                    nisa2.dma_copy(dst=b[k], src=rhs[kk:kk + TK, n2 * BN:(n2 + 1) * BN])
+                for i in nl2.affine_range(bm):
+                    for j in nl2.affine_range(bn):
+                        acc = nl2.ndarray((TM, TN), dtype=nl2.float32, buffer=nl2.psum)
+                        for k in nl2.affine_range(bk):
+                            nisa2.nc_matmul(dst=acc, stationary=a[k][:, i * TM:(i + 1) * TM],
+                                            moving=b[k][:, j * TN:(j + 1) * TN])
+                        nisa2.tensor_tensor(dst=res[i * bn + j], data1=res[i * bn + j], data2=acc, op=nl2.add)
+            for i in nl2.affine_range(bm):
+                for j in nl2.affine_range(bn):
+                    _product_tile2(res[i * bn + j], out, m2 * BM + i * TM, n2 * BN + j * TN)
+    return out
+
+
+MATMULS = {
+    "tiled": (mm1_tiled, mm2_tiled),
+    "hoisted": (mm1_hoisted, mm2_hoisted),
+    "block_free": (mm1_block_free, mm2_block_free),
+    "optimised": (mm1_optimised, mm2_optimised),
+}
+
+
+# ---------------------------------------------------------------------------
+# Per-instruction cost
+# ---------------------------------------------------------------------------
+@nki1.jit
+def add_loop1(x, n):
+    """``n`` nl.add instructions on one [128, 64] tile (an affine loop)."""
+    out = nl1.ndarray(x.shape, dtype=x.dtype, buffer=nl1.shared_hbm)
+    t = nl1.load(x)
+    r = t
+    for _ in nl1.affine_range(n):
+        r = nl1.add(t, t)
+    nl1.store(out, value=r)
+    return out
+
+
+@nki2.jit
+def add_loop2(x, n):
+    """``n`` nisa.tensor_tensor instructions on [128, 64] tiles (standalone, dst=)."""
+    out = nl2.ndarray(x.shape, dtype=x.dtype, buffer=nl2.shared_hbm)
+    t = nl2.ndarray(x.shape, dtype=x.dtype, buffer=nl2.sbuf)
+    r = nl2.ndarray(x.shape, dtype=x.dtype, buffer=nl2.sbuf)
+    nisa2.dma_copy(dst=t, src=x)
+    for _ in nl2.affine_range(n):
+        nisa2.tensor_tensor(dst=r, data1=t, data2=t, op=nl2.add)
+    nisa2.dma_copy(dst=out, src=r)
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Flash attention (nki_kernels.library) and its NumPy reference
+# ---------------------------------------------------------------------------
+def attention_numpy(q, k, v, scale):
+    """Causal attention in float32 NumPy: ``(o, p)`` for q/k/v [B, H, S, D] (one key head per query head)."""
+    s = np.matmul(q, np.swapaxes(k, -1, -2)) * np.float32(scale)
+    n = s.shape[-1]
+    s = np.where(np.tril(np.ones((n, n), dtype=bool)), s, np.float32(-np.inf))
+    s -= s.max(-1, keepdims=True)
+    p = np.exp(s)
+    p /= p.sum(-1, keepdims=True)
+    return np.matmul(p, v), p
+
+
+def attention_numpy_bwd(q, k, v, do, scale):
+    """``(dq, dk, dv)`` of causal attention in float32 NumPy (forward recomputed, as flash attention does)."""
+    o, p = attention_numpy(q, k, v, scale)
+    dv = np.matmul(np.swapaxes(p, -1, -2), do)
+    dp = np.matmul(do, np.swapaxes(v, -1, -2))
+    ds = p * (dp - (do * o).sum(-1, keepdims=True))
+    dq = np.matmul(ds, k) * np.float32(scale)
+    dk = np.matmul(np.swapaxes(ds, -1, -2), q) * np.float32(scale)
+    return dq, dk, dv
+
+
+def attention_pair(seqlen, d, backward):
+    """(simulator thunk, NumPy thunk, check) of one-head causal flash attention."""
+    from nki_kernels.library import flash_attention as fa
+
+    rng = np.random.default_rng(0)
+    q, k, v, do = (rng.standard_normal((1, 1, seqlen, d)).astype(np.float32) for _ in range(4))
+    scale = 1.0 / np.sqrt(d)
+    grid, kvg = fa.attention_grid(q.shape, k.shape), fa.kv_grid(k.shape)
+    if not backward:
+        def sim():
+            return fa.flash_attention_fwd_kernel[grid](q, k, v, causal=True, scale=scale)[0]
+        return sim, (lambda: attention_numpy(q, k, v, scale)[0]), (lambda got, ref: (got, ref))
+    o, lse = fa.flash_attention_fwd_kernel[grid](q, k, v, causal=True, scale=scale)
+
+    def sim_bwd():
+        dq = fa.flash_attention_bwd_dq_kernel[grid](q, k, v, o, lse, do, causal=True, scale=scale)
+        dk, dv = fa.flash_attention_bwd_dkdv_kernel[kvg](q, k, v, o, lse, do, causal=True, scale=scale)
+        return np.concatenate([dq, dk, dv])
+    return sim_bwd, (lambda: np.concatenate(attention_numpy_bwd(q, k, v, do, scale))), None
+
+
+# ---------------------------------------------------------------------------
+# Driver
+# ---------------------------------------------------------------------------
+def best_of(fn, repeat):
+    """(best wall time of ``fn()`` over ``repeat`` runs after a warm-up, the warm-up's result)."""
+    result = fn()
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return min(times), result
+
+
+def workloads(quick):
+    """(name, group, workload, simulator thunk, NumPy thunk) of every row."""
+    shapes = ((256, 256, 1024),) if quick else ((1024,) * 3, (2048,) * 3)  # (K, M, N)
+    rng = np.random.default_rng(0)
+    rows = []
+    for K, M, N in shapes:
+        lhsT = rng.standard_normal((K, M)).astype(np.float32)
+        rhs = rng.standard_normal((K, N)).astype(np.float32)
+        size = f"{K}^3" if K == M == N else f"{K}x{M}x{N}"
+        ref = (lambda a=lhsT, b=rhs: a.T @ b)
+        kw = {"bk": 2} if quick else {}
+        for style, (k1, k2) in MATMULS.items():
+            extra = kw if style == "optimised" else {}
+            for gen, kern in (("gen1", k1), ("standalone", k2)):
+                rows.append((f"matmul {style} {gen}", "matmul", f"{size} fp32",
+                             (lambda kern=kern, a=lhsT, b=rhs, e=extra: kern(a, b, **e)), ref))
+    seqlen, d = (256, 64) if quick else (4096, 128)
+    for backward in (False, True):
+        sim, ref, _ = attention_pair(seqlen, d, backward)
+        rows.append((f"flash attention {'bwd' if backward else 'fwd'}", "attention",
+                     f"causal s{seqlen} d{d} fp32", sim, ref))
+    return rows
+
+
+def per_instruction(quick):
+    """Microseconds per small instruction in each generation (difference of two loop lengths)."""
+    x = np.random.default_rng(1).standard_normal((128, 64)).astype(np.float32)
+    n0, n1 = (10, 60) if quick else (100, 2100)
+    out = []
+    for name, kern in (("nl.add (gen1)", add_loop1), ("nisa.tensor_tensor (standalone)", add_loop2)):
+        t0, r = best_of(lambda: kern(x, n0), 1 if quick else 3)
+        t1, _ = best_of(lambda: kern(x, n1), 1 if quick else 3)
+        np.testing.assert_array_equal(r, x + x)
+        out.append({"name": name, "workload": "128x64 fp32", "us_per_instruction": (t1 - t0) / (n1 - n0) * 1e6})
+    return out
+
+
+def main(argv=None) -> int:
+    """Run the benchmark, print the table (and write JSON if asked)."""
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="small shapes, one run each (smoke test)")
+    ap.add_argument("--repeat", type=int, default=None, help="timed runs per measurement (default 3; 1 with --quick)")
+    ap.add_argument("--only", action="append", metavar="TEXT", help="only rows whose name contains TEXT")
+    ap.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
+    args = ap.parse_args(argv)
+    repeat = args.repeat or (1 if args.quick else 3)
+    console = Console()
+    rows = [r for r in workloads(args.quick) if not args.only or any(s in r[0] for s in args.only)]
+    results = []
+    with Progress(console=console, transient=True) as progress:
+        task = progress.add_task("benchmarking", total=len(rows) + 1)
+        for name, group, workload, sim, ref in rows:
+            progress.update(task, description=f"{name} {workload}")
+            t_sim, got = best_of(sim, repeat)
+            t_ref, want = best_of(ref, repeat)
+            err = float(np.max(np.abs(np.asarray(got, np.float64) - want)) / max(1.0, float(np.max(np.abs(want)))))
+            results.append({"name": name, "group": group, "workload": workload, "sim_ms": t_sim * 1e3,
+                            "numpy_ms": t_ref * 1e3, "ratio": t_sim / t_ref, "max_rel_err": err})
+            progress.advance(task)
+        progress.update(task, description="per-instruction cost")
+        instr = per_instruction(args.quick)
+        progress.advance(task)
+    table = Table(title=f"Simulator vs NumPy, best of {repeat} (> 1: simulator slower)")
+    for col, just in (("kernel", "left"), ("workload", "left"), ("simulator ms", "right"),
+                      ("numpy ms", "right"), ("ratio", "right"), ("max rel err", "right")):
+        table.add_column(col, justify=just, no_wrap=True)
+    for r in results:
+        table.add_row(r["name"], r["workload"], f"{r['sim_ms']:.1f}", f"{r['numpy_ms']:.1f}",
+                      f"{r['ratio']:.2f}x", f"{r['max_rel_err']:.1e}")
+    console.print(table)
+    itable = Table(title="Cost of one small instruction (affine loop)")
+    itable.add_column("instruction")
+    itable.add_column("tile")
+    itable.add_column("us / instruction", justify="right")
+    for r in instr:
+        itable.add_row(r["name"], r["workload"], f"{r['us_per_instruction']:.1f}")
+    console.print(itable)
+    bad = [r["name"] for r in results if not r["max_rel_err"] < 1e-3]
+    if bad:
+        console.print(f"[red]wrong results: {', '.join(bad)}[/red]")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"kernels": results, "per_instruction": instr}, f, indent=1)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,26 @@
+"""scripts/bench_kernels.py --quick: every benchmarked kernel runs and matches its NumPy computation."""
+
+import json
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_bench_kernels_quick_matches_numpy(tmp_path):
+    out = tmp_path / "bench.json"
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "bench_kernels.py"), "--quick",
+                           "--json", str(out)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    data = json.loads(out.read_text())
+    names = {r["name"] for r in data["kernels"]}
+    for style in ("tiled", "hoisted", "block_free", "optimised"):
+        assert {f"matmul {style} gen1", f"matmul {style} standalone"} <= names
+    assert {"flash attention fwd", "flash attention bwd"} <= names
+    for row in data["kernels"]:
+        # the script compares each kernel's result with NumPy's float32 computation
+        assert row["max_rel_err"] < 1e-3, row
+        assert row["sim_ms"] > 0 and row["numpy_ms"] > 0
+    assert len(data["per_instruction"]) == 2
+    assert all(r["us_per_instruction"] == r["us_per_instruction"] for r in data["per_instruction"])  # not NaN
