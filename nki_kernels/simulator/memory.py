@@ -349,6 +349,11 @@ def dma(prog) -> None:
 def wrote_dst(rec, prog) -> None:
     """A ``dst=`` instruction wrote ``rec``'s tile: part of its working set; the instruction ends."""
     m = prog.mem
+    r = m.last_result
+    if r is not None and r.first == m.ic - 1:
+        # the instruction just counted wrote its result r (or a side output such as reduce_res=)
+        m.wrote(rec, m.ic - 1)
+        return
     m.wrote(rec, m.ic)
     slot_done(prog)
 
