@@ -151,3 +151,37 @@ def test_standalone_activation_registers_accumulate_and_rules():
         nki.simulate(activation_kernel)(x, engine=nisa.gpsimd_engine)
     with target.use("gen4"), pytest.raises(NKIError, match="Scalar engine only"):
         nki.simulate(activation_kernel)(x, engine=nisa.gpsimd_engine)
+
+
+def test_new_instructions_under_the_vectorised_launcher_match_per_program():
+    """A grid kernel mixing batchable ops with instructions that run one program at a time (max8,
+    activation with reduce_cmd): the vectorised launcher falls back and results do not change."""
+    from nki_kernels.simulator import config
+    from nki_kernels.simulator.launch import _bind, _unwrap, normalize_grid, run_programs
+
+    @nki1.jit
+    def k(a):
+        out = nl1.ndarray((64, 8), dtype=nl1.float32, buffer=nl1.shared_hbm)
+        sums = nl1.ndarray((64, 1), dtype=nl1.float32, buffer=nl1.shared_hbm)
+        rows = nl1.program_id(0) * 16 + nl1.arange(16)[:, None]
+        t = nl1.load(a[rows, nl1.arange(32)[None, :]])
+        nl1.store(out[rows, nl1.arange(8)[None, :]], nisa1.max8(src=t))
+        res = nl1.ndarray((16, 1), dtype=nl1.float32, buffer=nl1.sbuf)
+        nisa1.activation(np.exp, t, reduce_op=np.add, reduce_res=res, reduce_cmd=nisa1.reduce_cmd.reset_reduce)
+        nl1.store(sums[rows, nl1.arange(1)[None, :]], res)
+        return out, sums
+
+    x = RNG.standard_normal((64, 32)).astype(np.float32)
+    results = []
+    for on in (False, True):
+        saved = config.vectorize
+        config.vectorize = on
+        try:
+            args, kw = _bind(k, (x,), {})
+            result, _ = run_programs(k, normalize_grid((4,)), args, kw)
+        finally:
+            config.vectorize = saved
+        results.append(_unwrap(result))
+    for out, sums in results:
+        np.testing.assert_array_equal(out, -np.sort(-x, axis=1)[:, :8])
+        np.testing.assert_allclose(sums, np.exp(x.astype(np.float64)).sum(1, keepdims=True), rtol=1e-5)

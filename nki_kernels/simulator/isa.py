@@ -17,6 +17,7 @@ from .core import PMAX as _PMAX, Access as _Access, HBMTensor as _HBMTensor, Til
 from .core import psum as _psum, sbuf as _sbuf
 from .core import current_or_none as _current_or_none
 from .errors import NKIError as _NKIError
+from .errors import NotBatchable as _NotBatchable
 from .indexing import _full_mask
 from .instructions import operands as _ops
 from .instructions import registers as _regs
@@ -173,6 +174,8 @@ def activation(op, data, *, bias=None, scale=1.0, reduce_op=None, reduce_res=Non
         v = v + b
     out = _nl._result(fn(v), _nl._out_dtype(dtype, x), mask, engine="Scalar")
     if reduce_cmd is not _DEFAULT_CMD:
+        if x.nb:
+            raise _NotBatchable("nisa.activation(reduce_cmd=...) keeps per-program registers")
         _regs.accumulate("activation", "Scalar", _dt.compute_view(out.data), x.shape[0], reduce_op, reduce_res,
                          reduce_cmd)
     elif reduce_res is not None:
@@ -317,7 +320,9 @@ def dma_copy(*, dst, src, mask=None, dst_rmw_op=None, oob_mode=_oob_mode.error, 
 
 def affine_select(pred, on_true_tile, on_false_value, *, dtype=None, mask=None, name=None):
     """Select ``on_true_tile`` where the affine predicate (index expression) holds, else a scalar."""
-    x = _tile(on_true_tile, "on_true_tile", "affine_select", (_sbuf,))  # GpSimd cannot access PSUM
+    # GpSimd cannot read PSUM, but the first generation's compiler places tiles for the instruction:
+    # the official flash attention selects straight from its PSUM scores (a copy is inserted).
+    x = _tile(on_true_tile, "on_true_tile", "affine_select")
     cond = _np.broadcast_to(_np.asarray(pred), x.shape)
     return _nl._result(_np.where(cond, _nl._values(x, "on_true_tile"), on_false_value),
                       _nl._out_dtype(dtype, x), mask, engine="GpSimd")
