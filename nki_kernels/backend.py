@@ -149,6 +149,22 @@ def _simulator_modules() -> dict:
 
 
 _TWINS: dict = {}  # id(kernel) -> (kernel, twin): genuine kernel objects need not be hashable
+_TWIN_GLOBALS: dict = {}  # id(module globals) -> (those globals, their simulator version)
+
+
+def _simulator_globals(module_globals: dict) -> dict:
+    """A module's globals with the genuine modules swapped for the simulator's and its genuine
+    kernels for their twins (one dict per module, so kernels calling each other share it)."""
+    hit = _TWIN_GLOBALS.get(id(module_globals))
+    if hit is not None and hit[0] is module_globals:
+        return hit[1]
+    swap = _simulator_modules()
+    new = {k: swap.get(v.__name__, v) if isinstance(v, types.ModuleType) else v for k, v in module_globals.items()}
+    _TWIN_GLOBALS[id(module_globals)] = (module_globals, new)
+    for name, value in list(new.items()):
+        if isinstance(value, GenuineKernel):
+            new[name] = simulator_twin(value)
+    return new
 
 
 def simulator_twin(kernel):
@@ -156,27 +172,30 @@ def simulator_twin(kernel):
 
     Used where a genuine kernel meets data that never reaches a NeuronDevice (CPU
     tensors) and to derive output shapes (``jax_neuronx.nki_call`` wants ``out_shape``).
-    Helpers the kernel calls keep their own globals. A simulator kernel is its own twin.
+    Other kernels of its module are twinned too (so helper kernels stay in the
+    simulator); plain helper functions keep their own globals. A simulator kernel is
+    its own twin.
     """
+    from .custom_call import register_kernel
     from .simulator import is_kernel
     from .simulator.launch import Kernel
 
     if is_kernel(kernel):
         return kernel
-    hit = _TWINS.get(id(kernel))
-    if hit is not None and hit[0] is kernel:
-        return hit[1]
     func = kernel_function(kernel)
     if func is None:
         raise TypeError(f"{kernel!r} is not an @nki.jit kernel (no .func / __wrapped__ function to simulate)")
-    swap = _simulator_modules()
-    module_globals = {k: swap.get(getattr(v, "__name__", None), v) if isinstance(v, types.ModuleType) else v
-                      for k, v in func.__globals__.items()}
+    module_globals = _simulator_globals(func.__globals__)
+    hit = _TWINS.get(id(kernel))  # looked up after the globals: building them twins the module's kernels
+    if hit is not None and hit[0] is kernel:
+        return hit[1]
     twin = types.FunctionType(func.__code__, module_globals, func.__name__, func.__defaults__, func.__closure__)
     twin.__kwdefaults__ = func.__kwdefaults__
     twin.__qualname__, twin.__module__, twin.__doc__ = func.__qualname__, func.__module__, func.__doc__
-    _TWINS[id(kernel)] = (kernel, Kernel(twin))
-    return _TWINS[id(kernel)][1]
+    sim = Kernel(twin)
+    register_kernel(sim)  # a custom-call payload naming the kernel (torch-xla on CPU) finds the twin
+    _TWINS[id(kernel)] = (kernel, sim)
+    return sim
 
 
 __all__ = ["GENUINE", "GenuineKernel", "STACK", "genuine_call", "is_genuine_kernel", "kernel_function", "nki", "nl", "nisa", "simulator_twin", "unwrap"]
