@@ -171,3 +171,66 @@ def topk(val_dst, idx_dst, src, n, sorted=False, name=None):  # noqa: A002 - the
     _prof.instruction("GpSimd", vals)
     write(v, vals.reshape(v.shape), op, "top-k values")
     write(i, idxs.reshape(i.shape), op, "top-k indices")
+
+
+def _pattern_values(pattern, offset, channel_multiplier, parts):
+    """``offset + p * channel_multiplier + sum(i_k * step_k)`` for an ``[[step, num], ...]`` pattern."""
+    pattern = [list(p) for p in pattern]
+    vals = np.full((parts, 1), int(offset), dtype=np.int64) + np.arange(parts, dtype=np.int64)[:, None] * int(
+        channel_multiplier)
+    for step, num in pattern:
+        vals = (vals[..., None] + np.arange(int(num), dtype=np.int64) * int(step)).reshape(parts, -1)
+    return vals
+
+
+@instruction
+def iota(dst, pattern, offset=0, channel_multiplier=0, name=None):
+    """Fill SBUF ``dst`` with ``offset + p * channel_multiplier + sum(i_k * step_k)`` (GpSimd engine).
+
+    ``pattern`` is ``[[step, num], ...]`` (up to 4-D), the number of elements
+    per partition of ``dst`` is the product of the ``num``s; int32 arithmetic,
+    cast to ``dst.dtype``.
+    (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/generated/nki.isa.iota.html)
+    """
+    d = check_dst(dst, "iota", _SB)
+    if not isinstance(pattern, (list, tuple)):
+        # An nl.arange / nl.mgrid expression, as the first generation took it.
+        vals = np.asarray(pattern)
+        vals = vals[:, None] if vals.ndim == 1 else vals
+    else:
+        vals = _pattern_values(pattern, offset, channel_multiplier, d.shape[0])
+        n = int(np.prod([p[1] for p in pattern]))
+        if n != per_partition(d.shape):
+            raise NKIError("dst shape", f"nisa.iota: pattern {pattern} generates {n} elements per partition, dst "
+                           f"{d.shape} holds {per_partition(d.shape)}")
+    _prof.instruction("GpSimd", vals)
+    write(d, vals.astype(np.int32), "iota")
+
+
+@instruction
+def affine_select(dst, pattern, channel_multiplier, on_true_tile, on_false_value, cmp_op=None, offset=0,
+                  name=None):
+    """``dst = where(cmp_op(offset + p * channel_multiplier + pattern, 0), on_true_tile, on_false_value)``
+    (GpSimd engine, SBUF only; ``cmp_op`` defaults to equality)."""
+    from .operands import alu
+
+    d = check_dst(dst, "affine_select", _SB)
+    x = tile_operand(on_true_tile, "on_true_tile", "affine_select", _SB)
+    pred_vals = _pattern_values(pattern, offset, channel_multiplier, x.shape[0])
+    cond = np.asarray(alu(cmp_op if cmp_op is not None else np.equal)(pred_vals, 0)).reshape(x.shape)
+    out = np.where(cond, dt.compute_view(x.data), np.float32(on_false_value))
+    _prof.instruction("GpSimd", out)
+    write(d, out, "affine_select")
+
+
+@instruction
+def tensor_partition_reduce(dst, op, data, name=None):
+    """Reduce ``data`` across its partitions with ``op`` into a one-partition ``dst`` (GpSimd: SBUF only)."""
+    from .. import isa as _gen1
+    from .operands import scratch
+
+    d = check_dst(dst, "tensor_partition_reduce", _SB)
+    x = tile_operand(data, "data", "tensor_partition_reduce", _SB)
+    with scratch():
+        res = _gen1.tensor_partition_reduce(op, x, dtype=dt.float32)
+    write(d, res.data, "tensor_partition_reduce")

@@ -432,3 +432,185 @@ def copy(dst, src, op="tensor_copy"):
     vals = x.data if x.dtype == d.dtype else dt.compute_view(x.data).astype(np.float32)
     _prof.instruction("Vector", vals)
     write(d, np.reshape(vals, d.shape), op, f"source (shape {x.shape})")
+
+
+# ---------------------------------------------------------------------------
+# element-wise, reductions and statistics (first-generation arithmetic, dst= rules)
+# ---------------------------------------------------------------------------
+def _gen1():
+    from .. import isa
+
+    return isa
+
+
+def _compute_dtype(dst, *tiles):
+    """Native integer math when every tile is an integer tile, else fp32 (rounded once, on write)."""
+    if all(np.issubdtype(t.dtype, np.integer) for t in (dst, *tiles)):
+        return None
+    return dt.float32
+
+
+def _is_unary(op) -> bool:
+    """Whether ``op`` is a one-input operator (``nl.abs``, ``nl.exp``, ``nl.copy`` ...)."""
+    from .. import language as _nl1
+
+    return getattr(op, "__name__", None) in (*_nl1._UNARY, "copy", "bypass")
+
+
+@instruction
+def tensor_copy(dst, src, engine="unknown", name=None):
+    """Copy ``src`` (SBUF/PSUM) into ``dst`` (SBUF/PSUM), casting to ``dst.dtype``.
+
+    Same dtype: a bit-exact copy; different dtypes: through fp32. ``dst`` has
+    ``src``'s partition size and elements per partition. GpSimd cannot access PSUM.
+    (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/generated/nki.isa.tensor_copy.html)
+    """
+    from .operands import engine_name, no_gpsimd_psum, scratch
+
+    d = check_dst(dst, "tensor_copy")
+    no_gpsimd_psum(engine_name(engine), "tensor_copy", src, d)
+    x = _gen1()._tile(src, "src", "tensor_copy")
+    with scratch():
+        res = _gen1().tensor_copy(x, dtype=d.dtype)
+    write(d, res.data, "tensor_copy", f"source (shape {x.shape})")
+
+
+@instruction
+def tensor_tensor(dst, data1, data2, op, engine="unknown", name=None):
+    """``dst = op(data1, data2)`` element-wise (Vector engine; ``nl.power`` on GpSimd).
+
+    data1 and data2 have the same partition size and the same number of
+    elements per partition (no broadcasting: that is ``tensor_scalar``'s job)
+    and cannot both be in PSUM; ``dst`` may be SBUF or PSUM. fp32 compute,
+    rounded to ``dst.dtype``.
+    """
+    from .operands import alu, engine_name, no_gpsimd_psum, scratch
+
+    d = check_dst(dst, "tensor_tensor")
+    a = _gen1()._tile(data1, "data1", "tensor_tensor")
+    b = _gen1()._tile(data2, "data2", "tensor_tensor")
+    if a.shape[0] != b.shape[0] or per_partition(a.shape) != per_partition(b.shape):
+        raise NKIError("operand shapes", f"nisa.tensor_tensor: data1 {a.shape} and data2 {b.shape} need the same "
+                       "partition size and the same number of elements per partition (use nisa.tensor_scalar "
+                       "to broadcast a [P, 1] operand)")
+    if alu(op) is np.power or engine_name(engine) == "GpSimd":
+        no_gpsimd_psum("GpSimd", "tensor_tensor", a, b, d)
+    with scratch():
+        if b.shape != a.shape:
+            b = Tile(b.data.reshape(a.shape), b.buffer)
+        res = _gen1().tensor_tensor(a, b, op, dtype=_compute_dtype(d, a, b))
+    write(d, res.data, "tensor_tensor")
+
+
+@instruction
+def tensor_scalar(dst, data, op0, operand0=None, reverse0=False, op1=None, operand1=None, reverse1=False,
+                  engine="unknown", name=None):
+    """``dst = (data op0 operand0) op1 operand1`` with scalar or [P, 1] operands broadcast along the free axes.
+
+    ``reverse0`` / ``reverse1`` swap an operator's inputs; ``op1`` is optional; a
+    one-input ``op0`` (``nl.exp`` ...) without ``operand0`` applies it. fp32 compute,
+    rounded to ``dst.dtype``; data and dst in SBUF or PSUM (SBUF only on GpSimd).
+    """
+    from .operands import alu, engine_name, no_gpsimd_psum, scratch
+
+    d = check_dst(dst, "tensor_scalar")
+    no_gpsimd_psum(engine_name(engine), "tensor_scalar", data, operand0, operand1, d)
+    x = _gen1()._tile(data, "data", "tensor_scalar")
+    with scratch():
+        if operand0 is None and _is_unary(op0):
+            x = Tile(np.asarray(alu(op0)(dt.compute_view(x.data))), x.buffer)
+            res = x if op1 is None else _gen1().tensor_scalar(x, op1, operand1, reverse1, dtype=dt.float32)
+        else:
+            res = _gen1().tensor_scalar(x, op0, operand0, reverse0, op1=op1, operand1=operand1, reverse1=reverse1,
+                                        dtype=_compute_dtype(d, x))
+    write(d, res.data, "tensor_scalar")
+
+
+@instruction
+def tensor_scalar_reduce(dst, data, op0, operand0, reduce_op, reduce_res=None, reverse0=False,
+                         reduce_cmd="reset_reduce", reduce_init=None, reduce_res_negate=False, name=None):
+    """``dst = data op0 operand0`` (one arithmetic operator) plus a reduction of the result over all
+    free axes with ``reduce_op`` into ``reduce_res`` ([P, 1]) through the Vector engine's registers
+    (``reduce_cmd``, default ``reset_reduce``; ``reduce_res_negate`` writes the negated result).
+    (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/generated/nki.isa.tensor_scalar_reduce.html)
+    """
+    from . import registers
+    from .operands import scratch
+
+    d = check_dst(dst, "tensor_scalar_reduce")
+    x = _gen1()._tile(data, "data", "tensor_scalar_reduce")
+    with scratch():
+        res = _gen1().tensor_scalar(x, op0, operand0, reverse0, dtype=dt.float32)
+    out = res.data
+    write(d, out, "tensor_scalar_reduce")
+    registers.accumulate("tensor_scalar_reduce", "Vector", out, x.shape[0], reduce_op, reduce_res, reduce_cmd,
+                         reduce_init, negate=reduce_res_negate)
+
+
+@instruction
+def tensor_reduce(dst, op, data, axis, negate=False, keepdims=False, name=None):
+    """Reduce ``data`` over free ``axis`` with ``op`` into ``dst`` (Vector engine).
+
+    ``axis`` must be the last contiguous free dimension(s), ending at the last
+    one; axis 0 (partition) cannot be reduced. fp32 compute; ``negate``
+    multiplies the result by -1. ``dst`` has data's partition size and as many
+    elements per partition as the reduction leaves.
+    (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/generated/nki.isa.tensor_reduce.html)
+    """
+    from .. import language as _nl1
+    from .operands import scratch
+
+    d = check_dst(dst, "tensor_reduce")
+    x = _gen1()._tile(data, "data", "tensor_reduce")
+    axes = sorted(_nl1._axes(x, axis, "tensor_reduce"))
+    if axes != list(range(x.ndim - len(axes), x.ndim)):
+        raise NKIError("reduce axes", f"nisa.tensor_reduce: axis={axis} on a tile of shape {x.shape}; the reduced "
+                       f"axes must be the last contiguous free dimensions, ending at axis {x.ndim - 1}")
+    with scratch():
+        res = _gen1().tensor_reduce(op, x, axis, negate=negate, keepdims=keepdims, dtype=dt.float32)
+    write(d, res.data, "tensor_reduce", f"reduction of {x.shape} over axis {axis}")
+
+
+@instruction
+def tensor_tensor_scan(dst, data0, data1, initial, op0, op1, reverse0=False, reverse1=False, name=None):
+    """Scan along the free axis: ``r[i] = op1(op0(data0[i], r[i-1]), data1[i])`` into ``dst``."""
+    from .operands import scratch
+
+    d = check_dst(dst, "tensor_tensor_scan")
+    with scratch():
+        res = _gen1().tensor_tensor_scan(data0, data1, initial, op0, op1, reverse0, reverse1, dtype=dt.float32)
+    write(d, res.data, "tensor_tensor_scan")
+
+
+@instruction
+def memset(dst, value, engine="unknown", name=None):
+    """Fill ``dst`` with the constant ``value`` (Vector or GpSimd engine; GpSimd cannot reach PSUM)."""
+    from .operands import engine_name, no_gpsimd_psum
+
+    d = check_dst(dst, "memset")
+    eng = engine_name(engine)
+    no_gpsimd_psum(eng, "memset", d)
+    _prof.instruction("GpSimd" if eng == "GpSimd" else "Vector", d.data)
+    write(d, np.full(d.shape, value), "memset")
+
+
+@instruction
+def bn_stats(dst, data, name=None):
+    """Per-partition mean/variance statistics of ``data`` (<= 512 elements) into ``dst`` (Vector engine)."""
+    from .operands import scratch
+
+    d = check_dst(dst, "bn_stats")
+    with scratch():
+        res = _gen1().bn_stats(data, dtype=dt.float32)
+    write(d, res.data, "bn_stats")
+
+
+@instruction
+def bn_aggr(dst, data, name=None):
+    """Combine ``bn_stats`` outputs into [P, 2] mean and variance in ``dst``."""
+    from .operands import scratch
+
+    d = check_dst(dst, "bn_aggr")
+    with scratch():
+        res = _gen1().bn_aggr(data, dtype=dt.float32)
+    write(d, res.data, "bn_aggr")

@@ -1,0 +1,82 @@
+"""Tensor Engine instructions: ``nc_matmul`` and ``nc_transpose`` (destination-style).
+
+The arithmetic is the first generation's (``nki_kernels.simulator.isa``: fp32
+products, operand and tile-size rules); these functions add the destination
+rules of the current reference and PSUM accumulation. ``nc_matmul_mx`` is in
+:mod:`.mx`.
+"""
+
+from __future__ import annotations
+
+from .. import dtypes as dt
+from ..core import Tile, psum, sbuf
+from ..errors import NKIError
+from .operands import check_dst, engine_name, fit_dst, instruction, psum_accumulate, scratch, write
+from .target import get_nc_version, matmul_perf_mode, nc_version
+
+
+def _gen1():
+    from .. import isa
+
+    return isa
+
+
+@instruction
+def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_onezero=False, is_transpose=False,
+              accumulate=None, tile_position=(), tile_size=(), perf_mode=matmul_perf_mode.none, name=None):
+    """``dst = stationary.T @ moving`` (or ``+=``) on the Tensor engine; ``dst`` must be a PSUM tile.
+
+    stationary [K, M] and moving [K, N] are SBUF tiles with K <= 128, M <= 128,
+    N <= 512; ``dst`` is [M, N], fp32 (bf16 from NeuronCore-v4). ``accumulate``:
+    ``False`` overwrites, ``True`` adds to what ``dst`` holds (which must have
+    been written before), ``None`` (default) overwrites the elements never
+    written and accumulates onto the others, as the compiler infers "first write
+    overwrites, later writes accumulate". ``perf_mode=double_row`` (FP8 double
+    performance mode, NeuronCore-v3+) gives the same results; ``tile_position`` /
+    ``tile_size`` (PE-array tiling) do not change results.
+    (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/generated/nki.isa.nc_matmul.html).
+    """
+    gen1 = _gen1()
+    d = check_dst(dst, "nc_matmul", (psum,))
+    if d.dtype not in (dt.float32, dt.bfloat16):
+        raise NKIError("dst dtype", f"nisa.nc_matmul: dst dtype is {d.dtype}; the matmul result tile must be "
+                       "float32 (bfloat16 is accepted from NeuronCore-v4)")
+    if d.dtype == dt.bfloat16 and get_nc_version() < nc_version.gen4:
+        raise NKIError("dst dtype", f"nisa.nc_matmul: a bfloat16 result tile needs NeuronCore-v4; the target is "
+                       f"{get_nc_version().name} (write float32 to PSUM)")
+    for a, b, an, bn in ((stationary, moving, "stationary", "moving"), (moving, stationary, "moving", "stationary")):
+        if isinstance(a, Tile) and isinstance(b, Tile) and a.dtype == dt.float32 and b.dtype != dt.float32:
+            raise NKIError("matmul operands", f"nisa.nc_matmul: {an} is float32 but {bn} is {b.dtype}; if one "
+                           "input is float32/tfloat32 the other must be too")
+    gen1._perf_mode_rule(perf_mode, stationary, moving)
+    with scratch():
+        res = gen1.nc_matmul(stationary, moving, is_transpose=is_transpose)
+    vals = fit_dst(d, res.data, "nc_matmul", f"product stationary.T @ moving ({stationary.shape[1]}x"
+                   f"{moving.shape[1]})")
+    write(d, psum_accumulate(d, vals, accumulate, "nc_matmul"), "nc_matmul")
+
+
+@instruction
+def nc_transpose(dst, data, engine="unknown", name=None):
+    """Transpose partition and (flattened) free axes of ``data`` into ``dst``.
+
+    Tensor engine: <= 128x128, SBUF in, PSUM out. Vector engine: <= 32x32, SBUF
+    or PSUM either way. With ``engine`` unknown the simulator picks Tensor when
+    ``data`` is in SBUF and ``dst`` in PSUM, else Vector. ``dst`` has ``data``'s dtype.
+    """
+    gen1 = _gen1()
+    d = check_dst(dst, "nc_transpose")
+    x = gen1._tile(data, "data", "nc_transpose")
+    eng = engine_name(engine)
+    if eng == "unknown":
+        eng = "Tensor" if (x.buffer is sbuf and d.buffer is psum) else "Vector"
+    if eng == "Tensor" and (x.buffer is not sbuf or d.buffer is not psum):
+        raise NKIError("operand memory", f"nisa.nc_transpose on the Tensor engine reads SBUF and writes PSUM; "
+                       f"got data in {x.buffer.name.upper()} and dst in {d.buffer.name.upper()}")
+    if d.dtype != x.dtype:
+        raise NKIError("dst dtype", f"nisa.nc_transpose: dst dtype {d.dtype} differs from data dtype {x.dtype}; "
+                       "the transpose output has the input's dtype")
+    with scratch():
+        src = x if x.ndim == 2 else Tile(x.data.reshape(x.shape[0], -1), x.buffer)
+        res = gen1.nc_transpose(src, engine="Vector" if eng == "Vector" else "Tensor")
+    write(d, res.data, "nc_transpose", f"transpose of {src.shape}")
