@@ -232,3 +232,228 @@ def test_nan_fill_makes_an_uninitialised_read_visible():
         out = k(A)
     np.testing.assert_array_equal(out[:, :256], A[0, :, :256] + 1.0)
     assert np.isnan(out[:, 256:]).all()
+
+
+# ----------------------------------------------------------------------------- more live ranges
+@jit
+def loop_local(a):
+    out = nl.ndarray((4, 128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+    for i in nl.affine_range(4):
+        t = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+        t[...] = nl.load(a[i])
+        nl.store(out[i], nl.multiply(t, 2.0))  # t and the product: two tiles per iteration
+    return out
+
+
+@jit
+def blocks_all_live(a):
+    out = nl.ndarray((4, 128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+    t = nl.ndarray((4, nl.par_dim(128), 512), dtype=nl.float32, buffer=nl.sbuf)
+    for i in nl.affine_range(4):
+        t[i] = nl.load(a[i])
+    for i in nl.affine_range(4):  # every block was written before any is read: all four live
+        nl.store(out[i], t[i])
+    return out
+
+
+@jit
+def psum_banks(a):
+    out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+    s = nl.load(a[0, :, 0:128])
+    m = nl.load(a[1])
+    p = [nisa.nc_matmul(s, m) for _ in range(3)]  # three 2 KiB PSUM results live together
+    acc = nl.add(nl.add(p[0], p[1]), p[2])
+    nl.store(out, acc)
+    return out
+
+
+@jit
+def mixed_dtypes(a):
+    out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+    x = nl.load(a[0])  # 2 KiB
+    h = nl.copy(x, dtype=nl.bfloat16)  # 1 KiB, with x
+    y = nl.copy(h, dtype=nl.float32)  # 2 KiB, with h (x is dead)
+    nl.store(out, y)
+    return out
+
+
+def test_tile_allocated_in_a_loop_is_live_one_iteration():
+    np.testing.assert_array_equal(loop_local(A), 2 * A)
+    assert peaks(loop_local, A) == (2 * 2 * KB, 0)
+
+
+def test_blocks_written_before_any_read_are_all_live():
+    np.testing.assert_array_equal(blocks_all_live(A), A)
+    assert peaks(blocks_all_live, A) == (4 * 2 * KB, 0)
+
+
+def test_psum_results_live_together():
+    s, p = peaks(psum_banks, A)
+    # SBUF: the operands s, m (2.5 KiB) until the last matmul, then the two add results (4 KiB)
+    assert p == 3 * 2 * KB and s == 2 * 2 * KB
+    ref = 3 * (A[0, :, :128].astype(np.float64).T @ A[1])
+    np.testing.assert_allclose(profile(psum_banks, A).outputs, ref, rtol=1e-5)
+
+
+def test_peak_counts_bytes_of_each_dtype():
+    assert peaks(mixed_dtypes, A) == (3 * KB, 0)
+
+
+def test_occupancy_curve_picture_and_trace(tmp_path):
+    import json
+
+    rep = profile(blocks_all_live, A)
+    (pid, curve, times), = rep.occupancy
+    assert curve.shape[0] == 2 and curve[0].max() == 4 * 2 * KB and curve[1].max() == 0
+    assert curve[0][0] == 2 * KB  # the first load's block
+    png = rep.plot_memory(tmp_path / "m.png")
+    assert open(png, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+    trace = json.load(open(rep.write_trace(tmp_path / "t.json")))
+    counters = [e for e in trace["traceEvents"] if e["ph"] == "C"]
+    assert counters and max(e["args"]["SBUF"] for e in counters) == 4 * 2 * KB
+
+
+# ----------------------------------------------------------------------------- placement, more
+def test_standalone_address_aliases_tensors_on_the_same_bytes():
+    @jit
+    def k(a):
+        out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+        t = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf, address=(0, 4096))
+        t[...] = nl.load(a[0])
+        nl.store(out, t)
+        u = nl.ndarray((128, 256), dtype=nl.float32, buffer=nl.sbuf, address=(0, 4096 + 1024))
+        v = nl.ndarray((128, 256), dtype=nl.float32, buffer=nl.sbuf, address=(0, 16384))
+        v[...] = nl.copy(u)  # u starts 256 floats into t's bytes
+        nl.store(out[:, 0:256], v)
+        return out
+
+    with config.override(uninit="off"):
+        out = k(A)
+    np.testing.assert_array_equal(out[:, 0:256], A[0, :, 256:512])
+
+
+def test_psum_mod_alloc_banks_alias():
+    @jit
+    def k(a):
+        out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+        s = nl.ndarray((128, 128), dtype=nl.float32, buffer=ncc.sbuf.mod_alloc(base_addr=0))
+        m = nl.ndarray((128, 512), dtype=nl.float32, buffer=ncc.sbuf.mod_alloc(base_addr=512))
+        r = nl.ndarray((128, 512), dtype=nl.float32, buffer=ncc.sbuf.mod_alloc(base_addr=4096))
+        p = nl.ndarray((3, nl.par_dim(128), 512), dtype=nl.float32,
+                       buffer=ncc.psum.mod_alloc(base_bank=2, num_bank_tiles=(2,)))
+        s[...] = nl.load(a[0, :, 0:128])
+        m[...] = nl.load(a[1])
+        p[0] = nisa.nc_matmul(s, m)
+        r[...] = nl.copy(p[0])  # block 0 dead before block 2 (same bank 2) is written
+        p[2, :, 0:128] = nisa.nc_matmul(s, s)
+        r[:, 0:128] = nl.copy(p[0][:, 0:128])  # reads bank 2: block 2's values
+        nl.store(out, r)
+        return out
+
+    with config.override(capacity="off"):
+        out = k(A)
+    s = A[0, :, :128].astype(np.float64)
+    np.testing.assert_allclose(out[:, 128:], (s.T @ A[1])[:, 128:], rtol=1e-5)
+    np.testing.assert_allclose(out[:, :128], s.T @ s, rtol=1e-5)
+
+
+def test_mixing_in_psum_rejected():
+    @jit
+    def k(a):
+        out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+        s = nl.load(a[0, :, 0:128])
+        m = nl.load(a[1])
+        p = nl.ndarray((128, 512), dtype=nl.float32, buffer=ncc.psum.mod_alloc(base_bank=0))
+        p[...] = nisa.nc_matmul(s, m)
+        q = nisa.nc_matmul(s, m)  # a PSUM result kept as a new tile while PSUM is placed
+        nl.store(out, nl.add(p, q))
+        return out
+
+    with pytest.raises(NKIError) as e:
+        k(A)
+    assert e.value.rule == "allocation mixing" and "PSUM" in str(e.value)
+
+
+def test_sbuf_placement_rules():
+    def run(buf, shape=(128, 512)):
+        @jit
+        def k(a):
+            nl.ndarray(shape, dtype=nl.float32, buffer=buf)
+            return a
+
+        with pytest.raises(NKIError) as e:
+            k(A)
+        return str(e.value)
+
+    assert "does not fit below 180224" in run(ncc.sbuf.mod_alloc(base_addr=176 * 1024))
+    assert "start partition 32" in run(ncc.sbuf.alloc(lambda idx, p, f: (32, 0)))
+    assert "start partition 32" in run(ncc.sbuf.alloc(lambda idx, p, f: (32, 0)), shape=(64, 512))
+    assert "crosses the 2048 B bank" in run(ncc.psum.alloc(lambda idx, p, f: (0, 0, 1024)))
+
+    @jit
+    def ok(a):  # 32 partitions may start at 96
+        t = nl.ndarray((32, 512), dtype=nl.float32, buffer=ncc.sbuf.alloc(lambda idx, p, f: (96, 0)))
+        t[...] = nl.load(a[0, 0:32])
+        out = nl.ndarray((32, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+        nl.store(out, t)
+        return out
+
+    np.testing.assert_array_equal(ok(A), A[0, 0:32])
+
+
+def test_mod_alloc_argument_types():
+    with pytest.raises(TypeError, match="num_free_tiles"):
+        ncc.sbuf.mod_alloc(base_addr=0, num_free_tiles=2)
+    with pytest.raises(TypeError):
+        ncc.sbuf.mod_alloc(0)  # keyword-only, as documented
+    with pytest.raises(TypeError):
+        ncc.psum.mod_alloc(base_bank=0, nonsense=1)
+
+
+def test_compiler_module_registered_and_decorators_pass_kernels_through():
+    from nki_kernels.simulator.install import install
+
+    install()
+    import neuronxcc.nki as nki1
+    import neuronxcc.nki.compiler as ncc1
+
+    assert ncc1 is ncc and nki1.compiler is ncc
+    assert ncc.sbuf.auto_alloc().buffer is nl.sbuf and ncc.psum.auto_alloc().buffer is nl.psum
+
+    @ncc.enable_stack_allocator
+    @ncc.skip_middle_end_transformations
+    @jit
+    def k(a):
+        out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+        t = nl.ndarray((128, 512), dtype=nl.float32, buffer=ncc.sbuf.auto_alloc())
+        t[...] = nl.load(a[0])
+        nl.store(out, t)
+        return out
+
+    np.testing.assert_array_equal(k(A), A[0])
+    assert ncc.multi_buffer(3).factor == 3 and repr(ncc.no_reorder()) == "no_reorder()"
+
+
+# ----------------------------------------------------------------------------- NaN fill, more
+def test_nan_fill_sentinels_and_switch():
+    @jit
+    def k(a):
+        i = nl.ndarray((128, 4), dtype=nl.int32, buffer=nl.sbuf)
+        f = nl.ndarray((128, 4), dtype=nl.bfloat16, buffer=nl.sbuf)
+        out_i = nl.ndarray((128, 4), dtype=nl.int32, buffer=nl.shared_hbm)
+        out_f = nl.ndarray((128, 4), dtype=nl.float32, buffer=nl.shared_hbm)
+        nl.store(out_i, nl.copy(i))
+        nl.store(out_f, nl.copy(f, dtype=nl.float32))
+        return out_i, out_f
+
+    with config.override(uninit="off"):
+        oi, of = k(A)
+    assert (oi == 4).all() and np.isnan(of).all()
+    saved = config.nan_fill
+    config.nan_fill = False
+    try:
+        with config.override(uninit="off"):
+            oi, of = k(A)
+    finally:
+        config.nan_fill = saved
+    assert not (oi == 4).all() or not np.isnan(of).all()  # np.empty: not the sentinels everywhere
