@@ -447,7 +447,7 @@ def tensor_copy_dynamic_src(src, *, mask=None, dtype=None, engine=engine.unknown
     the view. GpSimd cannot access PSUM."""
     x = _tile(src, "src", "tensor_copy_dynamic_src")
     _ops.no_gpsimd_psum(_ops.engine_name(engine), "tensor_copy_dynamic_src", x)
-    return _functional(x.shape, dtype or x.dtype, mask, lambda d: _vector.copy(d, x, "tensor_copy_dynamic_src"))
+    return _functional(x.shape, dtype or x.dtype, mask, lambda d: _vector.tensor_copy(d, x))
 
 
 def tensor_copy_dynamic_dst(*, dst, src, mask=None, dtype=None, engine=engine.unknown, name=None):
@@ -456,7 +456,7 @@ def tensor_copy_dynamic_dst(*, dst, src, mask=None, dtype=None, engine=engine.un
     x = _tile(src, "src", "tensor_copy_dynamic_dst")
     _ops.no_gpsimd_psum(_ops.engine_name(engine), "tensor_copy_dynamic_dst", x, dst)
     _in_place(dst, mask, dtype, "tensor_copy_dynamic_dst",
-              lambda: _vector.copy(dst, x, "tensor_copy_dynamic_dst"))
+              lambda: _vector.tensor_copy(dst, x))
 
 
 def reciprocal(data, *, dtype=None, mask=None, name=None):

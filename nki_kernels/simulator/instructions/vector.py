@@ -423,16 +423,6 @@ def exponential(dst, src, max_value=0.0, reduce_res=None, reduce_cmd="idle", red
                          init=reduce_init if cmd == "load_reduce" else None)
 
 
-def copy(dst, src, op="tensor_copy"):
-    """``dst = src`` on an engine: bit-exact for equal dtypes, through fp32 otherwise; the same
-    partitions and elements per partition."""
-    d = check_dst(dst, op)
-    x = tile_operand(src, "src", op)
-    same_rows(op, d, "dst", x, "src")
-    vals = x.data if x.dtype == d.dtype else dt.compute_view(x.data).astype(np.float32)
-    _prof.instruction("Vector", vals)
-    write(d, np.reshape(vals, d.shape), op, f"source (shape {x.shape})")
-
 
 # ---------------------------------------------------------------------------
 # element-wise, reductions and statistics (first-generation arithmetic, dst= rules)
