@@ -10,22 +10,14 @@ from nki_kernels.simulator import isa as nisa1
 from nki_kernels.simulator import language as nl1
 from nki_kernels.simulator import nki as nki1
 from nki_kernels.simulator import standalone as nki
+from tests.isa_helpers import to_hbm, to_sbuf
 
 nl = nki.language
 nisa = nki.isa
 RNG = np.random.default_rng(15)
 
 
-def _sb(x, dtype=None):
-    t = nl.ndarray(x.shape, dtype=dtype or x.dtype, buffer=nl.sbuf)
-    nisa.dma_copy(dst=t, src=x)
-    return t
-
-
-def _out(t):
-    o = nl.ndarray(t.shape, dtype=t.dtype, buffer=nl.shared_hbm)
-    nisa.dma_copy(dst=o, src=t)
-    return o
+_sb, _out = to_sbuf, to_hbm
 
 
 # ---------------------------------------------------------------------------

@@ -7,6 +7,7 @@ import pytest
 
 from nki_kernels.simulator import NKIError
 from nki_kernels.simulator import standalone as nki
+from tests.isa_helpers import to_hbm, to_sbuf
 from nki_kernels.simulator.instructions import target
 
 nl = nki.language
@@ -14,16 +15,7 @@ nisa = nki.isa
 RNG = np.random.default_rng(18)
 
 
-def _sb(x):
-    t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
-    nisa.dma_copy(dst=t, src=x)
-    return t
-
-
-def _out(t):
-    o = nl.ndarray(t.shape, dtype=t.dtype, buffer=nl.shared_hbm)
-    nisa.dma_copy(dst=o, src=t)
-    return o
+_sb, _out = to_sbuf, to_hbm
 
 
 @nki.jit
