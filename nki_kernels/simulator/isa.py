@@ -459,6 +459,22 @@ def tensor_copy_dynamic_dst(*, dst, src, mask=None, dtype=None, engine=engine.un
               lambda: _vector.tensor_copy(dst, x))
 
 
+def local_gather(src_buffer, index, num_elem_per_idx=1, num_valid_indices=None, *, mask=None, name=None):
+    """Gather within each GpSimd core's 16 partitions (see
+    :func:`nki_kernels.simulator.instructions.gpsimd.local_gather`): a new SBUF tile
+    ``[P, *index free dims, 16, num_elem_per_idx]`` (all indices valid) or
+    ``[P, num_valid_indices, num_elem_per_idx]``."""
+    s = _tile(src_buffer, "src_buffer", "local_gather", (_sbuf,))
+    ix = _tile(index, "index", "local_gather", (_sbuf,))
+    n = int(num_elem_per_idx)
+    full = 16 * int(_np.prod(ix.shape[1:]))
+    if num_valid_indices is None or int(num_valid_indices) == full:
+        shape = (s.shape[0],) + tuple(ix.shape[1:]) + (16, n)
+    else:
+        shape = (s.shape[0], int(num_valid_indices), n)
+    return _functional(shape, s.dtype, mask, lambda d: _gpsimd.local_gather(d, s, ix, n, num_valid_indices))
+
+
 def reciprocal(data, *, dtype=None, mask=None, name=None):
     """``1 / data`` element-wise (Vector engine): a new tile (``dtype``, default data's)."""
     x = _tile(data, "data", "reciprocal")

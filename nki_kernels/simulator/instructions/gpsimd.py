@@ -234,3 +234,49 @@ def tensor_partition_reduce(dst, op, data, name=None):
     with scratch():
         res = _gen1.tensor_partition_reduce(op, x, dtype=dt.float32)
     write(d, res.data, "tensor_partition_reduce")
+
+
+@instruction
+def local_gather(dst, src_buffer, index, num_elem_per_idx=1, num_valid_indices=None, name=None):
+    """Gather within each GpSimd core's 16 partitions (GpSimd engine, SBUF only).
+
+    Core ``c`` reads the indices of its partitions ``16c .. 16c + 15`` of ``index``,
+    flattened partition-first (index ``[16, k]`` read column by column), keeps the
+    first ``num_valid_indices`` (default all ``16 * k``), and every partition ``p``
+    of the core gathers, for each index ``i``, the ``num_elem_per_idx`` contiguous
+    elements starting at element ``i`` of its own data:
+    ``dst[p, j, :] = src_buffer[p].flat[i_j : i_j + num_elem_per_idx]``. An index
+    reaching past a partition's data is an error.
+    (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/generated/nki.isa.local_gather.html)
+    """
+    op = "local_gather"
+    d = check_dst(dst, op, _SB)
+    s = tile_operand(src_buffer, "src_buffer", op, _SB)
+    ix = tile_operand(index, "index", op, _SB)
+    if not np.issubdtype(ix.dtype, np.integer):
+        raise NKIError("dtype", f"nisa.{op}: index dtype {ix.dtype}; indices are integers")
+    P = s.shape[0]
+    if ix.shape[0] != P or P % PARTITIONS_PER_CORE:
+        raise NKIError("operand shapes", f"nisa.{op}: index {ix.shape} and src_buffer {s.shape} need the same "
+                       "partitions, whole 16-partition GpSimd cores")
+    n = int(num_elem_per_idx)
+    per_core = PARTITIONS_PER_CORE * per_partition(ix.shape)
+    nv = per_core if num_valid_indices is None else int(num_valid_indices)
+    if not 1 <= nv <= per_core or n < 1:
+        raise NKIError(op, f"nisa.{op}: num_valid_indices={num_valid_indices} must be 1..{per_core} (the indices "
+                       f"of one core's 16 partitions) and num_elem_per_idx={num_elem_per_idx} >= 1")
+    if d.shape[0] != P or per_partition(d.shape) != nv * n:
+        raise NKIError("dst shape", f"nisa.{op}: dst {d.shape} must have {P} partitions and {nv} x {n} elements "
+                       "per partition")
+    src = rows(s.data, P)
+    idx = rows(ix.data, P).astype(np.int64)
+    out = np.empty((P, nv, n), s.dtype)
+    for c in range(0, P, PARTITIONS_PER_CORE):
+        flat = idx[c:c + PARTITIONS_PER_CORE].reshape(-1, order="F")[:nv]
+        if flat.size and (flat.min() < 0 or flat.max() + n > src.shape[1]):
+            raise NKIError("index out of bounds", f"nisa.{op}: core {c // PARTITIONS_PER_CORE} gathers elements "
+                           f"{int(flat.min())}..{int(flat.max()) + n - 1} of partitions holding {src.shape[1]}")
+        pos = flat[:, None] + np.arange(n)[None, :]
+        out[c:c + PARTITIONS_PER_CORE] = src[c:c + PARTITIONS_PER_CORE][:, pos]
+    _prof.instruction("GpSimd", out)
+    write(d, out.reshape(d.shape), op)

@@ -13,8 +13,8 @@ Instructions run one program at a time under the vectorised launcher.
 
 from ..cores import core_barrier, sendrecv, sendrecv_compute  # noqa: F401 - LNC=2 instructions between cores
 from ..instructions.dma import dma_compute, dma_copy, dma_transpose
-from ..instructions.gpsimd import (affine_select, iota, nc_n_gather, nonzero_with_count, sequence_bounds,
-                                   tensor_partition_reduce, topk)
+from ..instructions.gpsimd import (affine_select, iota, local_gather, nc_n_gather, nonzero_with_count,
+                                   sequence_bounds, tensor_partition_reduce, topk)
 from ..instructions.mx import nc_matmul_mx, quantize_mx
 from ..instructions.registers import (VirtualRegister, register_alloc, register_load, register_move,
                                       register_store)
