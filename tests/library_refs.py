@@ -58,14 +58,15 @@ def cross_entropy(logits, labels, ignore_index=-100):
     return cross_entropy_rows(logits, labels, ignore_index).sum() / (np.asarray(labels) != ignore_index).sum()
 
 
-def cross_entropy_rows_grad(logits, labels, dloss, ignore_index=-100):
-    """Gradient of the per-row losses for upstream row gradients ``dloss`` [N]."""
+def cross_entropy_rows_grad(logits, labels, dloss, ignore_index=-100, dlse=None):
+    """Gradient of the per-row losses for upstream row gradients ``dloss`` [N] (and ``dlse`` [N] of the lse)."""
     x = f64(logits)
     labels = np.asarray(labels)
     valid = labels != ignore_index
     onehot = np.zeros_like(x)
     onehot[np.arange(len(labels)), np.where(valid, labels, 0)] = 1.0
-    return (softmax(x) - onehot) * (f64(dloss) * valid)[:, None]
+    extra = 0.0 if dlse is None else softmax(x) * f64(dlse)[:, None]
+    return (softmax(x) - onehot) * (f64(dloss) * valid)[:, None] + extra
 
 
 def residual_rms_norm(x, residual, w, eps, dtype):
@@ -75,10 +76,12 @@ def residual_rms_norm(x, residual, w, eps, dtype):
     return h * rstd * f64(w), h, rstd
 
 
-def rms_norm_grad(h, w, rstd, dy):
-    """``(dh, dw)`` of ``y = h * rstd * w`` (rstd depending on h)."""
+def rms_norm_grad(h, w, rstd, dy, drstd=None):
+    """``(dh, dw)`` of ``y = h * rstd * w`` (rstd depending on h; ``drstd`` [..., 1]: gradient of rstd too)."""
     hhat, g = h * rstd, f64(dy) * f64(w)
     dh = rstd * (g - hhat * (g * hhat).mean(-1, keepdims=True))
+    if drstd is not None:  # rstd = (mean(h**2) + eps)**-0.5
+        dh = dh - f64(drstd) * rstd ** 3 * h / h.shape[-1]
     return dh, (f64(dy) * hhat).reshape(-1, h.shape[-1]).sum(0)
 
 
@@ -97,15 +100,15 @@ def attention(q, k, v, causal=False, scale=None):
     return p @ v, lse, p
 
 
-def attention_grad(q, k, v, do, causal=False, scale=None):
-    """``(dq, dk, dv)`` of :func:`attention`, k/v gradients summed over each group."""
+def attention_grad(q, k, v, do, causal=False, scale=None, dlse=None):
+    """``(dq, dk, dv)`` of :func:`attention` (and of its lse, given ``dlse`` [..., Sq]), k/v summed per group."""
     _, _, p = attention(q, k, v, causal, scale)
     group = q.shape[1] // k.shape[1]
     scale = 1.0 / np.sqrt(q.shape[-1]) if scale is None else scale
     kk, vv, do = np.repeat(f64(k), group, 1), np.repeat(f64(v), group, 1), f64(do)
     dv = p.swapaxes(-1, -2) @ do
     dp = do @ vv.swapaxes(-1, -2)
-    ds = p * (dp - (dp * p).sum(-1, keepdims=True))
+    ds = p * (dp - (dp * p).sum(-1, keepdims=True) + (0.0 if dlse is None else f64(dlse)[..., None]))
     dq = ds @ kk * scale
     dk = ds.swapaxes(-1, -2) @ f64(q) * scale
     b, hkv = k.shape[:2]

@@ -183,3 +183,34 @@ def test_flash_attention_custom_scale():
        sk=st.integers(1, 600), d=st.sampled_from([1, 8, 24, 64]), causal=st.booleans())
 def test_flash_attention_any_shape(b, hkv, group, sq, sk, d, causal):
     _check_attention(b, hkv * group, hkv, sq, sk, d, causal, "float32", seed=sq * 1000 + sk)
+
+
+def test_gradients_of_the_saved_statistics():
+    """lse / rstd are op outputs too: their gradients enter the backward kernels."""
+    rng = np.random.default_rng(11)
+    logits = _rand(rng, (130, 700), "float32", 3.0)
+    labels = rng.integers(0, 700, 130).astype(np.int32)
+    labels[::7] = -100
+    _, lse = ce.cross_entropy_fwd_kernel[row_grid(130)](logits, labels)
+    dloss, dlse = (rng.standard_normal((130, 1)).astype(np.float32) for _ in range(2))
+    g = ce.cross_entropy_bwd_kernel[row_grid(130)](logits, labels, lse, dloss, dlse)
+    R.close(g, R.cross_entropy_rows_grad(logits, labels, dloss[:, 0], dlse=dlse[:, 0]), "float32")
+
+    _, x, res, w = _residual_case((130, 300), "float32", 12)
+    y, h, rstd = rrn.residual_rms_norm_fwd_kernel[row_grid(130)](x, res, w)
+    dy, dh = _rand(rng, (130, 300), "float32"), _rand(rng, (130, 300), "float32")
+    drstd = rng.standard_normal((130, 1)).astype(np.float32)
+    dx, _ = rrn.residual_rms_norm_bwd_kernel[row_grid(130)](h, w, rstd, dy, dh, drstd)
+    dh_ref, _ = R.rms_norm_grad(R.f64(h), w, R.f64(rstd), dy, drstd=drstd)
+    R.close(dx, dh_ref + R.f64(dh), "float32")
+
+    _, q, k, v = _attention_case(1, 4, 2, 140, 200, 16, "float32", 13)
+    grid = fa.attention_grid(q.shape, k.shape)
+    o, lse = fa.flash_attention_fwd_kernel[grid](q, k, v, causal=True, scale=0.25)
+    do, dlse = _rand(rng, o.shape, "float32"), _rand(rng, lse.shape, "float32")
+    dq = fa.flash_attention_bwd_dq_kernel[grid](q, k, v, o, lse, do, dlse, causal=True, scale=0.25)
+    dk, dv = fa.flash_attention_bwd_dkdv_kernel[fa.kv_grid(k.shape)](q, k, v, o, lse, do, dlse, causal=True,
+                                                                     scale=0.25)
+    want = R.attention_grad(q, k, v, do, True, 0.25, dlse=dlse[..., 0])
+    for got, ref, name in zip((dq, dk, dv), want, ("dq", "dk", "dv")):
+        R.close(got, ref, "float32", what=name)

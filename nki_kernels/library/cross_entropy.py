@@ -64,11 +64,13 @@ def cross_entropy_fwd_kernel(logits, labels, ignore_index=IGNORE_INDEX):
 
 
 @nki.jit
-def cross_entropy_bwd_kernel(logits, labels, lse, dloss, ignore_index=IGNORE_INDEX):
+def cross_entropy_bwd_kernel(logits, labels, lse, dloss, dlse=None, ignore_index=IGNORE_INDEX):
     """Gradient of the per-row losses: ``dlogits = (softmax(logits) - onehot) * dloss * valid``.
 
     ``lse`` [N, 1] comes from the forward, ``dloss`` [N, 1] float32 is the upstream
-    gradient of each row's loss; grid ``row_grid(N)``. Returns ``dlogits`` (logits.dtype).
+    gradient of each row's loss; ``dlse`` [N, 1], when given, that of the saved
+    ``lse`` (adding ``softmax(logits) * dlse``); grid ``row_grid(N)``. Returns
+    ``dlogits`` (logits.dtype).
     """
     n, v = logits.shape
     dlogits = nl.ndarray((n, v), dtype=logits.dtype, buffer=nl.shared_hbm)
@@ -77,10 +79,16 @@ def cross_entropy_bwd_kernel(logits, labels, lse, dloss, ignore_index=IGNORE_IND
     one = nl.arange(1)[None, :]
     neg_lse = nl.negative(nl.load(lse[ip, one], mask=rows))
     scale = nl.multiply(nl.load(dloss[ip, one], mask=rows, dtype=nl.float32), valid)
+    # p * (scale + dlse) - onehot * scale
+    scale_p = scale if dlse is None else nl.add(scale, nl.load(dlse[ip, one], mask=rows, dtype=nl.float32))
     column_ids = _column_ids(v)
     for lo, hi in chunks(v):
         x = nl.load(logits[ip, cols(lo, hi)], mask=rows)
         p = nisa.activation(op=nl.exp, data=x, bias=neg_lse, dtype=nl.float32)
-        g = nl.multiply(nl.subtract(p, _onehot(column_ids, lab, lo, hi)), scale, dtype=logits.dtype)
+        onehot = _onehot(column_ids, lab, lo, hi)
+        if dlse is None:
+            g = nl.multiply(nl.subtract(p, onehot), scale, dtype=logits.dtype)
+        else:
+            g = nl.subtract(nl.multiply(p, scale_p), nl.multiply(onehot, scale), dtype=logits.dtype)
         nl.store(dlogits[ip, cols(lo, hi)], value=g, mask=rows)
     return dlogits

@@ -106,14 +106,18 @@ def flash_attention_fwd_kernel(q, k, v, causal=False, scale=1.0):
     return o, lse
 
 
-def _row_delta(o_rows, do_rows):
-    """``Di = rowsum(dO * O)`` [rows, 1] float32."""
-    return nl.sum(nl.multiply(do_rows, o_rows, dtype=nl.float32), axis=[1], keepdims=True)
+def _row_delta(o_rows, do_rows, dlse_rows=None):
+    """``Di = rowsum(dO * O) - dlse`` [rows, 1] float32 (``dlse``: gradient of the saved lse, if any)."""
+    delta = nl.sum(nl.multiply(do_rows, o_rows, dtype=nl.float32), axis=[1], keepdims=True)
+    return delta if dlse_rows is None else nl.subtract(delta, dlse_rows)
 
 
 @nki.jit
-def flash_attention_bwd_dq_kernel(q, k, v, o, lse, do, causal=False, scale=1.0):
-    """``dq`` [B, H, Sq, D] (q.dtype); grid ``attention_grid(q.shape, k.shape)``."""
+def flash_attention_bwd_dq_kernel(q, k, v, o, lse, do, dlse=None, causal=False, scale=1.0):
+    """``dq`` [B, H, Sq, D] (q.dtype); grid ``attention_grid(q.shape, k.shape)``.
+
+    ``dlse`` [B, H, Sq, 1], when given, is the gradient of the saved ``lse`` (``dS += P * dlse``).
+    """
     b_n, h_n, sq, d = q.shape
     hkv, sk = k.shape[1], k.shape[2]
     group = h_n // hkv
@@ -125,8 +129,10 @@ def flash_attention_bwd_dq_kernel(q, k, v, o, lse, do, causal=False, scale=1.0):
     i_d = nl.arange(d)[None, :]
     q_t = nl.load_transpose2d(q[b, h, iq, i_d], mask=rows)
     do_t = nl.load_transpose2d(do[b, h, iq, i_d], mask=rows)
-    delta = _row_delta(nl.load(o[b, h, iq, i_d], mask=rows), nl.load(do[b, h, iq, i_d], mask=rows))
-    neg_lse = nl.negative(nl.load(lse[b, h, iq, nl.arange(1)[None, :]], mask=rows))
+    one = nl.arange(1)[None, :]
+    delta = _row_delta(nl.load(o[b, h, iq, i_d], mask=rows), nl.load(do[b, h, iq, i_d], mask=rows),
+                       None if dlse is None else nl.load(dlse[b, h, iq, one], mask=rows))
+    neg_lse = nl.negative(nl.load(lse[b, h, iq, one], mask=rows))
     hk = nl.program_id(1)
 
     dq_acc = nl.zeros((Q_TILE, d), dtype=nl.float32, buffer=nl.psum)
@@ -145,8 +151,8 @@ def flash_attention_bwd_dq_kernel(q, k, v, o, lse, do, causal=False, scale=1.0):
 
 
 @nki.jit
-def flash_attention_bwd_dkdv_kernel(q, k, v, o, lse, do, causal=False, scale=1.0):
-    """``(dk, dv)`` [B, Hkv, Sk, D] (k.dtype); grid ``kv_grid(k.shape)``."""
+def flash_attention_bwd_dkdv_kernel(q, k, v, o, lse, do, dlse=None, causal=False, scale=1.0):
+    """``(dk, dv)`` [B, Hkv, Sk, D] (k.dtype); grid ``kv_grid(k.shape)``; ``dlse`` as for dq."""
     b_n, h_n, sq, d = q.shape
     hkv, sk = k.shape[1], k.shape[2]
     group = h_n // hkv
@@ -169,8 +175,10 @@ def flash_attention_bwd_dkdv_kernel(q, k, v, o, lse, do, causal=False, scale=1.0
             iq = q0 + nl.arange(w)[:, None]
             q_rows = nl.load(q[b, h, iq, i_d])
             do_rows = nl.load(do[b, h, iq, i_d])
-            delta = _row_delta(nl.load(o[b, h, iq, i_d]), do_rows)
-            neg_lse = nl.negative(nl.load(lse[b, h, iq, nl.arange(1)[None, :]]))
+            one = nl.arange(1)[None, :]
+            delta = _row_delta(nl.load(o[b, h, iq, i_d]), do_rows,
+                               None if dlse is None else nl.load(dlse[b, h, iq, one]))
+            neg_lse = nl.negative(nl.load(lse[b, h, iq, one]))
             s = nl.multiply(nisa.nc_matmul(nl.load_transpose2d(q[b, h, iq, i_d]), k_t), scale, dtype=nl.float32)
             if causal:
                 i_q, i_k = nl.mgrid[0:w, 0:K_SUB]

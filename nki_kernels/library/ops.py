@@ -15,7 +15,9 @@ argument) and launch the kernels of the sibling modules.
 - :func:`flash_attention` ``(q, k, v, causal=False, scale=None)``.
 
 The ops save statistics for their backward as extra ``aux`` outputs (``rstd``,
-``lse``); the public functions return what their framework counterparts return.
+``lse``), differentiable too (their gradients, when any flowed, enter the
+backward kernels); the public functions return what their framework counterparts
+return.
 """
 
 from __future__ import annotations
@@ -88,11 +90,12 @@ def _cross_entropy_forward(logits, labels, ignore_index: int = IGNORE_INDEX):
     return loss.reshape(tuple(labels.shape)), lse.reshape(tuple(labels.shape))
 
 
-def _cross_entropy_backward(logits, labels, lse, dloss, ignore_index: int = IGNORE_INDEX):
+def _cross_entropy_backward(logits, labels, lse, dloss, dlse=None, ignore_index: int = IGNORE_INDEX):
     x2 = _rows(logits)
     n = x2.shape[0]
+    extra = () if dlse is None else (dlse.reshape((n, 1)),)  # the saved lse's gradient, when one flowed
     g = cross_entropy_bwd_kernel[row_grid(n)](x2, labels.reshape((n,)), lse.reshape((n, 1)),
-                                              dloss.reshape((n, 1)), ignore_index=int(ignore_index))
+                                              dloss.reshape((n, 1)), *extra, ignore_index=int(ignore_index))
     return g.reshape(tuple(logits.shape))
 
 
@@ -130,10 +133,11 @@ def _residual_rms_norm_forward(x, residual, weight, eps: float = 1e-6):
     return y.reshape(shape), h.reshape(shape), rstd.reshape(shape[:-1] + (1,))
 
 
-def _residual_rms_norm_backward(h, weight, rstd, dy, dh):
+def _residual_rms_norm_backward(h, weight, rstd, dy, dh, drstd=None):
     h2 = _rows(h)
+    extra = () if drstd is None else (_rows(drstd),)  # the saved rstd's gradient, when one flowed
     dx, dw_partial = residual_rms_norm_bwd_kernel[row_grid(h2.shape[0])](h2, weight, _rows(rstd), _rows(dy),
-                                                                         _rows(dh))
+                                                                         _rows(dh), *extra)
     dx = dx.reshape(tuple(h.shape))
     return dx, dx, dw_partial.sum(0)
 
@@ -192,10 +196,11 @@ def _flash_attention_forward(q, k, v, causal: bool = False, scale: float | None 
     return flash_attention_fwd_kernel[grid](q, k, v, causal=bool(causal), scale=_scale(q, scale))
 
 
-def _flash_attention_backward(q, k, v, o, lse, do, causal: bool = False, scale: float | None = None):
+def _flash_attention_backward(q, k, v, o, lse, do, dlse=None, causal: bool = False, scale: float | None = None):
     kw = dict(causal=bool(causal), scale=_scale(q, scale))
-    dq = flash_attention_bwd_dq_kernel[attention_grid(tuple(q.shape), tuple(k.shape))](q, k, v, o, lse, do, **kw)
-    dk, dv = flash_attention_bwd_dkdv_kernel[kv_grid(tuple(k.shape))](q, k, v, o, lse, do, **kw)
+    arrays = (q, k, v, o, lse, do) + (() if dlse is None else (dlse,))  # the saved lse's gradient, if any
+    dq = flash_attention_bwd_dq_kernel[attention_grid(tuple(q.shape), tuple(k.shape))](*arrays, **kw)
+    dk, dv = flash_attention_bwd_dkdv_kernel[kv_grid(tuple(k.shape))](*arrays, **kw)
     return dq, dk, dv
 
 

@@ -80,8 +80,12 @@ def rms_forward_rows(x, residual, w, eps, y, h_out=None, rstd_out=None):
         nl.store(rstd_out[ip, nl.arange(1)[None, :]], value=rstd, mask=rows)
 
 
-def rms_backward_rows(dy, h, w, rstd, dx, dw_partial, dh_out=None):
-    """Kernel body: this program's rows of ``dx`` (plus ``dh_out`` when given) and its ``dw`` partial."""
+def rms_backward_rows(dy, h, w, rstd, dx, dw_partial, dh_out=None, drstd=None):
+    """Kernel body: this program's rows of ``dx`` and its ``dw`` partial.
+
+    ``dh_out`` (gradient of ``h`` as an output) is added to ``dx``; ``drstd`` [N, 1]
+    (gradient of the saved ``rstd``) adds ``-drstd * rstd**3 * h / D``.
+    """
     n, d = h.shape
     ip, rows = row_index(n)
     sources = [dy, h] if dh_out is None else [dy, h, dh_out]
@@ -101,6 +105,10 @@ def rms_backward_rows(dy, h, w, rstd, dx, dw_partial, dh_out=None):
         dot += nl.sum(nl.multiply(g, src.chunk(1, lo, hi)), axis=[1], keepdims=True)
     # mean(g * hhat) = rstd * mean(g * h)
     mean_dot = nl.multiply(nl.multiply(dot, r), 1.0 / d)
+    if drstd is not None:
+        # d rstd / d h = -rstd**3 * h / D = -(hhat * rstd) * (rstd / D): folded into mean_dot
+        dr = nl.load(drstd[ip, nl.arange(1)[None, :]], mask=rows, dtype=nl.float32)
+        mean_dot = nl.add(mean_dot, nl.multiply(nl.multiply(dr, r), 1.0 / d))
 
     for lo, hi in chunks(d):
         dy_c = src.chunk(0, lo, hi)
@@ -137,14 +145,15 @@ def residual_rms_norm_fwd_kernel(x, residual, w, eps=1e-6):
 
 
 @nki.jit
-def residual_rms_norm_bwd_kernel(h, w, rstd, dy, dh):
+def residual_rms_norm_bwd_kernel(h, w, rstd, dy, dh, drstd=None):
     """Gradients for :func:`residual_rms_norm_fwd_kernel`: ``(dx, dw_partial)``; grid ``row_grid(N)``.
 
-    ``dy`` and ``dh`` are the gradients of ``y`` and ``h``; ``dx`` is the gradient of
-    ``x`` and of ``residual``; ``dw_partial`` [G, D] float32 sums over axis 0 to ``dw``.
+    ``dy``, ``dh`` and (optional) ``drstd`` are the gradients of ``y``, ``h`` and ``rstd``;
+    ``dx`` is the gradient of ``x`` and of ``residual``; ``dw_partial`` [G, D] float32
+    sums over axis 0 to ``dw``.
     """
     n, d = h.shape
     dx = nl.ndarray((n, d), dtype=h.dtype, buffer=nl.shared_hbm)
     dw_partial = nl.ndarray((nl.num_programs(0), d), dtype=nl.float32, buffer=nl.shared_hbm)
-    rms_backward_rows(dy, h, w, rstd, dx, dw_partial, dh_out=dh)
+    rms_backward_rows(dy, h, w, rstd, dx, dw_partial, dh_out=dh, drstd=drstd)
     return dx, dw_partial
