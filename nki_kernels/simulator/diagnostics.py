@@ -83,8 +83,14 @@ class Region:
 
     @classmethod
     def whole(cls, shape):
-        """All of an array of ``shape``."""
-        return cls(shape, (0,) * len(shape), tuple(shape), True)
+        """All of an array of ``shape`` (one shared object per shape: regions are not changed once made)."""
+        shape = tuple(shape)
+        r = _WHOLE.get(shape)
+        if r is None:
+            if len(_WHOLE) >= 4096:
+                _WHOLE.clear()
+            r = _WHOLE[shape] = cls(shape, (0,) * len(shape), tuple(shape), True)
+        return r
 
     @classmethod
     def of(cls, index, mask=None):
@@ -155,6 +161,10 @@ class Region:
                 self._elems = np.unique(e)
         return self._elems
 
+    def box(self) -> tuple:
+        """The bounding box as a tuple of slices (the selection itself when ``exact``)."""
+        return tuple(slice(l, max(l, h)) for l, h in zip(self.lo, self.hi))
+
     def box_overlaps(self, other) -> bool:
         """Whether the bounding boxes intersect."""
         return all(a < d and c < b for a, b, c, d in zip(self.lo, self.hi, other.lo, other.hi))
@@ -184,6 +194,9 @@ class Region:
         """``[lo:hi, ...]`` (the bounding box; ``~`` marks a non-box selection)."""
         box = "[" + ", ".join(f"{a}:{b}" for a, b in zip(self.lo, self.hi)) + "]"
         return box if self.exact else f"~{box} (strided/masked)"
+
+
+_WHOLE = {}  # shape -> Region.whole(shape)
 
 
 def _strided_box(index):
@@ -222,6 +235,17 @@ def _union_covers(regions, target) -> bool:
             return True
     if not regions:
         return target.empty()
+    same = [r for r in regions if r.shape == target.shape]
+    if target.exact and all(r.exact for r in same):
+        # Boxes: mark each region's intersection with the target's box (no element lists, no sort).
+        if target.empty():
+            return True
+        cover = np.zeros([h - l for l, h in zip(target.lo, target.hi)], dtype=bool)
+        for r in same:
+            sl = tuple(slice(max(a, c) - c, min(b, d) - c) for a, b, c, d in zip(r.lo, r.hi, target.lo, target.hi))
+            if all(x.stop > x.start for x in sl):
+                cover[sl] = True
+        return bool(cover.all())
     elems = np.unique(np.concatenate([r.elements() for r in regions if r.shape == target.shape] or [np.empty(0, int)]))
     return bool(np.isin(target.elements(), elems, assume_unique=True).all())
 
@@ -667,6 +691,8 @@ def _check_tile_init(root, rinfo, region, verb):
     w = rinfo.written
     if w is False:
         bad = not region.empty()
+    elif region.exact and region.shape == w.shape:
+        bad = not bool(w[region.box()].all())
     else:
         bad = not bool(w.reshape(-1)[region.elements()].all()) if not region.empty() else False
     if bad:
@@ -697,7 +723,9 @@ def _set_written(root, rinfo, region):
         return
     if rinfo.written is False:
         rinfo.written = np.zeros(root.shape, dtype=bool)
-    if not region.empty():
+    if region.exact and region.shape == rinfo.written.shape:
+        rinfo.written[region.box()] = True
+    elif not region.empty():
         rinfo.written.reshape(-1)[region.elements()] = True
     if rinfo.written.all():
         rinfo.written = None
@@ -736,15 +764,30 @@ def _loop_log(obj, region, kind, hbm=False):
     info = None if hbm else obj._diag
     created = info.created if info is not None else ()
     key = _tensor_key(obj) if hbm else id(obj)
+    wh = None
     for fr in loops:
         if any(f is fr for f, _ in created):
             continue  # created inside this loop's iteration: private to it
-        fr.seq += 1
         ent = fr.log.get(key)
         if ent is None:
             ent = fr.log[key] = []
             fr.keep[key] = (obj, hbm)
-        ent.append((kind, fr.iter, region, where(), fr.seq))
+        elif kind == "r":
+            last = ent[-1]
+            if last[0] == "r" and last[1] == fr.iter and _same_region(last[2], region):
+                # The same read again with nothing of this object logged in between: _analyse
+                # would give it the verdict of the logged one, so the log stays one entry long.
+                continue
+        fr.seq += 1
+        if wh is None:
+            wh = where()
+        ent.append((kind, fr.iter, region, wh, fr.seq))
+
+
+def _same_region(a, b) -> bool:
+    """Whether two regions select the same elements of the same array (boxes compared; other
+    selections only when they are the same object)."""
+    return a is b or (a.exact and b.exact and a.shape == b.shape and a.lo == b.lo and a.hi == b.hi)
 
 
 def loop_iter(r: range, kind: str):

@@ -308,9 +308,48 @@ def _indirect(tile, axis, what):
     return vals.astype(np.int64)
 
 
+_RESOLVED = {}  # (shape, plain key) -> Index: an Index is not changed once resolved, so loops share them
+_RESOLVED_MAX = 8192
+
+
+def _plain_key(key):
+    """A hashable form of a key made only of ints, int slices and ``...`` (``None`` for any other key)."""
+    out = []
+    for k in (key if type(key) is tuple else (key,)):
+        t = type(k)
+        if t is int or k is Ellipsis:
+            out.append(k)
+        elif t is slice:
+            a, b, c = k.start, k.stop, k.step
+            if not ((a is None or type(a) is int) and (b is None or type(b) is int) and (c is None or type(c) is int)):
+                return None
+            out.append((a, b, c))
+        else:
+            return None
+    return tuple(out)
+
+
 def resolve(shape, key, what="tensor") -> Index:
-    """Resolve ``key`` (what a kernel wrote in ``t[...]``) against an array of ``shape``."""
+    """Resolve ``key`` (what a kernel wrote in ``t[...]``) against an array of ``shape``.
+
+    Keys of ints and int slices (a loop's ``t[k * 128:(k + 1) * 128, :]``) are resolved once per
+    shape and key; invalid keys raise every time (errors are never cached)."""
     shape = tuple(int(s) for s in shape)
+    plain = _plain_key(key)
+    if plain is None:
+        return _resolve(shape, key, what)
+    ck = (shape, plain)
+    idx = _RESOLVED.get(ck)
+    if idx is None:
+        idx = _resolve(shape, key, what)
+        if len(_RESOLVED) >= _RESOLVED_MAX:
+            _RESOLVED.clear()
+        _RESOLVED[ck] = idx
+    return idx
+
+
+def _resolve(shape, key, what) -> Index:
+    """:func:`resolve` without the cache (``shape`` already a tuple of ints)."""
     if type(key) is tuple and len(key) == len(shape):
         idx = _resolve_simple(shape, key)
         if idx is not None:
