@@ -40,7 +40,7 @@ CURRENT_DOCUMENTED = {
     "register_load", "register_move", "register_store", "core_barrier", "sendrecv", "sendrecv_compute", "rng",
     "rand2", "rand_set_state", "rand_get_state", "set_rng_seed", "nonzero_with_count", "topk",
     "engine", "dma_engine", "reduce_cmd", "dge_mode", "oob_mode", "matmul_perf_mode", "nc_version",
-    "get_nc_version", "VirtualRegister",
+    "get_nc_version", "get_nc_sub_version", "NkiValidationError", "VirtualRegister",
     "unknown_engine", "tensor_engine", "vector_engine", "scalar_engine", "gpsimd_engine",
 }
 # Documented but not simulated yet (see the isa helper's report for why): they must not be
@@ -83,6 +83,12 @@ SIGNATURES = {  # current reference pages
     "tensor_scalar_reduce": ["dst", "data", "op0", "operand0", "reduce_op", "reduce_res", "reverse0",
                              "reduce_cmd", "reduce_init", "reduce_res_negate", "name"],
     "dma_compute": ["dst", "srcs", "reduce_op", "scales", "unique_indices", "oob_mode", "name"],
+    "dma_copy": ["dst", "src", "priority", "oob_mode", "dge_mode", "engine", "name", "dst_rmw_op", "unique_indices"],
+    "dma_transpose": ["dst", "src", "axes", "priority", "dge_mode", "oob_mode", "name"],
+    "rng": ["dst", "engine", "name"],
+    "rand_get_state": ["dst", "engine", "name"],
+    "dropout": ["dst", "data", "prob", "name"],
+    "local_gather": ["dst", "src_buffer", "index", "num_elem_per_idx", "num_valid_indices", "name"],
     "quantize_mx": ["dst", "src", "dst_scale", "name"],
     "nc_matmul_mx": ["dst", "stationary", "moving", "stationary_scale", "moving_scale", "tile_position",
                      "tile_size", "accumulate", "name"],

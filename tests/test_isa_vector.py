@@ -76,11 +76,26 @@ def test_stream_shuffle_rejects_crossing_a_quadrant():
         nki.simulate(shuffle_kernel)(x, init, [0] * 32, src_parts=1, dst_lo=16, dst_hi=48)
 
 
-def test_stream_shuffle_rejects_wide_access_off_boundary():
+def test_stream_shuffle_start_partition_rules():
+    # num_active_partitions = 64: starts 0 or 64 only (32 is a quadrant boundary but not allowed)
     x = RNG.standard_normal((64, 8)).astype(np.float32)
     init = np.zeros((128, 8), np.float32)
-    with pytest.raises(NKIError, match="quadrant boundary"):
-        nki.simulate(shuffle_kernel)(x, init, list(range(32)), dst_lo=16, dst_hi=80)
+    mask = list(range(32))
+    got = nki.simulate(shuffle_kernel)(x, init, mask, dst_lo=64, dst_hi=128)
+    want = init.copy()
+    want[64:] = x
+    np.testing.assert_array_equal(got, want)
+    with pytest.raises(NKIError, match="0/64"):
+        nki.simulate(shuffle_kernel)(x, init, mask, dst_lo=32, dst_hi=96)
+    with pytest.raises(NKIError, match="0/64"):
+        nki.simulate(shuffle_kernel)(x, init, mask, dst_lo=16, dst_hi=80)
+    # num_active_partitions = 96: start 0 only
+    x96 = RNG.standard_normal((96, 8)).astype(np.float32)
+    with pytest.raises(NKIError, match="must be 0"):
+        nki.simulate(shuffle_kernel)(x96, init, mask, dst_lo=32, dst_hi=128)
+    # 32 active, a short access inside a quadrant must still start on its boundary
+    with pytest.raises(NKIError, match="0/32/64/96"):
+        nki.simulate(shuffle_kernel)(x[:1], init, [0] * 32, src_parts=1, dst_lo=40, dst_hi=48)
 
 
 def test_stream_shuffle_rejects_short_mask_and_missing_source_partition():

@@ -102,7 +102,8 @@ def _perf_mode_rule(perf_mode, stationary, moving):
                             f"{what} is {t.dtype}")
 
 
-_MATMUL_DTYPES = (_dt.float8_e4m3, _dt.float8_e4m3_ieee, _dt.float8_e5m2, _dt.bfloat16, _dt.float16, _dt.tfloat32, _dt.float32)
+_MATMUL_DTYPES = (_dt.float8_e4m3, _dt.float8_e4m3_ieee, _dt.float8_e5m2, _dt.bfloat16, _dt.float16,
+                  _dt.tfloat32, _dt.float32)
 
 
 def _matmul_dtypes(*operands):
@@ -130,8 +131,8 @@ def nc_transpose(data, *, mask=None, dtype=None, engine=engine.unknown, name=Non
         raise _NKIError("transpose", f"nc_transpose on the {'Vector' if on_vector else 'Tensor'} engine takes "
                        f"at most {limit}x{limit}, got {x.shape}")
     out_dtype = _nl._out_dtype(dtype, x)
-    return _nl._result(_np.swapaxes(_nl._values(x, "data"), -1, -2), out_dtype, mask, buffer=_sbuf if on_vector else _psum,
-                      engine="Vector" if on_vector else "Tensor")
+    return _nl._result(_np.swapaxes(_nl._values(x, "data"), -1, -2), out_dtype, mask,
+                       buffer=_sbuf if on_vector else _psum, engine="Vector" if on_vector else "Tensor")
 
 
 def _per_partition(v, x, name, op):
@@ -540,8 +541,8 @@ def dropout(data, prob, *, mask=None, dtype=None, name=None):
 
 # Instructions with batched implementations (see nl.BATCH_SAFE); the others run one program at a time.
 _BATCH_SAFE = {"nc_matmul", "nc_transpose", "activation", "activation_reduce", "tensor_reduce",
-              "tensor_partition_reduce", "tensor_tensor", "tensor_scalar", "tensor_scalar_reduce", "tensor_copy", "iota",
-              "memset"}
+              "tensor_partition_reduce", "tensor_tensor", "tensor_scalar", "tensor_scalar_reduce", "tensor_copy",
+              "iota", "memset"}
 _nl._guard_module(globals(), _BATCH_SAFE, "nisa")
 
 # The documented names of the first generation's nki.isa page (instructions, config enums, target)

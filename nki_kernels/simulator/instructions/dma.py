@@ -68,13 +68,14 @@ def store(dst, vals, op, what="source"):
 
 
 @instruction
-def dma_copy(dst, src, dst_rmw_op=None, oob_mode=_oob_mode.error, dge_mode=_dge_mode.unknown, engine=_engine.unknown,
-             unique_indices=True, priority=None, name=None):
+def dma_copy(dst, src, priority=None, oob_mode=_oob_mode.error, dge_mode=_dge_mode.unknown, engine=_engine.unknown,
+             name=None, *, dst_rmw_op=None, unique_indices=True):
     """Copy ``src`` to ``dst`` with a DMA engine: each is an HBM tensor/region or an SBUF tile (PSUM is
     not reachable). Element counts must match (shapes may differ); different dtypes convert
-    through fp32. ``dst_rmw_op=nl.add`` adds src to what dst holds (only with oob_mode=error);
-    ``oob_mode=skip`` skips the out-of-bounds rows of an indirect (vector_offset) access.
-    ``dge_mode``, ``engine``, ``unique_indices`` and ``priority`` do not change results.
+    through fp32. ``oob_mode=skip`` skips the out-of-bounds rows of an indirect (vector_offset)
+    access. ``priority``, ``dge_mode`` and ``engine`` do not change results. Keyword-only, from
+    earlier releases' page: ``dst_rmw_op=nl.add`` adds src to what dst holds (only with
+    oob_mode=error) and ``unique_indices``.
     (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/generated/nki.isa.dma_copy.html)
     """
     op = "dma_copy"
@@ -125,7 +126,7 @@ def dma_compute(dst, srcs, reduce_op, scales=None, unique_indices=True, oob_mode
 
 
 @instruction
-def dma_transpose(dst, src, axes=None, dge_mode=None, name=None):
+def dma_transpose(dst, src, axes=None, priority=None, dge_mode=_dge_mode.unknown, oob_mode=_oob_mode.error, name=None):
     """Transpose ``src`` (HBM or SBUF) into ``dst`` (SBUF or HBM) through DMA: 2-D swaps the axes,
     3-D reverses them, 4-D permutes ``[3, 1, 2, 0]``, or ``axes`` when given."""
     vals = np.asarray(read(src, "dma_transpose"))

@@ -273,17 +273,20 @@ def psum_accumulate(dst, values, accumulate, op):
     elements never written and adds onto the others ("first write overwrites, later writes
     accumulate", as the compiler infers it)."""
     vals = np.asarray(values, np.float32).reshape(dst.shape)
+    if accumulate is False:
+        return vals
     written = psum_state(dst)
-    current = dt.compute_view(dst.data).astype(np.float32)
     if accumulate is True:
         if not written.all():
             raise NKIError("matmul accumulate", f"nisa.{op}(accumulate=True) into PSUM dst {dst.shape} whose "
                            "elements were never written; the first matmul into a PSUM location must overwrite "
                            "(accumulate=False or None)")
+    elif not written.any():
+        return vals
+    current = dt.compute_view(dst.data).astype(np.float32, copy=False)
+    if accumulate is True or written.all():
         return current + vals
-    if accumulate is None and written.any():
-        return np.where(written, current + vals, vals)
-    return vals
+    return np.where(written, current + vals, vals)
 
 
 def new_tile(shape, dtype, buffer=sbuf):

@@ -78,10 +78,10 @@ def _draw(state, parts, n):
     return out
 
 
-def _engine(engine, op, *tiles):
+def _engine(engine, op, *tiles, default="Vector"):
     eng = engine_name(engine)
     if eng in ("unknown", "None"):
-        eng = "Vector"
+        eng = default
     if eng not in ("Vector", "GpSimd"):
         raise NKIError("engine", f"nisa.{op}: engine {engine!r}; the random number generators are on the Vector "
                        "and GpSimd engines")
@@ -90,15 +90,15 @@ def _engine(engine, op, *tiles):
 
 
 @instruction
-def rand_set_state(src_seeds, engine=None, name=None):
+def rand_set_state(src_seeds, engine="GpSimd", name=None):
     """Seed the PRNG of each compute lane from the matching partition of ``src_seeds`` (uint32, 6
     values per lane on GpSimd, 24 on Vector). NeuronCore-v3+ (Vector: v4+)."""
     from . import target
 
     op = "rand_set_state"
     target.require(op, target.nc_version.gen3)
-    s = tile_operand(src_seeds, "src_seeds", op)
-    eng = _engine(engine, op, s)
+    s = tile_operand(src_seeds, "src_seeds", op, (sbuf,))
+    eng = _engine(engine, op, s, default="GpSimd")
     if eng == "Vector":
         target.require(op + " on the Vector engine", target.nc_version.gen4)
     if s.dtype != dt.uint32:
@@ -112,12 +112,19 @@ def rand_set_state(src_seeds, engine=None, name=None):
 
 
 @instruction
-def rand_get_state(dst, engine=None, name=None):
+def rand_get_state(dst, engine="GpSimd", name=None):
     """Write the PRNG state of each lane into the matching partition of ``dst`` (uint32, 6 values per
     lane on GpSimd, 24 on Vector)."""
+    from . import target
+
     op = "rand_get_state"
+    target.require(op, target.nc_version.gen3)
     d = check_dst(dst, op)
-    eng = _engine(engine, op, d)
+    eng = _engine(engine, op, d, default="GpSimd")
+    if eng == "Vector":
+        target.require(op + " on the Vector engine", target.nc_version.gen4)
+    elif target.get_nc_version() < target.nc_version.gen4 and d.buffer.name != "sbuf":
+        raise NKIError("dst memory", f"nisa.{op}: on NeuronCore-v3 dst must be in SBUF")
     if d.dtype != dt.uint32:
         raise NKIError("dtype", f"nisa.{op}: dst dtype {d.dtype}; it must be uint32")
     want = 6 if eng == "GpSimd" else 24
@@ -142,17 +149,23 @@ def set_rng_seed(src_seeds, name=None):
 
 
 @instruction
-def rng(dst, engine=None, name=None):
+def rng(dst, engine="Vector", name=None):
     """Fill ``dst`` with raw 32-bit XORWOW values of each lane's generator, converted to ``dst.dtype``."""
+    from . import target
+
     d = check_dst(dst, "rng")
     eng = _engine(engine, "rng", d)
+    if eng == "GpSimd":
+        target.require("rng on the GpSimd engine", target.nc_version.gen3)
+    if d.dtype not in (dt.int8, dt.int16, dt.int32, dt.uint8, dt.uint16, dt.uint32):
+        raise NKIError("dst dtype", f"nisa.rng: dst dtype {d.dtype}; it must be int8, int16, int32, uint8, uint16 "
+                       "or uint32 (the random bits, least significant first)")
     vals = _draw(_state(eng), d.shape[0], per_partition(d.shape))
     _prof.instruction(eng, vals)
-    if np.issubdtype(d.dtype, np.integer):
-        vals = vals.astype(np.int64) & int(np.iinfo(d.dtype).max) if d.dtype.itemsize < 4 else vals
-        write(d, np.asarray(vals).astype(d.dtype).reshape(d.shape), "rng")
-    else:
-        write(d, vals.astype(np.float64).reshape(d.shape), "rng")
+    # Each element keeps the least significant bits of its 32-bit draw.
+    unsigned = np.dtype(f"uint{8 * d.dtype.itemsize}")
+    low = (vals & np.uint32(np.iinfo(unsigned).max)).astype(unsigned).view(d.dtype)
+    write(d, low.reshape(d.shape), "rng")
 
 
 def uniform(parts, n, eng="Vector"):
@@ -187,8 +200,11 @@ def dropout(dst, data, prob, name=None):
     x = tile_operand(data, "data", op)
     if x.shape[0] != d.shape[0] or per_partition(x.shape) != per_partition(d.shape):
         raise NKIError("dst shape", f"nisa.{op}: dst {d.shape} must match data {x.shape}")
-    if np.issubdtype(x.dtype, np.integer) and d.dtype != x.dtype:
-        raise NKIError("dtype", f"nisa.{op}: integer data {x.dtype} needs a dst of the same dtype, got {d.dtype}")
+    if d.dtype != x.dtype:
+        raise NKIError("dtype", f"nisa.{op}: dst dtype {d.dtype} must match data dtype {x.dtype}")
+    if np.issubdtype(x.dtype, np.integer) and isinstance(prob, Tile) and prob.dtype != dt.float32:
+        raise NKIError("dtype", f"nisa.{op}: with integer data ({x.dtype}) a prob tile must be float32, got "
+                       f"{prob.dtype}")
     p = column(prob, x.shape[0], "prob", op)
     u = uniform(x.shape[0], per_partition(x.shape))
     v = rows(dt.compute_view(x.data), x.shape[0])

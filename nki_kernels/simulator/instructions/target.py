@@ -57,6 +57,11 @@ def get_nc_version():
     return v if v is not None else _from_env()
 
 
+def get_nc_sub_version():
+    """The silicon revision within the target's ``nc_version`` (0: first revision, the simulated one)."""
+    return 0
+
+
 @contextlib.contextmanager
 def use(version):
     """Simulate ``version`` (an ``nc_version`` or its name) inside the ``with`` block."""

@@ -20,20 +20,18 @@ QUADRANT = 32  # partitions of a Vector Engine cross-partition quadrant
 SHUFFLE_KEEP = 255  # shuffle_mask value: leave the output partition unmodified
 
 
+_QUADRANT_STARTS = {32: (0, 32, 64, 96), 64: (0, 64), 96: (0,), 128: (0,)}
+
+
 def _quadrant_rule(op, name, tile, active):
-    """Partition start/count rule of the Vector Engine's cross-partition datapath: an access of
-    up to 32 partitions stays inside one 32-partition quadrant; a wider one starts on a quadrant
-    boundary (the shuffle moves data "within a quadrant of 32 partitions")."""
+    """The page's start-partition rule: with ``num_active_partitions`` = 32 the access starts at
+    0/32/64/96, with 64 at 0/64, with 96 or 128 at 0."""
     start, count = partition_range(tile)
-    if active <= QUADRANT:
-        if start // QUADRANT != (start + count - 1) // QUADRANT:
-            raise NKIError("partition quadrant", f"nisa.{op}: {name} covers partitions {start}..{start + count - 1}, "
-                           f"which cross a 32-partition quadrant boundary; an access of up to 32 partitions must "
-                           "stay within one quadrant (0-31, 32-63, 64-95, 96-127)")
-    elif start % QUADRANT:
-        raise NKIError("partition quadrant", f"nisa.{op}: {name} starts at partition {start} and spans {count} "
-                       "partitions; an access of more than 32 partitions must start on a quadrant boundary "
-                       "(0, 32, 64 or 96)")
+    allowed = _QUADRANT_STARTS[active]
+    if start not in allowed:
+        raise NKIError("partition quadrant", f"nisa.{op}: {name} starts at partition {start} ({count} partitions); "
+                       f"with num_active_partitions={active} the start partition must be "
+                       f"{'/'.join(map(str, allowed))}")
 
 
 @instruction
@@ -44,8 +42,8 @@ def nc_stream_shuffle(dst, src, shuffle_mask, name=None):
     partition unmodified); the same mask applies to every quadrant of ``dst``,
     quadrants counted from each operand's first partition. src and dst are in
     SBUF or PSUM, have the same dtype and elements per partition; the shuffle may
-    be in place. An access of up to 32 partitions stays in one quadrant, a wider
-    one starts on a quadrant boundary.
+    be in place. With ``num_active_partitions = ceil(max(src, dst partitions) / 32) * 32``
+    the src and dst start partitions must be 0/32/64/96 (32 active), 0/64 (64) or 0 (96, 128).
     (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/generated/nki.isa.nc_stream_shuffle.html)
     """
     d = check_dst(dst, "nc_stream_shuffle")
@@ -237,7 +235,7 @@ def nc_match_replace8(dst, data, vals, imm, dst_idx=None, name=None):
 # selects and cumulative ops
 # ---------------------------------------------------------------------------
 @instruction
-def range_select(dst, on_true_tile, comp_op0, comp_op1, bound0, bound1, reduce_cmd="idle", reduce_res=None,
+def range_select(dst, on_true_tile, comp_op0, comp_op1, bound0, bound1, reduce_cmd="reset_reduce", reduce_res=None,
                  reduce_op=np.maximum, range_start=0.0, on_false_value=0.0, name=None):
     """``dst = where(comp_op0(i + range_start, bound0) & comp_op1(i + range_start, bound1), on_true_tile,
     on_false_value)`` with ``i`` the free index of each element (Vector engine, NeuronCore-v3+); the

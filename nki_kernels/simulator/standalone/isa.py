@@ -21,8 +21,9 @@ from ..instructions.registers import (VirtualRegister, register_alloc, register_
 from ..instructions.rng import dropout, rand2, rand_get_state, rand_set_state, rng, set_rng_seed
 from ..instructions.scalar import activate2, activation, activation_reduce
 from ..instructions.tensor import nc_matmul, nc_transpose
-from ..instructions.target import (dge_mode, dma_engine, engine, get_nc_version, matmul_perf_mode, nc_version,
-                                   oob_mode, reduce_cmd)
+from ..errors import NKIError as NkiValidationError  # noqa: F401 - the page's name for a broken hardware rule
+from ..instructions.target import (dge_mode, dma_engine, engine, get_nc_sub_version, get_nc_version,
+                                   matmul_perf_mode, nc_version, oob_mode, reduce_cmd)
 from ..instructions.vector import (bn_aggr, bn_stats, exponential, max8, memset, nc_find_index8, nc_match_replace8,
                                    nc_stream_shuffle, range_select, reciprocal, scalar_tensor_tensor,
                                    select_reduce, tensor_copy, tensor_copy_predicated, tensor_reduce,
@@ -45,8 +46,8 @@ __all__ = sorted(n for n in (
     "reciprocal", "quantize_mx", "iota", "dropout", "affine_select", "range_select", "select_reduce",
     "sequence_bounds", "memset", "bn_stats", "bn_aggr", "local_gather", "nc_n_gather", "dma_copy", "dma_transpose",
     "dma_compute", "max8", "nc_find_index8", "nc_match_replace8", "nc_stream_shuffle", "register_alloc",
-    "register_load", "register_move", "register_store", "core_barrier", "sendrecv", "sendrecv_compute", "rng", "rand2",
-    "rand_set_state", "rand_get_state", "set_rng_seed", "nonzero_with_count", "topk",
+    "register_load", "register_move", "register_store", "core_barrier", "sendrecv", "sendrecv_compute", "rng",
+    "rand2", "rand_set_state", "rand_get_state", "set_rng_seed", "nonzero_with_count", "topk",
     "engine", "dma_engine", "reduce_cmd", "dge_mode", "oob_mode", "matmul_perf_mode", "nc_version",
-    "get_nc_version", "VirtualRegister", "unknown_engine", "tensor_engine", "vector_engine", "scalar_engine",
-    "gpsimd_engine") if n in globals())
+    "get_nc_version", "get_nc_sub_version", "NkiValidationError", "VirtualRegister",
+    "unknown_engine", "tensor_engine", "vector_engine", "scalar_engine", "gpsimd_engine") if n in globals())
