@@ -182,17 +182,18 @@ class NeuronEnvironment:
     def __rich__(self):
         from rich.console import Group
         from rich.table import Table
+        from rich.text import Text  # plain text: "kernel[grid]" is not console markup
 
         found = Table(title="Neuron packages", title_justify="left")
         for col in ("package", "found", "version", "note"):
             found.add_column(col, overflow="fold")
         for p in self.packages:
-            found.add_row(p.name, "yes" if p.found else "no", p.version or "-", p.note)
+            found.add_row(*(Text(c) for c in (p.name, "yes" if p.found else "no", p.version or "-", p.note)))
         paths = Table(title=f"Kernel stack: {self.kernel_stack}  (SDK: {self.sdk})", title_justify="left")
         for col in ("framework", "path", "why"):
             paths.add_column(col, overflow="fold")
         for r in self.routes:
-            paths.add_row(r.framework, r.path, r.reason)
+            paths.add_row(Text(r.framework), Text(r.path), Text(r.reason))
         return Group(found, paths)
 
     def __str__(self) -> str:
@@ -232,6 +233,8 @@ def _routes(stack, jax_nki_call, jax_found, xla_found, torch_neuronx_found, neur
         else:
             where = "jax_neuronx found without nki_call (SDK 2.23+)" if jax_found else \
                 "jax_neuronx not importable: JAX sees no NeuronDevice, the genuine kernel will not lower"
+            if stack == "nki":
+                where += "; standalone kernel[n] is a core count, so SPMD-grid launches are refused"
             jax = Route("JAX", "kernel[grid](*arrays, **static) on jax.Arrays / tracers, inside our custom_vjp, "
                         "vmap and custom_partitioning rules", where)
     cpu = Route("torch CPU", sim, "CPU tensors never reach a NeuronDevice" +

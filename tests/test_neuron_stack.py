@@ -146,6 +146,7 @@ def test_sdk_2_23_jax_calls_the_neuronxcc_kernel_directly_on_tracers():
     out = run_era("sdk_2_23", JAX_OPS)
     check_jax_values(out)
     assert out["stack"] == "neuronxcc" and "2.23-2.26" in out["env"]
+    assert "kernel[grid](*arrays, **static)" in out["env"]  # printed as text, not read as console markup
     assert {c["entry"] for c in op_calls(out)} == {"neuronxcc.nki.jit"}
     add = one_launch(by_kernel(op_calls(out), "tensor_add_kernel"))
     assert add["grid"] == [2, 2] and all(arg["type"].endswith("Tracer") for arg in add["args"])
