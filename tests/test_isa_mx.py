@@ -136,3 +136,27 @@ def test_nc_matmul_mx_rejects_unpacked_operands():
 
     with target.use("gen4"), pytest.raises(NKIError, match="packed MX"):
         nki.simulate(k)(np.zeros((32, 4), np.float32))
+
+
+def test_nc_matmul_mx_tiling_rules():
+    @nki.jit
+    def k(a, pos=None, size=None, m=4):
+        t = nl.ndarray(a.shape, dtype=nl.bfloat16, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=a)
+        q = nl.ndarray((32, a.shape[1] // 4), dtype=dt.float8_e4m3fn_x4, buffer=nl.sbuf)
+        s = nl.zeros((32, a.shape[1] // 4), dtype=nl.uint8, buffer=nl.sbuf)
+        nisa.quantize_mx(dst=q, src=t, dst_scale=s)
+        acc = nl.ndarray((m, a.shape[1] // 4), dtype=nl.float32, buffer=nl.psum)
+        nisa.nc_matmul_mx(dst=acc, stationary=q[:, 0:m], moving=q, stationary_scale=s, moving_scale=s,
+                          tile_position=pos, tile_size=size)
+        return a
+
+    a = _mixed(32, 16)
+    with target.use("gen4"):
+        nki.simulate(k)(a, pos=(32, 0), size=(32, 128))  # valid: second 32-row tile
+        with pytest.raises(NKIError, match="both be set"):
+            nki.simulate(k)(a, size=(32, 128))
+        with pytest.raises(NKIError, match="multiple of the row size"):
+            nki.simulate(k)(a, pos=(16, 0), size=(32, 128))
+        with pytest.raises(NKIError, match="even"):
+            nki.simulate(k)(a, m=3)

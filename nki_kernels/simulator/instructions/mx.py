@@ -116,8 +116,9 @@ def nc_matmul_mx(dst, stationary, moving, stationary_scale, moving_scale, tile_p
     """``dst[m, n] = sum_{k, q} S[k, m, q] * s_S[k // 8, m] * M[k, n, q] * s_M[k // 8, n]`` on the Tensor
     engine: stationary [K, M] and moving [K, N] packed MX tiles (``float8_e4m3fn_x4`` /
     ``float8_e5m2_x4`` / ``float4_e2m1fn_x4``; the 4 values of an element run along the
-    contraction) with their e8m0 scale tiles; K a multiple of 32 and <= 128, M <= 128, N <= 512;
-    dst a float32 (or bfloat16) PSUM tile, accumulating as ``nc_matmul`` does. NeuronCore-v4+.
+    contraction) with their e8m0 scale tiles; K a multiple of 32 and <= 128, M even and <= 128,
+    N <= 4096 (8192 for a bfloat16 dst); dst a float32 (or bfloat16) PSUM tile, accumulating as
+    ``nc_matmul`` does; row tiling with ``tile_position`` / ``tile_size`` (both or neither). NeuronCore-v4+.
     (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/generated/nki.isa.nc_matmul_mx.html)
     """
     op = "nc_matmul_mx"
@@ -137,14 +138,21 @@ def nc_matmul_mx(dst, stationary, moving, stationary_scale, moving_scale, tile_p
                        "partition (contraction) size")
     if K % 32 or K > 128:
         raise NKIError("matmul operands", f"nisa.{op}: contraction size {K} must be a multiple of 32, <= 128")
-    if M > 128 or N > 512:
-        raise NKIError("matmul operands", f"nisa.{op}: stationary free size {M} must be <= 128 and moving free "
-                       f"size {N} <= 512")
+    n_max = 4096 if d.dtype == dt.float32 else 8192  # the whole PSUM (8 banks)
+    if M > 128 or M % 2 or N > n_max:
+        raise NKIError("matmul operands", f"nisa.{op}: stationary free size {M} must be even and <= 128, moving "
+                       f"free size {N} <= {n_max} (8 PSUM banks of {d.dtype})")
+    if (tile_position is None) != (tile_size is None):
+        raise NKIError("tile_size", f"nisa.{op}: tile_position and tile_size must both be set to use row tiling")
     if tile_size is not None:
-        rows_, cols = (tuple(tile_size) + (128,))[:2]
+        rows_, cols = tuple(int(v) for v in tile_size)
+        start, col0 = tuple(int(v) for v in tile_position)
         if rows_ not in (32, 64, 128) or cols != 128 or K > rows_:
             raise NKIError("tile_size", f"nisa.{op}: tile_size {tuple(tile_size)}: row size 128, 64 or 32 (at "
                            f"least the stationary's {K} partitions) and column size 128")
+        if col0 != 0 or start % rows_ or start + rows_ > 128:
+            raise NKIError("tile_position", f"nisa.{op}: tile_position {tuple(tile_position)}: start column 0, start "
+                           f"row a multiple of the row size {rows_} within the 128 PE rows")
     if d.shape[0] != M or per_partition(d.shape) != N:
         raise NKIError("dst shape", f"nisa.{op}: dst {d.shape} must be [{M}, {N}]")
     sv = dt.unpack_x4(rows(s.data, K)).reshape(K, M, 4).astype(np.float64)
