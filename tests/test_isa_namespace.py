@@ -78,7 +78,7 @@ SIGNATURES = {  # current reference pages
                       "reverse_pred", "name"],
     "sequence_bounds": ["dst", "segment_ids", "name"],
     "nc_n_gather": ["dst", "data", "indices", "name"],
-    "nonzero_with_count": ["dst", "src", "index_offset", "padding_val"],
+    "nonzero_with_count": ["dst", "src", "index_offset", "padding_val", "name"],
     "tensor_scalar_cumulative": ["dst", "src", "op0", "op1", "imm0", "imm1", "reduce_cmd", "name"],
     "tensor_scalar_reduce": ["dst", "data", "op0", "operand0", "reduce_op", "reduce_res", "reverse0",
                              "reduce_cmd", "reduce_init", "reduce_res_negate", "name"],

@@ -98,7 +98,7 @@ def nc_n_gather(dst, data, indices, name=None):
 
 
 @instruction
-def nonzero_with_count(dst, src, index_offset=0, padding_val=-1):
+def nonzero_with_count(dst, src, index_offset=0, padding_val=-1, name=None):
     """Per GpSimd core (partitions 0, 16, ..., 112 only): the positions (plus ``index_offset``) of the
     nonzero elements of that partition of ``src``, then ``padding_val``, then the count, into
     ``dst`` (one more element per partition than src); other partitions of dst are unmodified.
@@ -111,6 +111,8 @@ def nonzero_with_count(dst, src, index_offset=0, padding_val=-1):
     target.require(op, target.nc_version.gen3)
     d = check_dst(dst, op, _SB)
     s = tile_operand(src, "src", op, _SB)
+    if s.dtype not in (dt.float32, dt.int32) or d.dtype != dt.int32:
+        raise NKIError("dtype", f"nisa.{op}: src ({s.dtype}) must be float32 or int32 and dst ({d.dtype}) int32")
     n = per_partition(s.shape)
     if d.shape[0] != s.shape[0] or per_partition(d.shape) != n + 1:
         raise NKIError("dst shape", f"nisa.{op}: dst {d.shape} must have src's {s.shape[0]} partitions and "
