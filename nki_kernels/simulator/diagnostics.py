@@ -94,7 +94,21 @@ class Region:
 
     @classmethod
     def of(cls, index, mask=None):
-        """The region of a resolved index, honouring ``mask``."""
+        """The region of a resolved index, honouring ``mask`` (unmasked: one shared object per
+        index, as resolved indices are shared by the iterations of a loop)."""
+        if mask is None:
+            hit = _REGION_OF.get(id(index))
+            if hit is not None and hit[0] is index:
+                return hit[1]
+            region = cls._of(index, None)
+            if len(_REGION_OF) >= 8192:
+                _REGION_OF.clear()
+            _REGION_OF[id(index)] = (index, region)
+            return region
+        return cls._of(index, mask)
+
+    @classmethod
+    def _of(cls, index, mask):
         from .indexing import full_mask
 
         if mask is not None:
@@ -197,6 +211,7 @@ class Region:
 
 
 _WHOLE = {}  # shape -> Region.whole(shape)
+_REGION_OF = {}  # id(index) -> (index, Region.of(index)) (the index is kept, so its id stays its own)
 
 
 def _strided_box(index):
