@@ -428,6 +428,8 @@ ILLEGAL = [
     ("split partitions", lambda: _sbuf((8, 4)).reshape_dim(0, (2, 4)), "partition dimension"),
     ("split of the wrong size", lambda: _sbuf((8, 6)).reshape_dim(1, (4, 2)), "reshape"),
     ("merge after permute", lambda: _sbuf((8, 2, 3)).permute((0, 2, 1)).flatten_dims(1, 2), "flatten_dims"),
+    ("merge across a size-1 dim", lambda: _hbm((2, 3, 4)).slice(1, 0, 1).slice(2, 0, 2).flatten_dims(0, 2),
+     "flatten_dims"),
     ("merge partitions", lambda: _sbuf((8, 2, 3)).flatten_dims(0, 1), "partition dimension"),
     ("reshape changes partitions", lambda: _sbuf((8, 6)).reshape((4, 12)), "reshape"),
     ("reshape needs a copy", lambda: _hbm((4, 6)).permute((1, 0)).reshape((24,)), "reshape"),
@@ -465,3 +467,6 @@ def test_legal_edges_are_accepted():
     assert _hbm((4, 8)).ap([[0, 3], [1, 8]]).shape == (3, 8)  # re-reading rows (stride 0) is legal
     assert _sbuf((8, 1)).broadcast(1, 4).is_contiguous() is False
     assert _sbuf((8, 4)).reshape_dim(0, (8,)).shape == (8, 4)  # a trivial split of the partition dim
+    h = _hbm((2, 3, 4))
+    merged = h.expand_dim(1).flatten_dims(0, 2)  # size-1 dims merge with anything
+    np.testing.assert_array_equal(merged.data, h.data.reshape(6, 4))

@@ -650,12 +650,12 @@ class NkiTensor(NKIObject):
         if a > b:
             raise NKIError("flatten_dims", f"{what}: start_dim {a} > end_dim {b}")
         _not_partition(lay, a, what, "cannot merge the partition dimension (start_dim must be > 0)")
-        for i in range(a, b):
-            if lay.shape[i + 1] != 1 and lay.shape[i] != 1 and lay.strides[i] != lay.shape[i + 1] * lay.strides[i + 1]:
-                raise NKIError("flatten_dims", f"{what}({a}, {b}): dims {i} and {i + 1} (shape {lay.shape}, strides "
+        inner = [i for i in range(a, b + 1) if lay.shape[i] != 1]  # size-1 dims do not move the address
+        for i, j in zip(inner, inner[1:]):
+            if lay.strides[i] != lay.shape[j] * lay.strides[j]:
+                raise NKIError("flatten_dims", f"{what}({a}, {b}): dims {i} and {j} (shape {lay.shape}, strides "
                                f"{lay.strides}) are not contiguous in storage, so they cannot merge into one "
                                "dimension")
-        inner = [i for i in range(a, b + 1) if lay.shape[i] != 1]
         stride = lay.strides[inner[-1]] if inner else lay.strides[b]
         merged = math.prod(lay.shape[a:b + 1])
         return materialize(lay.replace(shape=lay.shape[:a] + (merged,) + lay.shape[b + 1:],
