@@ -13,8 +13,8 @@ from .. import profile as _prof
 from ..core import Tile, psum
 from ..errors import NKIError
 from ..indexing import _full_mask
-from .operands import (check_dst, column, instruction, partition_range, per_partition, rows, same_rows,
-                       tile_operand, values_of, write)
+from .operands import (alu, check_dst, column, engine_name, identity_of, instruction, no_gpsimd_psum,
+                       partition_range, per_partition, rows, same_rows, scratch, tile_operand, values_of, write)
 
 QUADRANT = 32  # partitions of a Vector Engine cross-partition quadrant
 SHUFFLE_KEEP = 255  # shuffle_mask value: leave the output partition unmodified
@@ -255,7 +255,6 @@ def range_select(dst, on_true_tile, comp_op0, comp_op1, bound0, bound1, reduce_c
     idx = np.arange(v.shape[1], dtype=np.float32)[None, :] + np.float32(range_start)
     b0 = column(bound0, parts, "bound0", op)
     b1 = column(bound1, parts, "bound1", op)
-    from .operands import alu
 
     cond = np.asarray(alu(comp_op0)(idx, b0), bool) & np.asarray(alu(comp_op1)(idx, b1), bool)
     out = np.where(cond, v, np.float32(on_false_value))
@@ -279,7 +278,6 @@ def select_reduce(dst, predicate, on_true, on_false, reduce_res=None, reduce_cmd
     (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/generated/nki.isa.select_reduce.html)
     """
     from . import registers
-    from .operands import alu
 
     op = "select_reduce"
     d = check_dst(dst, op)
@@ -321,7 +319,6 @@ def tensor_scalar_cumulative(dst, src, op0, op1, imm0, imm1=None, reduce_cmd="re
     (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/generated/nki.isa.tensor_scalar_cumulative.html)
     """
     from . import registers
-    from .operands import alu, identity_of
     from .target import command
 
     op = "tensor_scalar_cumulative"
@@ -376,7 +373,6 @@ def scalar_tensor_tensor(dst, data, op0, operand0, op1, operand1, reverse0=False
     not both in PSUM; ``reverse0`` / ``reverse1`` swap an operator's inputs.
     (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/generated/nki.isa.scalar_tensor_tensor.html)
     """
-    from .operands import alu
 
     op = "scalar_tensor_tensor"
     d = check_dst(dst, op)
@@ -453,7 +449,6 @@ def tensor_copy(dst, src, engine="unknown", name=None):
     ``src``'s partition size and elements per partition. GpSimd cannot access PSUM.
     (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/generated/nki.isa.tensor_copy.html)
     """
-    from .operands import engine_name, no_gpsimd_psum, scratch
 
     d = check_dst(dst, "tensor_copy")
     no_gpsimd_psum(engine_name(engine), "tensor_copy", src, d)
@@ -472,7 +467,6 @@ def tensor_tensor(dst, data1, data2, op, engine="unknown", name=None):
     and cannot both be in PSUM; ``dst`` may be SBUF or PSUM. fp32 compute,
     rounded to ``dst.dtype``.
     """
-    from .operands import alu, engine_name, no_gpsimd_psum, scratch
 
     d = check_dst(dst, "tensor_tensor")
     a = _gen1()._tile(data1, "data1", "tensor_tensor")
@@ -499,7 +493,6 @@ def tensor_scalar(dst, data, op0, operand0=None, reverse0=False, op1=None, opera
     one-input ``op0`` (``nl.exp`` ...) without ``operand0`` applies it. fp32 compute,
     rounded to ``dst.dtype``; data and dst in SBUF or PSUM (SBUF only on GpSimd).
     """
-    from .operands import alu, engine_name, no_gpsimd_psum, scratch
 
     d = check_dst(dst, "tensor_scalar")
     no_gpsimd_psum(engine_name(engine), "tensor_scalar", data, operand0, operand1, d)
@@ -523,7 +516,6 @@ def tensor_scalar_reduce(dst, data, op0, operand0, reduce_op, reduce_res=None, r
     (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/generated/nki.isa.tensor_scalar_reduce.html)
     """
     from . import registers
-    from .operands import scratch
 
     d = check_dst(dst, "tensor_scalar_reduce")
     x = _gen1()._tile(data, "data", "tensor_scalar_reduce")
@@ -546,7 +538,6 @@ def tensor_reduce(dst, op, data, axis, negate=False, keepdims=False, name=None):
     (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/generated/nki.isa.tensor_reduce.html)
     """
     from .. import language as _nl1
-    from .operands import scratch
 
     d = check_dst(dst, "tensor_reduce")
     x = _gen1()._tile(data, "data", "tensor_reduce")
@@ -562,7 +553,6 @@ def tensor_reduce(dst, op, data, axis, negate=False, keepdims=False, name=None):
 @instruction
 def tensor_tensor_scan(dst, data0, data1, initial, op0, op1, reverse0=False, reverse1=False, name=None):
     """Scan along the free axis: ``r[i] = op1(op0(data0[i], r[i-1]), data1[i])`` into ``dst``."""
-    from .operands import scratch
 
     d = check_dst(dst, "tensor_tensor_scan")
     with scratch():
@@ -573,7 +563,6 @@ def tensor_tensor_scan(dst, data0, data1, initial, op0, op1, reverse0=False, rev
 @instruction
 def memset(dst, value, engine="unknown", name=None):
     """Fill ``dst`` with the constant ``value`` (Vector or GpSimd engine; GpSimd cannot reach PSUM)."""
-    from .operands import engine_name, no_gpsimd_psum
 
     d = check_dst(dst, "memset")
     eng = engine_name(engine)
@@ -585,7 +574,6 @@ def memset(dst, value, engine="unknown", name=None):
 @instruction
 def bn_stats(dst, data, name=None):
     """Per-partition mean/variance statistics of ``data`` (<= 512 elements) into ``dst`` (Vector engine)."""
-    from .operands import scratch
 
     d = check_dst(dst, "bn_stats")
     with scratch():
@@ -596,7 +584,6 @@ def bn_stats(dst, data, name=None):
 @instruction
 def bn_aggr(dst, data, name=None):
     """Combine ``bn_stats`` outputs into [P, 2] mean and variance in ``dst``."""
-    from .operands import scratch
 
     d = check_dst(dst, "bn_aggr")
     with scratch():
