@@ -91,6 +91,7 @@ class engine(enum.Enum):
     vector = "Vector"
     scalar = "Scalar"
     gpsimd = "GpSimd"
+    dma = "DMA"  # the DMA engines (engine.dma of the current reference)
     sync = "Sync"
 
     def __eq__(self, other):
