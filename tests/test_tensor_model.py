@@ -470,3 +470,42 @@ def test_legal_edges_are_accepted():
     h = _hbm((2, 3, 4))
     merged = h.expand_dim(1).flatten_dims(0, 2)  # size-1 dims merge with anything
     np.testing.assert_array_equal(merged.data, h.data.reshape(6, 4))
+
+
+# ---------------------------------------------------------------------------
+# nl.NKIObject and nl.NkiTensor as types
+# ---------------------------------------------------------------------------
+def test_nkiobject_is_the_base_of_config_dataclasses():
+    from dataclasses import FrozenInstanceError, dataclass
+
+    @dataclass(frozen=True, eq=True)
+    class HardwareParams(nl.NKIObject):
+        alus: int = 8
+        index_dtype: type = nl.uint32
+
+    @dataclass
+    class Config(nl.NKIObject):
+        k: int
+        sorted: bool
+
+    hw = HardwareParams()
+    assert hw.alus == 8 and hw.index_dtype == nl.uint32 and hw == HardwareParams() and hash(hw) == hash(HardwareParams())
+    with pytest.raises(FrozenInstanceError):
+        hw.alus = 4
+    cfg = Config(k=2, sorted=True)
+    cfg.k = 3
+    assert cfg == Config(3, True) and isinstance(cfg, nl.NKIObject)
+
+    class Plain(nl.NKIObject):
+        pass
+
+    assert Plain(a=1, b="x").b == "x"
+    with pytest.raises(TypeError, match="subclass"):
+        nl.NKIObject(a=1)
+
+
+def test_every_tensor_is_an_nkitensor():
+    t, h = _sbuf((4, 8)), _hbm((4, 8))
+    for x in (t, t[0:2, :], t.slice(1, 0, 4), h, h[1], h.ap([[8, 2], [1, 8]])):
+        assert isinstance(x, nl.NkiTensor) and isinstance(x, nl.NKIObject)
+    assert nki.tensor.NkiTensor is nl.NkiTensor and h.size == 32 and h[1].size == 8

@@ -17,5 +17,9 @@ class NKIObject:
     __slots__ = ()  # subclasses with __slots__ (on-chip tiles) stay slotted
 
     def __init__(self, **kwargs) -> None:
+        if kwargs and not hasattr(self, "__dict__"):
+            # the bare base (and NkiTensor) are slotted so tiles stay slotted; subclasses have a __dict__
+            raise TypeError(f"{type(self).__name__}({', '.join(kwargs)}=...): keyword attributes need a subclass "
+                            "(class MyConfig(nl.NKIObject): ...)")
         for key, value in kwargs.items():
             setattr(self, key, value)
