@@ -86,3 +86,23 @@ def test_rand2_needs_neuroncore_v4():
     x = np.ones((16, 32), np.float32)
     with pytest.raises(NKIError, match="NeuronCore-v4"):
         nki.simulate(draws)(np.array([[1]], np.uint32), x, 0.5)
+
+
+def test_rng_keeps_the_low_bits_and_needs_an_integer_dst():
+    @nki.jit
+    def k(seed, dtype=nl.uint32):
+        s = nl.ndarray((1, 1), dtype=nl.uint32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=s, src=seed)
+        nisa.set_rng_seed(s)
+        raw = nl.ndarray((4, 16), dtype=dtype, buffer=nl.sbuf)
+        nisa.rng(raw)
+        o = nl.ndarray(raw.shape, dtype=dtype, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=o, src=raw)
+        return o
+
+    seed = np.array([[5]], np.uint32)
+    full = nki.simulate(k)(seed)
+    low16 = nki.simulate(k)(seed, dtype=nl.int16)
+    np.testing.assert_array_equal(low16, (full & 0xFFFF).astype(np.uint16).view(np.int16))
+    with pytest.raises(NKIError, match="int8, int16"):
+        nki.simulate(k)(seed, dtype=nl.float32)
