@@ -509,3 +509,16 @@ def test_every_tensor_is_an_nkitensor():
     for x in (t, t[0:2, :], t.slice(1, 0, 4), h, h[1], h.ap([[8, 2], [1, 8]])):
         assert isinstance(x, nl.NkiTensor) and isinstance(x, nl.NKIObject)
     assert nki.tensor.NkiTensor is nl.NkiTensor and h.size == 32 and h[1].size == 8
+
+
+def test_scalar_offset_from_a_virtual_register_is_read_at_use():
+    regs = pytest.importorskip("nki_kernels.simulator.instructions.registers")
+    h = _hbm((4, 6))
+    reg = regs.VirtualRegister(1)
+    row = h.select(0, reg)
+    np.testing.assert_array_equal(row.data, h.data[1])
+    reg.value = 3
+    np.testing.assert_array_equal(row.data, h.data[3])
+    reg.value = 4
+    with pytest.raises(NKIError, match="out-of-bounds"):
+        row.data

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import functools
 import math
+import operator
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
@@ -227,11 +228,11 @@ def addresses(lay: Layout) -> np.ndarray:
 
 
 def _index_value(index, what) -> np.ndarray:
-    """Integer values of a dynamic index: an SBUF tensor (or a Python int)."""
+    """Integer values of a dynamic index: an SBUF tensor, a VirtualRegister (or a Python int), read now."""
     from .core import Tile
 
-    if isinstance(index, (int, np.integer)):
-        return np.asarray(int(index), dtype=np.int64)
+    if isinstance(index, (int, np.integer)) or (hasattr(index, "__index__") and not isinstance(index, Tile)):
+        return np.asarray(operator.index(index), dtype=np.int64)
     if not isinstance(index, Tile):
         raise NKIError("dynamic offset", f"{what}: the dynamic offset must be an SBUF tensor, got "
                        f"{type(index).__name__}")
@@ -265,21 +266,33 @@ def resolve_now(lay: Layout, what="dynamic view") -> np.ndarray:
     return base[: base.size - base.size % isz].view(lay.dtype)[addr]
 
 
+def addresses_now(lay: Layout, what):
+    """``(addr, in_bounds)``: the storage address (in ``lay.dtype``) of every element of a view with its
+    dynamic offsets read now, and whether each lies inside the storage -- for instructions that
+    skip out-of-bounds elements (``oob_mode.skip``)."""
+    if lay.dynamic is None:
+        addr = addresses(lay)
+    elif lay.dynamic.kind == "scalar":
+        addr = addresses(lay) + _scalar_shift(lay, what)
+    else:
+        vals = _index_value(lay.dynamic.index, what).reshape(-1)
+        if vals.size != lay.shape[0]:
+            raise NKIError("dynamic offset", f"{what}: the vector offset has {vals.size} values for "
+                           f"{lay.shape[0]} partitions")
+        addr = addresses(lay.replace(strides=(0,) + lay.strides[1:]))
+        addr = addr + (vals * lay.dynamic.stride).reshape((-1,) + (1,) * (len(lay.shape) - 1))
+    n = _storage_elems(lay.root, lay.dtype)
+    return addr, (addr >= 0) & (addr < n)
+
+
 def vector_addresses(lay: Layout, what) -> np.ndarray:
     """Addresses of a vector-offset view: partition ``p`` starts ``index[p] * stride`` into the storage."""
-    vals = _index_value(lay.dynamic.index, what).reshape(-1)
-    if vals.size != lay.shape[0]:
-        raise NKIError("dynamic offset", f"{what}: the vector offset has {vals.size} values for "
-                       f"{lay.shape[0]} partitions")
-    addr = addresses(lay.replace(strides=(0,) + lay.strides[1:]))
-    addr = addr + (vals * lay.dynamic.stride).reshape((-1,) + (1,) * (len(lay.shape) - 1))
-    n = _storage_elems(lay.root, lay.dtype)
-    bad = (addr < 0) | (addr >= n)
-    if bad.any():
-        p = int(np.argwhere(bad)[0][0])
-        raise NKIError("out-of-bounds access", f"{what}: vector offset {int(vals[p])} of partition {p} reaches "
-                       f"element {int(addr[bad].flat[0])} of {_label(lay.root)} {lay.root.shape}, which holds "
-                       f"{n} {lay.dtype} elements (oob_mode.error)")
+    addr, ok = addresses_now(lay, what)
+    if not ok.all():
+        p = int(np.argwhere(~ok)[0][0])
+        raise NKIError("out-of-bounds access", f"{what}: the vector offset of partition {p} reaches element "
+                       f"{int(addr[~ok].flat[0])} of {_label(lay.root)} {lay.root.shape}, which holds "
+                       f"{_storage_elems(lay.root, lay.dtype)} {lay.dtype} elements (oob_mode.error)")
     return addr
 
 
