@@ -12,7 +12,8 @@ the kernel belongs to prescribes:
 - a genuine kernel, SDK 2.23+ (``nki_call`` removed; "call functions annotated
   with ``nki.jit`` directly"): ``kernel[grid](*args, **static)`` on the
   ``jax.Array``\\ s / tracers (:func:`nki_kernels.backend.genuine_call`, which
-  refuses an SPMD grid on the standalone ``nki``, whose bracket is a core count).
+  refuses an SPMD grid on the standalone ``nki``, whose bracket is a core count);
+  under ``vmap`` one launch per example, so the kernel never sees a batch tracer.
 
 Ops built on outer primitives (``jax_ops.add``, ``rms_norm``, ``nki_kernels.op``)
 reach this from their implementations, i.e. inside their ``custom_vjp``, their
@@ -81,4 +82,28 @@ def launch(kernel, grid, args, static, out_shape=None):
         if out_shape is None:
             out_shape = out_shape_of(kernel, grid, args, static)
         return jax_neuronx().nki_call(backend.unwrap(kernel), *args, grid=grid, out_shape=out_shape, **static)
-    return backend.genuine_call(kernel, grid, args, static)
+    return _direct(kernel, grid, args, static)
+
+
+def _direct(kernel, grid, args, static):
+    """The 2.23+ direct call, kept out of ``vmap``: batched, it is one launch per example (``lax.map``),
+    as for a simulator kernel, so the genuine kernel never sees a batch tracer."""
+    import jax
+    from jax import lax
+
+    @jax.custom_batching.custom_vmap
+    def call(*arrays):
+        return backend.genuine_call(kernel, grid, arrays, static)
+
+    @call.def_vmap
+    def _per_example(axis_size, in_batched, *arrays):
+        batched = tuple(a for a, b in zip(arrays, in_batched) if b)
+
+        def one(slices):
+            it = iter(slices)
+            return call(*(next(it) if b else a for a, b in zip(arrays, in_batched)))
+
+        out = lax.map(one, batched)
+        return out, jax.tree_util.tree_map(lambda _: True, out)
+
+    return call(*args)

@@ -193,6 +193,10 @@ import jax, jax_ops, nki_kernels
 out["stack"] = nki_kernels.backend.STACK
 out["sdk"] = nki_kernels.neuron_environment().sdk
 out["jit"] = jax.jit(lambda a, b: jax_ops.nki_call(copy_add, a, b))(a, b)
+n = len(CALLS)
+stacked = np.stack([a, b, a])
+out["vmap"] = jax.jit(jax.vmap(lambda s: jax_ops.nki_call(copy_add, s, b)))(stacked)
+out["vmap_calls"] = CALLS[n:]
 try:
     jax_ops.add(a, b)
 except NotImplementedError as exc:
@@ -202,7 +206,14 @@ done()
     assert out["stack"] == "nki" and out["sdk"].startswith("2.28+")
     np.testing.assert_allclose(out["jit"], np.add(out["a"], out["b"], dtype=np.float64), rtol=1e-6)
     assert "logical cores" in out["refused"] and "tensor_add_kernel" in out["refused"]
-    direct = [c for c in out["calls"] if c["kernel"] == "copy_add"]
+    np.testing.assert_allclose(out["vmap"], np.stack([out["a"], out["b"], out["a"]]) + np.asarray(out["b"]),
+                               rtol=1e-6)
+    # under vmap the genuine kernel gets one example at a time (lax.map), never a batch tracer
+    assert out["vmap_calls"]
+    for per_example in out["vmap_calls"]:  # custom_vmap traces the call for its shapes, lax.map for its body
+        assert [arg["shape"] for arg in per_example["args"]] == [[64, 96], [64, 96]]
+        assert not any("Batch" in arg["type"] for arg in per_example["args"])
+    direct = [c for c in out["calls"] if c["kernel"] == "copy_add"][:1]
     assert [c["entry"] for c in direct] == ["nki.jit"] and direct[0]["grid"] == []
     assert direct[0]["args"][0]["type"].endswith("Tracer")
     assert not [c for c in out["calls"] if c["kernel"] == "tensor_add_kernel"]  # refused before any launch
