@@ -457,6 +457,11 @@ class NkiTensor(NKIObject):
         """Number of elements."""
         return math.prod(self.shape)
 
+    @property
+    def ndim(self) -> int:
+        """Number of dimensions."""
+        return len(self.shape)
+
     def get_pattern(self) -> list:
         """The view's access pattern as ``[[stride, count], ...]`` in dimension order."""
         return layout_of(self).pattern()
