@@ -56,6 +56,8 @@ def cross_entropy(input: torch.Tensor, target: torch.Tensor, ignore_index: int =
         raise ValueError("input is a 0-d tensor; cross_entropy needs a class axis")
     logits = input.movedim(1, -1) if input.dim() > 2 else (input.unsqueeze(0) if input.dim() == 1 else input)
     labels = target.unsqueeze(0) if input.dim() == 1 else target
+    if labels.dtype == torch.int64:  # NKI kernels take 32-bit integers (torch's class indices are int64)
+        labels = labels.to(torch.int32)
     loss, _ = _lib.cross_entropy_rows(logits, labels, ignore_index=int(ignore_index))
     if reduction == "none":
         return (loss[0] if input.dim() == 1 else loss).to(input.dtype)
