@@ -19,6 +19,7 @@ from ..core import Tile, sbuf
 from ..errors import NKIError
 from .operands import (check_dst, column, engine_name, instruction, no_gpsimd_psum, per_partition, rows,
                        tile_operand, write)
+from .target import engine as _engine
 
 _LANES = 128
 _WEYL = np.uint32(362437)
@@ -78,7 +79,7 @@ def _draw(state, parts, n):
     return out
 
 
-def _engine(engine, op, *tiles, default="Vector"):
+def _lane_engine(engine, op, *tiles, default="Vector"):
     eng = engine_name(engine)
     if eng in ("unknown", "None"):
         eng = default
@@ -90,7 +91,7 @@ def _engine(engine, op, *tiles, default="Vector"):
 
 
 @instruction
-def rand_set_state(src_seeds, engine="GpSimd", name=None):
+def rand_set_state(src_seeds, engine=_engine.gpsimd, name=None):
     """Seed the PRNG of each compute lane from the matching partition of ``src_seeds`` (uint32, 6
     values per lane on GpSimd, 24 on Vector). NeuronCore-v3+ (Vector: v4+)."""
     from . import target
@@ -98,7 +99,7 @@ def rand_set_state(src_seeds, engine="GpSimd", name=None):
     op = "rand_set_state"
     target.require(op, target.nc_version.gen3)
     s = tile_operand(src_seeds, "src_seeds", op, (sbuf,))
-    eng = _engine(engine, op, s, default="GpSimd")
+    eng = _lane_engine(engine, op, s, default="GpSimd")
     if eng == "Vector":
         target.require(op + " on the Vector engine", target.nc_version.gen4)
     if s.dtype != dt.uint32:
@@ -112,7 +113,7 @@ def rand_set_state(src_seeds, engine="GpSimd", name=None):
 
 
 @instruction
-def rand_get_state(dst, engine="GpSimd", name=None):
+def rand_get_state(dst, engine=_engine.gpsimd, name=None):
     """Write the PRNG state of each lane into the matching partition of ``dst`` (uint32, 6 values per
     lane on GpSimd, 24 on Vector)."""
     from . import target
@@ -120,7 +121,7 @@ def rand_get_state(dst, engine="GpSimd", name=None):
     op = "rand_get_state"
     target.require(op, target.nc_version.gen3)
     d = check_dst(dst, op)
-    eng = _engine(engine, op, d, default="GpSimd")
+    eng = _lane_engine(engine, op, d, default="GpSimd")
     if eng == "Vector":
         target.require(op + " on the Vector engine", target.nc_version.gen4)
     elif target.get_nc_version() < target.nc_version.gen4 and d.buffer.name != "sbuf":
@@ -149,12 +150,12 @@ def set_rng_seed(src_seeds, name=None):
 
 
 @instruction
-def rng(dst, engine="Vector", name=None):
+def rng(dst, engine=_engine.vector, name=None):
     """Fill ``dst`` with raw 32-bit XORWOW values of each lane's generator, converted to ``dst.dtype``."""
     from . import target
 
     d = check_dst(dst, "rng")
-    eng = _engine(engine, "rng", d)
+    eng = _lane_engine(engine, "rng", d)
     if eng == "GpSimd":
         target.require("rng on the GpSimd engine", target.nc_version.gen3)
     if d.dtype not in (dt.int8, dt.int16, dt.int32, dt.uint8, dt.uint16, dt.uint32):

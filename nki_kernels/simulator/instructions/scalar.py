@@ -10,6 +10,8 @@ from .. import profile as _prof
 from ..errors import NKIError
 from .operands import (alu, check_dst, column, engine_name, instruction, no_gpsimd_psum, per_partition, rows,
                        tile_operand, write)
+from .target import engine as _engine
+from .target import reduce_cmd as _reduce_cmd
 
 # The six (op0, op1) pairs of the tensor-scalar stage, by NumPy function (identity = bypass).
 _IDENTITY = "bypass"
@@ -29,7 +31,7 @@ _PAIRS = {("multiply", "add"), ("multiply", "subtract"), ("multiply", _IDENTITY)
 
 @instruction
 def activate2(dst, op, data, imm0, imm1, op0, op1, relu_param=0.0, reverse0=False, reverse1=False, reduce_op=None,
-              reduce_res=None, reduce_cmd="idle", engine="Scalar", name=None):
+              reduce_res=None, reduce_cmd=_reduce_cmd.idle, engine=_engine.scalar, name=None):
     """``dst = op((data op0 imm0) op1 imm1)`` (``imm0 op0 data`` with ``reverse0``, ``imm1 op1 x`` with
     ``reverse1``), fp32 inside, with an optional free-axis reduction (``reduce_op``: add, max or
     min) into the Scalar engine's registers per ``reduce_cmd``; (op0, op1) is one of the six pairs
@@ -78,7 +80,7 @@ _DEFAULT_CMD = object()
 
 @instruction
 def activation(dst, op, data, bias=None, scale=1.0, reduce_op=None, reduce_res=None, reduce_cmd=_DEFAULT_CMD,
-               engine="Scalar", name=None):
+               engine=_engine.scalar, name=None):
     """``dst = op(data * scale + bias)`` on the Scalar engine (or GpSimd, NeuronCore-v4+), with an
     optional free-axis reduction of the result on the Scalar engine.
 

@@ -12,6 +12,7 @@ from .. import dtypes as dt
 from ..core import Tile, psum, sbuf
 from ..errors import NKIError
 from .operands import check_dst, engine_name, fit_dst, instruction, psum_accumulate, scratch, write
+from .target import engine as _engine
 from .target import get_nc_version, matmul_perf_mode, nc_version
 
 
@@ -57,7 +58,7 @@ def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_on
 
 
 @instruction
-def nc_transpose(dst, data, engine="unknown", name=None):
+def nc_transpose(dst, data, engine=_engine.unknown, name=None):
     """Transpose partition and (flattened) free axes of ``data`` into ``dst``.
 
     Tensor engine: <= 128x128, SBUF in, PSUM out. Vector engine: <= 32x32, SBUF

@@ -15,6 +15,8 @@ from ..errors import NKIError
 from ..indexing import _full_mask
 from .operands import (alu, check_dst, column, engine_name, identity_of, instruction, no_gpsimd_psum,
                        partition_range, per_partition, rows, same_rows, scratch, tile_operand, values_of, write)
+from .target import engine as _engine
+from .target import reduce_cmd as _reduce_cmd
 
 QUADRANT = 32  # partitions of a Vector Engine cross-partition quadrant
 SHUFFLE_KEEP = 255  # shuffle_mask value: leave the output partition unmodified
@@ -235,7 +237,7 @@ def nc_match_replace8(dst, data, vals, imm, dst_idx=None, name=None):
 # selects and cumulative ops
 # ---------------------------------------------------------------------------
 @instruction
-def range_select(dst, on_true_tile, comp_op0, comp_op1, bound0, bound1, reduce_cmd="reset_reduce", reduce_res=None,
+def range_select(dst, on_true_tile, comp_op0, comp_op1, bound0, bound1, reduce_cmd=_reduce_cmd.reset_reduce, reduce_res=None,
                  reduce_op=np.maximum, range_start=0.0, on_false_value=0.0, name=None):
     """``dst = where(comp_op0(i + range_start, bound0) & comp_op1(i + range_start, bound1), on_true_tile,
     on_false_value)`` with ``i`` the free index of each element (Vector engine, NeuronCore-v3+); the
@@ -267,7 +269,7 @@ _PRED_SELECT = (dt.int8, dt.uint8, dt.int16, dt.uint16)
 
 
 @instruction
-def select_reduce(dst, predicate, on_true, on_false, reduce_res=None, reduce_cmd="idle", reduce_op=np.maximum,
+def select_reduce(dst, predicate, on_true, on_false, reduce_res=None, reduce_cmd=_reduce_cmd.idle, reduce_op=np.maximum,
                   reverse_pred=False, name=None):
     """``dst = where(predicate, on_true, on_false)`` (``~predicate`` with ``reverse_pred``), with a max
     reduction of the result into the Vector engine's registers / ``reduce_res`` (Vector engine).
@@ -311,7 +313,7 @@ _CUMULATIVE_DTYPES = (dt.bfloat16, dt.float16, dt.float32, dt.float8_e4m3, dt.fl
 
 
 @instruction
-def tensor_scalar_cumulative(dst, src, op0, op1, imm0, imm1=None, reduce_cmd="reset_reduce", name=None):
+def tensor_scalar_cumulative(dst, src, op0, op1, imm0, imm1=None, reduce_cmd=_reduce_cmd.reset_reduce, name=None):
     """Running reduction along the free axis: ``reg = op1(op0(src[i], imm0), reg); dst[i] = reg`` per
     partition, the Vector engine's register starting from
     ``reduce_cmd``: ``reset_reduce`` (op1's identity), ``reduce`` (the register as left by the
@@ -392,7 +394,7 @@ def scalar_tensor_tensor(dst, data, op0, operand0, op1, operand1, reverse0=False
 
 
 @instruction
-def exponential(dst, src, max_value=0.0, reduce_res=None, reduce_cmd="idle", reduce_init=0.0, name=None):
+def exponential(dst, src, max_value=0.0, reduce_res=None, reduce_cmd=_reduce_cmd.idle, reduce_init=0.0, name=None):
     """``dst = exp(src - max_value)`` (Vector engine, fp32 inside; ``max_value`` a scalar or [P, 1] tile),
     with the row sums accumulated in the Vector engine's registers per ``reduce_cmd``
     (``load_reduce`` starts from ``reduce_init``) and written to ``reduce_res``. NeuronCore-v4+.
@@ -442,7 +444,7 @@ def _is_unary(op) -> bool:
 
 
 @instruction
-def tensor_copy(dst, src, engine="unknown", name=None):
+def tensor_copy(dst, src, engine=_engine.unknown, name=None):
     """Copy ``src`` (SBUF/PSUM) into ``dst`` (SBUF/PSUM), casting to ``dst.dtype``.
 
     Same dtype: a bit-exact copy; different dtypes: through fp32. ``dst`` has
@@ -459,7 +461,7 @@ def tensor_copy(dst, src, engine="unknown", name=None):
 
 
 @instruction
-def tensor_tensor(dst, data1, data2, op, engine="unknown", name=None):
+def tensor_tensor(dst, data1, data2, op, engine=_engine.unknown, name=None):
     """``dst = op(data1, data2)`` element-wise (Vector engine; ``nl.power`` on GpSimd).
 
     data1 and data2 have the same partition size and the same number of
@@ -486,7 +488,7 @@ def tensor_tensor(dst, data1, data2, op, engine="unknown", name=None):
 
 @instruction
 def tensor_scalar(dst, data, op0, operand0=None, reverse0=False, op1=None, operand1=None, reverse1=False,
-                  engine="unknown", name=None):
+                  engine=_engine.unknown, name=None):
     """``dst = (data op0 operand0) op1 operand1`` with scalar or [P, 1] operands broadcast along the free axes.
 
     ``reverse0`` / ``reverse1`` swap an operator's inputs; ``op1`` is optional; a
@@ -509,7 +511,7 @@ def tensor_scalar(dst, data, op0, operand0=None, reverse0=False, op1=None, opera
 
 @instruction
 def tensor_scalar_reduce(dst, data, op0, operand0, reduce_op, reduce_res=None, reverse0=False,
-                         reduce_cmd="reset_reduce", reduce_init=None, reduce_res_negate=False, name=None):
+                         reduce_cmd=_reduce_cmd.reset_reduce, reduce_init=None, reduce_res_negate=False, name=None):
     """``dst = data op0 operand0`` (one arithmetic operator) plus a reduction of the result over all
     free axes with ``reduce_op`` into ``reduce_res`` ([P, 1]) through the Vector engine's registers
     (``reduce_cmd``, default ``reset_reduce``; ``reduce_res_negate`` writes the negated result).
@@ -561,7 +563,7 @@ def tensor_tensor_scan(dst, data0, data1, initial, op0, op1, reverse0=False, rev
 
 
 @instruction
-def memset(dst, value, engine="unknown", name=None):
+def memset(dst, value, engine=_engine.unknown, name=None):
     """Fill ``dst`` with the constant ``value`` (Vector or GpSimd engine; GpSimd cannot reach PSUM)."""
 
     d = check_dst(dst, "memset")
