@@ -620,11 +620,12 @@ class TileInfo:
     """Diagnostic state of a tile: loop iterations it was created in, elements written (for
     ``nl.ndarray`` tiles), and for views the root tile and index they select."""
 
-    __slots__ = ("created", "written", "root", "index", "accumulated")
+    __slots__ = ("created", "written", "root", "index", "accumulated", "marked")
 
     def __init__(self, created=(), written=None, root=None, index=None):
         self.created = created
         self.written = written  # None: fully defined; False: nothing written; bool array: per element
+        self.marked = 0  # elements marked written so far, overlaps counted again (a bound for the all() test)
         self.root = root
         self.index = index
         self.accumulated = False
@@ -645,6 +646,7 @@ def mark_uninitialised(tile) -> None:
     if info is None:
         info = tile._diag = TileInfo(_created_tag() if loops else ())
     info.written = False
+    info.marked = 0
 
 
 def on_view(parent, view, index) -> None:
@@ -740,9 +742,14 @@ def _set_written(root, rinfo, region):
         rinfo.written = np.zeros(root.shape, dtype=bool)
     if region.exact and region.shape == rinfo.written.shape:
         rinfo.written[region.box()] = True
+        rinfo.marked += math.prod(max(0, h - l) for l, h in zip(region.lo, region.hi))
     elif not region.empty():
-        rinfo.written.reshape(-1)[region.elements()] = True
-    if rinfo.written.all():
+        elems = region.elements()
+        rinfo.written.reshape(-1)[elems] = True
+        rinfo.marked += elems.size
+    # The whole tile can only be written once at least its size was marked: the all() pass (the
+    # size of the tile) runs then, not on every write of a block of a large tile.
+    if rinfo.marked >= rinfo.written.size and rinfo.written.all():
         rinfo.written = None
 
 

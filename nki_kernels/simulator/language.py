@@ -1032,9 +1032,15 @@ def _install_operators():
             self.own()
             if self._diag is not None or _diag.loops:
                 _diag.on_accumulate(self)
-            res = fn(dt.compute_view(self.data), _values(other, "other"))
-            _prof.instruction("Vector" if self.buffer is sbuf else "Tensor", self.data)
-            self.data[...] = dt.cast(res, self.data.dtype)
+            cur = self.data
+            vals = _values(other, "other")
+            _prof.instruction("Vector" if self.buffer is sbuf else "Tensor", cur)
+            if cur.dtype == np.float32 and isinstance(fn, np.ufunc) and np.result_type(cur, vals) == np.float32 \
+                    and np.shape(vals) == cur.shape:
+                fn(cur, vals, out=cur)  # fp32 in, fp32 out: the same values as computing then copying
+            else:
+                res = fn(dt.compute_view(cur), vals)
+                cur[...] = dt.cast(res, cur.dtype)
             return self
 
         return iop

@@ -19,12 +19,14 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 import weakref
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from .. import core
+from .. import diagnostics as _diag
 from .. import memory as _memory
 from .. import dtypes as dt
 from ..core import Access, HBMTensor, Tile, psum, sbuf
@@ -55,8 +57,6 @@ def names(buffers):
 
 def mark_read(tile):
     """Tell the diagnostics (uninitialised reads, loop-carried dependencies) that an op reads ``tile``."""
-    from .. import diagnostics as _diag
-
     if tile._diag is not None or _diag.loops:
         _diag.on_read(tile)
 
@@ -101,7 +101,7 @@ def no_gpsimd_psum(eng, op, *tiles):
 
 def per_partition(shape) -> int:
     """Elements per partition of a tile shape (partition axis first)."""
-    return int(np.prod(shape[1:])) if len(shape) > 1 else 1
+    return math.prod(shape[1:]) if len(shape) > 1 else 1
 
 
 def rows(values, parts):
