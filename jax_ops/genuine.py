@@ -15,11 +15,13 @@ the kernel belongs to prescribes:
   refuses an SPMD grid on the standalone ``nki``, whose bracket is a core count);
   under ``vmap`` one launch per example, so the kernel never sees a batch tracer.
 
-Ops built on outer primitives (``jax_ops.add``, ``rms_norm``, ``nki_kernels.op``)
-reach this from their implementations, i.e. inside their ``custom_vjp``, their
-vmap rule (rows folded into one launch before the kernel is called) and their
-``custom_partitioning`` rule (per-shard arrays), so the genuine kernel only ever
-sees plain, unbatched arrays.
+Every path here: ``jax_ops.nki_call`` asks :func:`route` first, and on a genuine
+stack ``nki.jit`` returns a :class:`nki_kernels.backend.GenuineKernel`, whose
+``kernel[grid](*jax_arrays)`` goes through ``nki_call`` too. Ops built on outer
+primitives (``jax_ops.add``, ``rms_norm``, ``nki_kernels.op``) launch from their
+implementations, i.e. inside their ``custom_vjp``, their vmap rule (rows folded
+into one launch before the kernel is called) and their ``custom_partitioning``
+rule (per-shard arrays), so the genuine kernel only sees plain, unbatched arrays.
 """
 
 from __future__ import annotations
