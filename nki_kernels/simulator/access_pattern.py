@@ -328,10 +328,11 @@ def materialize(lay: Layout, what: str):
         if lay.dynamic.kind == "vector":
             raise NKIError("vector offset", f"{what}: per-partition (vector) offsets address HBM tensors (DMA "
                            f"gathers); {_label(lay.root)} is on chip")
-        view = tile_cls(strided_array(lay), lay.root.buffer, 0, parent=lay.source)
+        # The tile's own array only gives its shape and dtype: `data` resolves the offset at each use.
+        view = tile_cls(np.broadcast_to(np.zeros((), lay.dtype), lay.shape), lay.root.buffer, 0, parent=lay.source)
         view._layout = lay
         return view
-    view = hbm_cls(np.empty(lay.shape, lay.dtype), lay.root.buffer, lay.root.name)
+    view = hbm_cls(np.broadcast_to(np.zeros((), lay.dtype), lay.shape), lay.root.buffer, lay.root.name)
     view._layout = lay
     _share_hbm(view, lay.root)
     return view
