@@ -106,6 +106,16 @@ class Program:
 
 
 _tls = threading.local()
+_lang = None  # (language._fit, language._values), bound on first use: language builds on core
+
+
+def _language_helpers():
+    global _lang
+    if _lang is None:
+        from .language import _fit, _values
+
+        _lang = (_fit, _values)
+    return _lang
 
 
 def current() -> Program:
@@ -453,8 +463,7 @@ class Tile(NkiTensor):
         return view
 
     def __setitem__(self, key, value):
-        from .language import _fit, _values  # late import: language builds on core
-
+        _fit, _values = _language_helpers()
         placed = self._placed_block(key)
         if placed is not None:
             blk, rest = placed

@@ -423,10 +423,14 @@ def exponential(dst, src, max_value=0.0, reduce_res=None, reduce_cmd=_reduce_cmd
 # ---------------------------------------------------------------------------
 # element-wise, reductions and statistics (first-generation arithmetic, dst= rules)
 # ---------------------------------------------------------------------------
-def _gen1():
-    from .. import isa
+_isa = None  # nki_kernels.simulator.isa, imported on first use (it imports this module)
 
-    return isa
+
+def _gen1():
+    global _isa
+    if _isa is None:
+        from .. import isa as _isa
+    return _isa
 
 
 def _compute_dtype(dst, *tiles):
