@@ -144,7 +144,7 @@ def main(argv=None) -> None:
     ap.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
     args = ap.parse_args(argv)
     frameworks = ("jax", "torch") if args.framework == "both" else (args.framework,)
-    console = Console()
+    console = Console(width=max(Console().width, 130))  # keep table rows on one line
     console.print(f"jax {jax.__version__} ({jax.default_backend()}), torch {torch.__version__} "
                   f"({torch.get_num_threads()} threads), best of {args.repeat}")
     table = Table(title="NKI kernel library vs plain framework ops (CPU; > 1: NKI path slower)")

@@ -77,7 +77,7 @@ def nki_call(kernel, *tensors, grid=(), **static):
     positionally in the order of the kernel's parameters, static arguments as
     keywords. Results are on the inputs' device. Not differentiable.
     """
-    if isinstance(kernel, Launch):
+    if isinstance(kernel, (Launch, kernel_backend.GenuineLaunch)):
         grid = grid or kernel.grid
         kernel = kernel.kernel
     grid = normalize_grid(grid)
