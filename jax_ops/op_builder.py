@@ -28,6 +28,7 @@ import re
 import jax
 import jax.numpy as jnp
 from jax import lax
+from jax.custom_derivatives import SymbolicZero
 from jax.interpreters import ad
 
 from nki_kernels.op import register_op_adapter
@@ -44,7 +45,7 @@ class Call:
     ``row_dims`` row axes, folded into the kernel's rows. ``out_rows``: per output of a
     backward, True for per-row gradients, False for sums over rows (a forward's come from the
     op's ``Rows.psum``). ``n_res``: residual operands of a backward (the rest are output
-    gradients).
+    gradients, one per True of ``grads``; a False is an ``aux`` output that got none).
     """
 
     role: str
@@ -54,6 +55,7 @@ class Call:
     out_rows: tuple | None = None
     n_res: int = 0
     row_dims: int = 1
+    grads: tuple = ()
 
 
 def _out_spec(lead, call, rank, per_row):
@@ -106,9 +108,7 @@ class JaxOp:
         fn = self._vjps.get(key)
         if fn is None:
             fn = self._vjps[key] = self._make_vjp(frozen, specs, row_dims)
-        outs = fn(*xs)
-        outs = tuple(lax.stop_gradient(o) if j in op.aux else o for j, o in enumerate(outs))
-        return op.structure(outs, static)
+        return op.structure(fn(*xs), static)
 
     def _make_vjp(self, frozen, specs, row_dims):
         op = self.op
@@ -121,7 +121,8 @@ class JaxOp:
         def f(*xs):
             return tuple(fwd_p.bind(*xs, call=fwd_call))
 
-        def f_fwd(*xs):
+        def f_fwd(*primals):
+            xs = [p.value for p in primals]  # symbolic_zeros: primals come wrapped
             outs = tuple(fwd_p.bind(*xs, call=fwd_call))
             res = tuple(xs[i] if where == "in" else outs[i] for where, i in op.residual_sources(len(outs)))
             return outs, res
@@ -129,17 +130,20 @@ class JaxOp:
         def f_bwd(res, cts):
             n_out = len(cts)
             out_rows = op.row_outputs(n_out)
-            keep = op.grad_outputs(n_out)
             res_rows = tuple(rows[i] if where == "in" else out_rows[i] for where, i in op.residual_sources(n_out))
-            call = Call("backward", frozen, 0, res_rows + tuple(out_rows[j] for j in keep),
-                        tuple(rows[i] for i in floats), len(res), row_dims)
-            grads = bwd_p.bind(*res, *(cts[j] for j in keep), call=call)
+            # An aux output nothing flowed into reaches the backward as None; others as arrays.
+            given = tuple(not (isinstance(ct, SymbolicZero) and op.may_skip_grad(j)) for j, ct in enumerate(cts))
+            cts = [jnp.zeros(ct.shape, ct.dtype) if isinstance(ct, SymbolicZero) else ct
+                   for ct, g in zip(cts, given) if g]
+            call = Call("backward", frozen, 0, res_rows + tuple(r for r, g in zip(out_rows, given) if g),
+                        tuple(rows[i] for i in floats), len(res), row_dims, given)
+            grads = bwd_p.bind(*res, *cts, call=call)
             out = [None] * len(specs)
             for i, g in zip(floats, grads):
                 out[i] = g.astype(specs[i][1])
             return tuple(out)
 
-        f.defvjp(f_fwd, f_bwd)
+        f.defvjp(f_fwd, f_bwd, symbolic_zeros=True)
         return f
 
     def _no_jvp(self, primals, tangents, **params):
@@ -151,7 +155,9 @@ class JaxOp:
         static = dict(call.static)
         if call.role == "forward":
             return self.op.run_forward(list(arrays), static, segments)
-        grads = self.op.run_backward(list(arrays[:call.n_res]), list(arrays[call.n_res:]), static, segments)
+        given = iter(arrays[call.n_res:])
+        cts = [next(given) if g else None for g in call.grads]
+        grads = self.op.run_backward(list(arrays[:call.n_res]), cts, static, segments)
         if len(grads) != len(call.out_rows):
             raise TypeError(f"{self.op.name}: the backward returned {len(grads)} gradient(s); the op has "
                             f"{len(call.out_rows)} floating-point input(s)")

@@ -45,13 +45,14 @@ Contract:
   are its tensor inputs; those with a default are static (non-differentiable,
   hashable, part of the torch schema: annotate ones whose default is ``None``).
 - ``backward(*residuals, *grads, **static)`` gets the residuals, then one
-  gradient per forward output that is not in ``aux``, and the static arguments
-  it declares; it returns one gradient per floating-point input, in order
-  (integer inputs get none). A gradient may come back in a wider dtype (e.g. a
-  float32 sum): the op casts it to the input's dtype after any cross-shard sum.
-- ``aux``: indices of forward outputs that carry no gradient (statistics saved
-  for the backward, such as RMSNorm's ``rstd``); frameworks treat them as
-  non-differentiable.
+  gradient per forward output, and the static arguments it declares; it returns
+  one gradient per floating-point input, in order (integer inputs get none). A
+  gradient may come back in a wider dtype (e.g. a float32 sum): the op casts it
+  to the input's dtype after any cross-shard sum.
+- ``aux``: indices of forward outputs that are rarely differentiated (statistics
+  saved for the backward, such as RMSNorm's ``rstd``). They stay differentiable,
+  but when no gradient flowed into one the backward receives ``None`` for it
+  and can skip that work (a kernel backward cannot take ``None``: use a function).
 - ``partition``: ``None`` (the framework runs the launch unpartitioned),
   ``"rows"`` or :class:`Rows`, which says that the leading axis of every input
   except ``Rows.shared`` is a row axis and rows are independent: sharded inputs
@@ -71,6 +72,8 @@ from __future__ import annotations
 import inspect
 import itertools
 import sys
+
+import numpy as np
 
 from .simulator.launch import Launch, array_handler, import_loaded_adapters, is_kernel
 
@@ -158,7 +161,7 @@ def freeze(value):
         return tuple(freeze(v) for v in value)
     if isinstance(value, dict):
         raise TypeError(f"static argument {value!r} is a dict; pass scalars, strings or tuples")
-    if hasattr(value, "item") and getattr(value, "shape", None) == ():  # NumPy scalars
+    if isinstance(value, np.generic):
         return value.item()
     return value
 
@@ -337,9 +340,9 @@ class Op:
                             "(inputs, outputs) arguments")
         return tuple((p.where, p.index) for p in picked)
 
-    def grad_outputs(self, n_outputs: int) -> tuple:
-        """Indices of the forward outputs whose gradients the backward receives."""
-        return tuple(j for j in range(n_outputs) if j not in self.aux)
+    def may_skip_grad(self, j: int) -> bool:
+        """Whether output ``j``'s gradient reaches the backward as None when none flowed (``aux``)."""
+        return j in self.aux
 
     def higher_order_error(self) -> TypeError:
         """The error raised when a gradient of the backward is requested."""

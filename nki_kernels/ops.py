@@ -4,7 +4,8 @@
   any rank (viewed as 2-D rows for the add kernel); the gradient passes to both inputs.
 - ``rms_norm_op`` (``nki::rms_norm``): RMSNorm over the last axis of ``x`` (any rank) with a
   shared ``weight``; returns ``(y, rstd)``, ``rstd`` (``x.shape[:-1] + (1,)``, float32) being
-  the statistic the backward reuses (an ``aux`` output: it carries no gradient).
+  the statistic the backward reuses (an ``aux`` output: a gradient through it is
+  handled, and skipped when none flowed into it).
 
 The functions below are written with array methods only (``reshape``, ``sum``; the array
 API namespace where padding is needed), so one body serves NumPy, JAX and torch; the kernel
@@ -59,8 +60,9 @@ def rms_norm_forward(x, weight, eps: float = 1e-6):
     return y.reshape(x.shape), rstd.reshape(lead + (1,))
 
 
-def rms_norm_backward(x, weight, rstd, dy, segments=None):
-    """``(dx, dweight)`` from the residuals ``(x, weight, rstd)`` and the gradient of ``y``.
+def rms_norm_backward(x, weight, rstd, dy, drstd, segments=None):
+    """``(dx, dweight)`` from the residuals ``(x, weight, rstd)`` and the gradients of ``y``
+    and of ``rstd`` (usually None: nothing uses it but the backward).
 
     ``dweight`` is the float32 sum of the kernel's per-program partials (the op rounds it to
     the weight's dtype after any cross-shard sum). With ``segments`` (vmapped examples folded
@@ -69,6 +71,9 @@ def rms_norm_backward(x, weight, rstd, dy, segments=None):
     """
     d = x.shape[-1]
     n = math.prod(x.shape[:-1])
+    if drstd is not None:  # d rstd / dx = -rstd**3 * x / D; the op rounds dx to x's dtype
+        dx, dw = rms_norm_backward(x, weight, rstd, dy, None, segments)
+        return dx - drstd * rstd ** 3 * x / d, dw
     if not segments:
         dx, dw_partial = rms_norm_bwd_kernel[row_grid(n)](dy.reshape(n, d), x.reshape(n, d), weight,
                                                           rstd.reshape(n, 1))

@@ -87,10 +87,11 @@ def test_rms_norm_bad_eps(eps):
 
 def test_rms_norm_backward_op_checks_rstd():
     x, w = torch.ones(4, 8), torch.ones(8)
+    # (residuals, output gradients, which outputs got one, static arguments): nki_kernels.op backward ops
     with pytest.raises(ValueError, match=r"rstd has shape \(4,\).*float32 rstd of shape \(4, 1\)"):
-        torch.ops.nki.rms_norm_backward(torch.ones(4, 8), x, w, torch.ones(4))
+        torch.ops.nki.rms_norm_backward([x, w, torch.ones(4)], [torch.ones(4, 8)], [True, False], 1e-6)
     with pytest.raises(ValueError, match=r"dy has shape \(4, 9\) but x has shape \(4, 8\)"):
-        torch.ops.nki.rms_norm_backward(torch.ones(4, 9), x, w, torch.ones(4, 1))
+        torch.ops.nki.rms_norm_backward([x, w, torch.ones(4, 1)], [torch.ones(4, 9)], [True, False], 1e-6)
 
 
 def test_gradient_dtype_rule():

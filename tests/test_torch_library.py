@@ -42,7 +42,8 @@ def test_opcheck_rms_norm_backward(dtype):
     x, w = _rms_inputs((4, 33, 65), dtype, grad=False)
     _, rstd = torch.ops.nki.rms_norm(x, w, 1e-6)
     dy = torch.randn_like(x)
-    torch.library.opcheck(torch.ops.nki.rms_norm_backward.default, (dy, x, w, rstd))
+    # (residuals, output gradients, which outputs got one, static arguments): nki_kernels.op backward ops
+    torch.library.opcheck(torch.ops.nki.rms_norm_backward.default, ([x, w, rstd], [dy], [True, False], 1e-6))
 
 
 class Block(torch.nn.Module):

@@ -2,8 +2,9 @@
 
 - ``NkiAddFunc``, ``NkiRMSNormFunc``: ``torch.autograd.Function``s (eager).
 - ``add(a, b)``, ``rms_norm(x, weight, eps=1e-6)``: differentiable and
-  ``torch.compile``-able (``torch.ops.nki.tensor_add``, ``torch.ops.nki.rms_norm``,
-  ``torch.ops.nki.rms_norm_backward``).
+  ``torch.compile``-able (``torch.ops.nki.tensor_add``, ``torch.ops.nki.rms_norm``
+  and their ``_backward`` ops), declared once with ``nki_kernels.op``; any op
+  declared that way is a ``torch.library`` op too (:mod:`torch_ops.op_builder`).
 - ``RMSNorm``: drop-in for ``torch.nn.RMSNorm``.
 - ``nki_call(kernel, *tensors, grid=..., **static)``: launch any ``@nki.jit``
   kernel on torch tensors (what ``kernel[grid](tensor, ...)`` does); inside
@@ -19,6 +20,7 @@ official ``nki.jit`` path is used.
 from __future__ import annotations
 
 from .backend import genuine_neuron
+from . import op_builder as _op_builder  # noqa: F401 - registers nki_kernels.op's torch side
 from .dispatch import nki_call
 from .functional import add, rms_norm
 from .functions import NkiAddFunc, NkiRMSNormFunc

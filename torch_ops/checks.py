@@ -104,11 +104,15 @@ def check_rms_norm(x, weight, eps) -> None:
     require_grad_dtype({"x": x, "weight": weight})
 
 
-def check_rms_norm_backward(dy, x, weight, rstd) -> None:
-    """Arguments of the RMSNorm backward: ``dy`` like ``x``, ``rstd`` float32 of shape ``x.shape[:-1] + (1,)``."""
-    check_rms_norm(x, weight, 0.0)
+def check_rms_norm_backward(residuals, grads, eps) -> None:
+    """Arguments of ``nki::rms_norm_backward``: residuals ``(x, weight, rstd)``, gradients
+    ``(dy, drstd or None)``; ``dy`` like ``x``, ``rstd`` float32 of shape ``x.shape[:-1] + (1,)``."""
+    if len(residuals) != 3 or len(grads) != 2:
+        raise ValueError(f"nki::rms_norm_backward takes residuals [x, weight, rstd] and grads [dy, drstd or None], "
+                         f"got {len(residuals)} residuals and {len(grads)} grads")
+    (x, weight, rstd), (dy, _) = residuals, grads
+    check_rms_norm(x, weight, eps)
     require_tensor(dy, "dy")
-    require_tensor(rstd, "rstd")
     require_same_device({"x": x, "dy": dy, "rstd": rstd})
     require_same(dy, x, "dy", "x")
     want = tuple(x.shape[:-1]) + (1,)

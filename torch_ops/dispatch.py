@@ -89,6 +89,8 @@ def nki_call(kernel, *tensors, grid=(), **static):
         kernel = kernel_backend.simulator_twin(kernel)
     if path == "host":  # our payload never reaches the Neuron compiler
         return _round_trip(kernel, grid, tensors, static, device)
+    if device.type == "meta":  # shapes only (fake kernels run launches on meta tensors, also while compiling)
+        return meta_results(kernel, grid, tensors, static, device)
     if torch.compiler.is_compiling():
         from .traced import traced_launch
 
@@ -99,8 +101,6 @@ def nki_call(kernel, *tensors, grid=(), **static):
         from .xla import xla_call
 
         return xla_call(kernel, grid, tensors, static)
-    if device.type == "meta":
-        return meta_results(kernel, grid, tensors, static, device)
     return _round_trip(kernel, grid, tensors, static, device)
 
 

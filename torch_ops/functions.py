@@ -1,16 +1,18 @@
 """``torch.autograd.Function``s running the NKI kernels, as in the NKI guide's ``NkiAddFunc``.
 
-These are the classic eager building blocks. ``torch.compile`` cannot trace
-into a simulator launch, so compiled models use the ``torch.library`` ops of
-:mod:`torch_ops.library` instead (the functional wrappers and ``RMSNorm`` do);
-both run the same launches from :mod:`torch_ops.kernels`.
+The classic eager building blocks, on the forward and backward of the ops declared in
+:mod:`nki_kernels.ops` (the same launches as ``torch.ops.nki.*``). ``torch.compile``
+cannot trace into a simulator launch, so compiled models use the custom ops instead
+(the functional wrappers and ``RMSNorm`` do).
 """
 
 from __future__ import annotations
 
 import torch
 
-from . import checks, kernels
+import nki_kernels.ops as declared
+
+from . import checks
 
 
 class NkiAddFunc(torch.autograd.Function):
@@ -20,7 +22,10 @@ class NkiAddFunc(torch.autograd.Function):
     def forward(ctx, a, b):
         """Check the arguments, then launch the add kernel."""
         checks.check_add(a, b)
-        return kernels.add_forward(a, b)
+        if a.numel() == 0:
+            return a + b
+        (c,) = declared.tensor_add_op.run_forward([a, b], {})
+        return c
 
     @staticmethod
     def backward(ctx, dy):
@@ -38,17 +43,21 @@ class NkiRMSNormFunc(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, weight, eps):
-        """Check the arguments, then launch the forward kernel (with ``rstd`` only if a grad is needed)."""
+        """Check the arguments, then launch the forward kernel."""
         checks.check_rms_norm(x, weight, eps)
-        needs_grad = any(ctx.needs_input_grad[:2])
-        y, rstd = kernels.rms_norm_forward(x, weight, eps, want_rstd=needs_grad)
-        if needs_grad:
-            ctx.save_for_backward(x, weight, rstd)
+        if x.numel() == 0:
+            ctx.save_for_backward(x, weight, None)
+            return torch.empty_like(x)
+        y, rstd = declared.rms_norm_op.run_forward([x, weight], {"eps": float(eps)})
+        ctx.save_for_backward(x, weight, rstd)
         return y
 
     @staticmethod
     def backward(ctx, dy):
         """Launch the backward kernel; returns ``(dx, dweight, None)``."""
         x, weight, rstd = ctx.saved_tensors
-        dx, dw = kernels.rms_norm_backward(dy, x, weight, rstd)
-        return (dx if ctx.needs_input_grad[0] else None, dw if ctx.needs_input_grad[1] else None, None)
+        if rstd is None:
+            return torch.zeros_like(x), torch.zeros_like(weight), None
+        dx, dw = declared.rms_norm_op.run_backward([x, weight, rstd], [dy, None], {})
+        return (dx if ctx.needs_input_grad[0] else None,
+                dw.to(weight.dtype) if ctx.needs_input_grad[1] else None, None)
