@@ -79,6 +79,7 @@ def launch(kernel, grid, args, static, out_shape=None):
         from .primitive import nki_call
 
         return nki_call(kernel, *args, grid=grid, out_shape=out_shape, **static)
+    kernel, grid = backend.split_launch(kernel, grid)
     grid = _grid(grid)
     if path == "nki_call":
         if out_shape is None:

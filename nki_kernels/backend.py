@@ -27,7 +27,6 @@ STACK = kernel_stack()
 GENUINE = STACK != "simulator"
 
 
-
 class GenuineKernel:
     """A genuine ``@nki.jit`` kernel whose launches pass nki-ops' decision point.
 
@@ -47,21 +46,49 @@ class GenuineKernel:
     def __getitem__(self, grid):
         from .simulator.launch import normalize_grid
 
-        return functools.partial(self._launch, normalize_grid(grid))
+        return GenuineLaunch(self, normalize_grid(grid))
 
     def __call__(self, *args, **kwargs):
-        return self._launch((), *args, **kwargs)
+        return GenuineLaunch(self, ())(*args, **kwargs)
 
-    def _launch(self, grid, *args, **kwargs):
+    def __repr__(self):
+        return f"<genuine {STACK} kernel {self.func.__module__}.{self.func.__qualname__}>"
+
+
+class GenuineLaunch:
+    """``kernel[grid]`` of a :class:`GenuineKernel`; calling it launches through the framework's ``nki_call``."""
+
+    def __init__(self, kernel: GenuineKernel, grid: tuple):
+        self.kernel = kernel
+        self.grid = grid
+
+    def __call__(self, *args, **kwargs):
         from .simulator import launch
 
         handler = launch.array_handler(itertools.chain(args, kwargs.values()), launch._ARRAY_DISPATCH)
         if handler is not None:
-            return handler(launch.Launch(self, grid), args, kwargs)
-        return genuine_call(self, grid, args, kwargs)
+            return handler(self, args, kwargs)  # it reads .kernel and .grid, as of a simulator Launch
+        return genuine_call(self.kernel, self.grid, args, kwargs)
 
-    def __repr__(self):
-        return f"<genuine {STACK} kernel {self.func.__module__}.{self.func.__qualname__}>"
+
+def unwrap(value):
+    """The SDK's own object behind our wrappers (a :class:`GenuineKernel`, or a :class:`GenuineLaunch` as
+    the SDK's ``kernel[grid]``), what its functions expect (``nki.simulate_kernel(kernel[grid], ...)``)."""
+    if isinstance(value, GenuineLaunch):
+        kernel = value.kernel.genuine
+        return kernel[value.grid] if value.grid else kernel
+    return value.genuine if isinstance(value, GenuineKernel) else value
+
+
+def split_launch(kernel, grid):
+    """``(kernel, grid)`` of ``kernel`` or of a :class:`GenuineLaunch` ``kernel[grid]`` (a grid given twice must agree)."""
+    if not isinstance(kernel, GenuineLaunch):
+        return kernel, grid
+    from .simulator.launch import normalize_grid
+
+    if grid not in (None, ()) and normalize_grid(grid) != kernel.grid:
+        raise ValueError(f"grid={grid} given for kernel[{kernel.grid}]; give the grid once")
+    return kernel.kernel, kernel.grid
 
 
 class _GenuineNki(types.ModuleType):
@@ -72,7 +99,15 @@ class _GenuineNki(types.ModuleType):
         self.__genuine = genuine
 
     def __getattr__(self, name):
-        return getattr(self.__genuine, name)
+        value = getattr(self.__genuine, name)
+        if not callable(value) or isinstance(value, type):
+            return value
+
+        @functools.wraps(value)
+        def unwrapped(*args, **kwargs):  # baremetal, simulate_kernel, benchmark ... take SDK kernels
+            return value(*(unwrap(a) for a in args), **{k: unwrap(v) for k, v in kwargs.items()})
+
+        return unwrapped
 
     def jit(self, func=None, **options):
         """The genuine ``nki.jit`` (same options), returning a :class:`GenuineKernel`."""
@@ -124,11 +159,6 @@ def genuine_call(kernel, grid: tuple, args, static: dict):
                 "port it to loop over its tiles (the core count comes from NEURON_LOGICAL_NC_CONFIG)")
         return kernel(*args, **static)
     return (kernel[tuple(grid)] if grid else kernel)(*args, **static)
-
-
-def unwrap(kernel):
-    """The SDK's own kernel object behind a :class:`GenuineKernel` (anything else unchanged)."""
-    return kernel.genuine if isinstance(kernel, GenuineKernel) else kernel
 
 
 def kernel_function(kernel):
@@ -198,4 +228,4 @@ def simulator_twin(kernel):
     return sim
 
 
-__all__ = ["GENUINE", "GenuineKernel", "STACK", "genuine_call", "is_genuine_kernel", "kernel_function", "nki", "nl", "nisa", "simulator_twin", "unwrap"]
+__all__ = ["GENUINE", "GenuineKernel", "GenuineLaunch", "STACK", "genuine_call", "is_genuine_kernel", "kernel_function", "nki", "nl", "nisa", "simulator_twin", "split_launch", "unwrap"]

@@ -254,8 +254,11 @@ y, rstd = torch_ops.nki_call(rms_norm_fwd_kernel, xx, ww, grid=row_grid(200), ep
 dx, dw_partial = rms_norm_bwd_kernel[row_grid(200)](dyx, xx, ww, rstd)
 out.update(y=y.as_subclass(torch.Tensor).numpy(), dx=dx.as_subclass(torch.Tensor).numpy(),
            dw=dw_partial.as_subclass(torch.Tensor).sum(0).numpy(), y_device=str(y.device))
-s = torch_ops.nki_call(tensor_add_kernel, xx, xx, grid=add_grid((200, 48)))
+s = torch_ops.nki_call(tensor_add_kernel[add_grid((200, 48))], xx, xx)  # kernel[grid] given to nki_call
 out["sum"] = s.as_subclass(torch.Tensor).numpy()
+n = len(CALLS)  # the SDK's own functions get the SDK's kernel[grid], not our wrapper
+out["simulated"] = nki_kernels.backend.nki.simulate_kernel(tensor_add_kernel[2, 1], x.numpy(), x.numpy())
+out["sdk_calls"] = CALLS[n:]
 n = len(CALLS)
 out["cpu"] = torch_ops.rms_norm(x, w, 1e-5).numpy()  # CPU tensors: the simulator twin, nothing recorded
 out["cpu_calls"] = CALLS[n:]
@@ -276,7 +279,11 @@ def test_sdk_2_23_torch_xla_tensors_go_to_the_genuine_jit():
     np.testing.assert_allclose(out["cpu"], rms_norm_ref(x, w, 1e-5), rtol=2e-5, atol=2e-5)
     assert out["cpu_calls"] == [] and out["y_device"].startswith("xla")
     assert out["xla_route"] == "genuine neuronxcc.jit: kernel[grid](*xla_tensors, **static)"
-    fwd, bwd, add = out["calls"]
+    np.testing.assert_allclose(out["simulated"], 2 * x, rtol=1e-6)
+    received, launched = out["sdk_calls"]
+    assert received == {"entry": "neuronxcc.nki.simulate_kernel", "kernel": "partial"}  # the stand-in's kernel[grid]
+    assert launched["grid"] == [2, 1] and launched["args"][0]["kind"] == "numpy"
+    fwd, bwd, add = out["calls"][:3]
     assert fwd["entry"] == bwd["entry"] == add["entry"] == "neuronxcc.nki.jit"
     assert add["kernel"] == "tensor_add_kernel" and add["grid"] == [2, 1]
     assert fwd["kernel"] == "rms_norm_fwd_kernel" and fwd["grid"] == [2]
