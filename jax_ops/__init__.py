@@ -4,9 +4,8 @@
   ``AwsNeuronCustomNativeKernel`` custom-call whose ``backend_config`` is the
   payload of :mod:`nki_kernels.custom_call`; on CPU an XLA custom-call target
   runs it on the simulator, on GPU a host callback does. Calling a kernel
-  with JAX arrays (``kernel[grid](a, b)``) ends up here too. When the genuine
-  ``jax_neuronx`` imports and the kernel is a genuine ``neuronxcc`` one, the
-  call is handed to it.
+  with JAX arrays (``kernel[grid](a, b)``) ends up here too. A genuine Neuron
+  kernel goes to its SDK's entry point instead (:func:`jax_ops.genuine.launch`).
 - :func:`add`, :func:`rms_norm`: the ops declared with :func:`nki_kernels.op`
   (``custom_vjp``; vmap folds the batch into kernel rows; sharding follows the
   input's rows through ``custom_partitioning``; the weight gradient is ``psum``-reduced).
@@ -19,7 +18,8 @@ Module map: ``primitive`` (nki_call, abstract eval, generic vmap), ``lowering``
 (custom-call / host callback), ``cpu_target`` (the ctypes XLA:CPU target),
 ``sharding`` (outer-primitive + custom_partitioning plumbing), ``op_builder``
 (the JAX side of ``nki_kernels.op``), ``ops`` (checked ``add`` / ``rms_norm``),
-``debug`` (HLO text and dumps), ``genuine`` (the real jax_neuronx, if any).
+``debug`` (HLO text and dumps), ``genuine`` (the one decision point: simulator or
+the Neuron SDK's entry point of each era).
 """
 
 from . import debug as _debug
