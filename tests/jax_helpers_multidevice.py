@@ -173,3 +173,45 @@ def test_neuron_hlo_of_a_sharded_function_shows_shard_shapes():
     text = jax_ops.neuron_hlo(jax_ops.rms_norm, x, w)
     (line,) = custom_calls(text)
     assert "f32[8,128]" in line
+
+
+# --- nki_kernels.op: an op declared from the tests' own kernels (tests/op_builder_kernels.py) ------
+
+def test_declared_op_sharded_grad_without_all_gather():
+    from .op_builder_kernels import scale, softplus
+
+    mesh = mesh1d()
+    x, w = random((16, 100, 64), jnp.float32, 1), random((64,), jnp.float32, 2)
+    cot = random(x.shape, jnp.float32, 3)
+    xs, ws = put(x, mesh, "x", None, None), put(w, mesh)
+
+    def loss(x, w):
+        rows = x.reshape(-1, 64)  # rows stay sharded: the merged axis is the sharded one
+        return jnp.sum(softplus(scale(rows, w), beta=2.0).reshape(x.shape) * cot)
+
+    g = jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))
+    hlo = g.lower(xs, ws).compile().as_text()
+    assert "all-gather" not in hlo
+    assert "all-reduce" in hlo  # the shared weight's gradient: per-shard sums, psum-reduced
+    shapes = [p["operands"][0]["shape"] for p in payloads(hlo)]
+    assert shapes == [[2 * 100, 64]] * 4  # scale fwd, softplus fwd, softplus bwd, scale bwd: one shard each
+    val, (dx, dw) = g(xs, ws)
+    ref = jax.value_and_grad(lambda x, w: jnp.sum(jax.nn.softplus(2.0 * x * w) / 2.0 * cot), argnums=(0, 1))
+    rval, (rdx, rdw) = ref(x, w)
+    assert_close(val, rval, 1e-5)
+    assert_close(dx, rdx, 1e-5)
+    assert_close(dw, rdw, 1e-5)
+    assert dx.sharding.is_equivalent_to(xs.sharding, 3)
+
+
+def test_declared_op_under_shard_map():
+    from .op_builder_kernels import scale
+
+    mesh = mesh1d()
+    x, w = random((64, 48), jnp.float32, 1), random((48,), jnp.float32, 2)
+    f = shard_map(scale, mesh=mesh, in_specs=(P("x"), P()), out_specs=P("x"))
+    assert_close(jax.jit(f)(x, w), x * w, 1e-6)
+    dx, dw = jax.jit(jax.grad(lambda x, w: jnp.sum(f(x, w) ** 2), argnums=(0, 1)))(x, w)
+    rdx, rdw = jax.grad(lambda x, w: jnp.sum((x * w) ** 2), argnums=(0, 1))(x, w)
+    assert_close(dx, rdx, 1e-5)
+    assert_close(dw, rdw, 1e-5)  # the replicated weight's gradient is psum-reduced
