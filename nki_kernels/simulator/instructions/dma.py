@@ -17,19 +17,22 @@ from .target import engine as _engine
 from .target import oob_mode as _oob_mode
 
 
+_nl_module = None  # nki_kernels.simulator.language, imported on first use (it imports this package)
+
+
+def _language():
+    global _nl_module
+    if _nl_module is None:
+        from .. import language as _nl_module
+    return _nl_module
+
+
 def read(src, op, name="src"):
     """The values of a DMA source: an HBM tensor/region or an SBUF tile (PSUM is not reachable)."""
     if isinstance(src, (Access, HBMTensor)):
-        from .. import language as _nl
-
-        acc = _nl._as_access(src, name, f"nisa.{op}")
+        acc = _language()._as_access(src, name, f"nisa.{op}")
         vals = acc.index.read(acc.tensor.data, None, what=acc.tensor.name)
-        _prof.dma(acc.tensor, vals, "read", acc, None)
-        from .. import diagnostics as _diag
-
-        hook = getattr(_diag, "hbm_access", None)
-        if hook is not None:
-            hook(acc.tensor, acc, None, False)
+        _prof.dma(acc.tensor, vals, "read", acc, None)  # (also the diagnostics' HBM access log)
         return vals
     if isinstance(src, Tile):
         if src.buffer is psum:
@@ -48,8 +51,7 @@ def store(dst, vals, op, what="source"):
     if vals.dtype != getattr(dst, "dtype", vals.dtype) and vals.dtype not in dt.PACKED_X4:
         vals = dt.compute_view(vals).astype(np.float32, copy=False)
     if isinstance(dst, (Access, HBMTensor)):
-        from .. import language as _nl
-
+        _nl = _language()
         acc = _nl._as_access(dst, "dst", f"nisa.{op}")
         if int(np.prod(acc.shape)) != int(np.size(vals)):
             raise NKIError("dst shape", f"nisa.{op}: dst {acc.tensor.name}{list(acc.shape)} has "
