@@ -964,7 +964,8 @@ def program_ndim():
 
 
 def _loop(kind):
-    def make(start, stop=None, step=1):
+    def make(start, stop=None, step=1, *, directives=None):
+        # directives= (nki.compiler.no_reorder() ...) steer scheduling only: same iterations.
         r = range(start) if stop is None else range(start, stop, step)
         return _KINDS[kind](r.start, r.stop, r.step)
 
