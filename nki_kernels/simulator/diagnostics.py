@@ -753,14 +753,36 @@ def _set_written(root, rinfo, region):
         rinfo.written = None
 
 
-def on_accumulate(tile) -> None:
-    """Hook for ``tile += x`` (and ``-=``, ``*=``, ``/=``): an accumulation, not a plain read."""
+def unwritten(tile):
+    """Which elements of ``tile`` (an ``nl.ndarray`` tile or a view of one) were never written, as a
+    bool array of the tile's shape; ``None`` when all are defined or that is not tracked here."""
+    info = tile._diag
+    root = tile if info is None or info.root is None else info.root
+    rinfo = root._diag
+    if rinfo is None or rinfo.written is None:
+        return None
+    if rinfo.written is False:
+        return np.ones(tile.shape, dtype=bool)
+    region = _region_of(tile, info)
+    if not (region.exact and region.shape == rinfo.written.shape):
+        return None
+    got = rinfo.written[region.box()]
+    return ~got.reshape(tile.shape) if got.size == math.prod(tile.shape) else None
+
+
+def on_accumulate(tile, starts_group=False) -> None:
+    """Hook for ``tile += x`` (and ``-=``, ``*=``, ``/=``): an accumulation, not a plain read.
+    ``starts_group``: a PSUM ``+=`` whose never-written elements begin an accumulation group
+    (the first matmul into them overwrites), so they are written, not read."""
     info = tile._diag
     root = tile if info is None or info.root is None else info.root
     region = _region_of(tile, info)
     rinfo = root._diag
-    if rinfo is not None and rinfo.written is not None and config.enabled("uninit"):
-        _check_tile_init(root, rinfo, region, "accumulates (+=) into")
+    if rinfo is not None and rinfo.written is not None:
+        if starts_group:
+            _set_written(root, rinfo, region)
+        elif config.enabled("uninit"):
+            _check_tile_init(root, rinfo, region, "accumulates (+=) into")
     if info is not None and info.root is not None:
         info.accumulated = True
     if loops:
