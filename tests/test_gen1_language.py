@@ -362,3 +362,38 @@ def test_trace_mode_helper_runs_inside_the_callers_program():
     x = RNG.standard_normal((64, 8)).astype(np.float32)
     want = x + np.repeat(np.array([0, 1, 0, 1], np.float32), 16)[:, None]
     np.testing.assert_allclose(k[2, 2](x), want)
+
+
+def test_psum_accumulation_into_a_fresh_ndarray_starts_the_group():
+    # `psum_tile += nc_matmul(...)` into never-written PSUM (an nl.ndarray): the first matmul of the
+    # accumulation group overwrites, as the official attention tutorial v8a relies on.
+    from nki_kernels.simulator import isa as nisa
+
+    a = RNG.standard_normal((128, 3 * 128)).astype(np.float32)
+    b = RNG.standard_normal((128, 3 * 64)).astype(np.float32)
+
+    @nki.jit
+    def k(x, y):
+        acc = nl.ndarray((128, 64), nl.float32, buffer=nl.psum)
+        for i in nl.affine_range(3):
+            acc[...] += nisa.nc_matmul(nl.load(x[:, i * 128:(i + 1) * 128]), nl.load(y[:, i * 64:(i + 1) * 64]))
+        out = nl.ndarray((128, 64), nl.float32, buffer=nl.shared_hbm)
+        nl.store(out, nl.copy(acc))
+        return out
+
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    want = sum(a64[:, i * 128:(i + 1) * 128].T @ b64[:, i * 64:(i + 1) * 64] for i in range(3))
+    np.testing.assert_allclose(k(a, b), want, rtol=1e-4, atol=1e-4)
+
+
+def test_sbuf_accumulation_into_a_fresh_ndarray_is_still_an_uninit_read():
+    @nki.jit
+    def k(x):
+        acc = nl.ndarray((128, 64), nl.float32, buffer=nl.sbuf)
+        acc[...] += nl.load(x)  # planted bug: SBUF has no accumulation groups
+        out = nl.ndarray((128, 64), nl.float32, buffer=nl.shared_hbm)
+        nl.store(out, acc)
+        return out
+
+    with pytest.raises(NKIError, match="uninit"):
+        k(np.ones((128, 64), np.float32))

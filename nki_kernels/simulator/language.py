@@ -1031,10 +1031,21 @@ def _install_operators():
             if self._mem is not None:  # `psum[...] += nc_matmul(...)`: the matmul accumulates in place
                 _memory.accumulated(self._mem, other)
             self.own()
+            fresh = None
+            if self.buffer is psum and opname == "add" and self._diag is not None:
+                fresh = _diag.unwritten(self)
+                fresh = fresh if fresh is not None and fresh.any() else None
             if self._diag is not None or _diag.loops:
-                _diag.on_accumulate(self)
+                _diag.on_accumulate(self, starts_group=fresh is not None)
             cur = self.data
             vals = _values(other, "other")
+            if fresh is not None:
+                # PSUM accumulation group start: the first result into never-written elements
+                # overwrites them (an nl.ndarray PSUM tile holds garbage, or NaN here, before).
+                res = np.where(fresh, vals, np.add(dt.compute_view(cur), vals))
+                _prof.instruction("Tensor", cur)
+                cur[...] = dt.cast(res, cur.dtype)
+                return self
             _prof.instruction("Vector" if self.buffer is sbuf else "Tensor", cur)
             if cur.dtype == np.float32 and isinstance(fn, np.ufunc) and np.result_type(cur, vals) == np.float32 \
                     and np.shape(vals) == cur.shape:
