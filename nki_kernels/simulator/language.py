@@ -422,8 +422,8 @@ def _allocate(shape, dtype, buffer, fill=None, name="", address=None):
     if fill is not None:
         _prof.instruction("GpSimd", data)
     tile = Tile(data, buffer, pdim)
-    if tile._mem is not None and name:
-        tile._mem.name = name
+    if tile._mem is not None:
+        _memory.declared(tile._mem, name)
     if fill is None:
         _diag.mark_uninitialised(tile)  # reads before a write are the `uninit` diagnostic
     return tile

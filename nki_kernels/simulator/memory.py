@@ -84,7 +84,7 @@ class Rec:
     tensor, or a whole block-dimension tensor accessed at once."""
 
     __slots__ = ("mem", "buf", "nbytes", "first", "last", "lastc", "moved", "place", "shape", "dtype",
-                 "name", "blocks", "root", "key", "alloc_at", "last_at", "tiles")
+                 "name", "blocks", "root", "key", "alloc_at", "last_at", "tiles", "declared")
 
     def __init__(self, mem, buf, nbytes, shape, dtype, name="", root=None, key=None):
         self.mem = mem
@@ -104,6 +104,7 @@ class Rec:
         self.alloc_at = None
         self.last_at = None
         self.tiles = None  # block index -> Tile, for placed block-dimension tensors
+        self.declared = False  # made by nl.ndarray / nl.zeros ... (a tensor, not an instruction's result)
 
     def end(self) -> int:
         """Last slot the tile is live."""
@@ -254,6 +255,16 @@ def on_alloc(tile, prog, name=""):
     return rec
 
 
+def declared(rec, name="") -> None:
+    """``rec``'s tile is a declared tensor (nl.ndarray, nl.zeros, ...), never an instruction's
+    result that a later assignment or dst write could belong to."""
+    rec.declared = True
+    rec.name = name
+    m = rec.mem
+    if m.last_result is rec:
+        m.last_result = None
+
+
 def block_rec(root_rec, bidx):
     """The record of block ``bidx`` (a tuple of ints) of a block-dimension tensor."""
     rec = root_rec.blocks.get(bidx)
@@ -370,7 +381,7 @@ def _ended(m) -> None:
     r = m.last_alloc
     m.last_alloc = None
     m.last_result = None
-    if r is not None and r.first == m.ic and r.blocks is None:
+    if r is not None and r.first == m.ic and r.blocks is None and not r.declared:
         m.last_result = r
         if r.last == m.ic and m.ws_c == m.ic:  # counted as read while being written
             m.rsum[r.buf] -= r.nbytes
