@@ -522,3 +522,28 @@ def test_scalar_offset_from_a_virtual_register_is_read_at_use():
     reg.value = 4
     with pytest.raises(NKIError, match="out-of-bounds"):
         row.data
+
+
+def test_compute_instructions_read_and_write_views():
+    @nki.jit
+    def k(x, w):
+        xs = nl.ndarray((64, 128), dtype=nl.float32, buffer=nl.sbuf)
+        ws = nl.ndarray((64, 2, 32), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=xs, src=x)
+        nisa.dma_copy(dst=ws, src=w.reshape((64, 2, 32)))
+        acc = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+        nisa.memset(dst=acc, value=0.0)
+        # x.T @ w[:, 1, :] into columns 32..63 of the PSUM tile, through a strided SBUF view
+        nisa.nc_matmul(dst=acc.slice(1, 32, 64), stationary=xs, moving=ws.select(1, 1))
+        res = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.activation(dst=res, op=nl.exp, data=acc)
+        out = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=res)
+        return out
+
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(64, 128)).astype(np.float32) / 8
+    w = rng.normal(size=(64, 64)).astype(np.float32) / 8
+    expect = np.ones((128, 128))
+    expect[:, 32:64] = np.exp(x.astype(np.float64).T @ w[:, 32:64])
+    np.testing.assert_allclose(nki.simulate(k)(x, w), expect, rtol=1e-5)
