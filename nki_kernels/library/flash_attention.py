@@ -6,7 +6,9 @@ reads key/value head ``h // (H // Hkv)``), ``D <= 128``. Causal masking keeps ke
 ``j`` for query ``i`` when ``j <= i`` (torch's top-left alignment).
 
 Forward (grid ``(B, Hkv, H // Hkv, ceil(Sq / 128))``): each program owns 128 query
-rows of one head. Scores ``S = q k^T`` of a 512-key tile come from one
+rows of one head. ``q`` / ``k`` tiles are loaded row-major and put head_dim on the
+partition axis with ``nc_transpose`` on the Tensor engine (rows past the sequence are
+zeroed first). Scores ``S = q k^T`` of a 512-key tile come from one
 ``nc_matmul`` into PSUM (head_dim contracted on the partition axis), the running
 max / sum rescale the accumulated ``P v`` (online softmax, fp32 statistics), and
 ``P v`` contracts keys 128 at a time after transposing ``P`` on the Tensor
@@ -53,6 +55,40 @@ def _transposed(t, lo, hi, dtype):
     return nl.copy(nisa.nc_transpose(t[:, lo:hi]), dtype=dtype)
 
 
+def _rows(src, n, row0=0, n_valid=None):
+    """Rows ``row0 + [0, n)`` of an HBM [rows, d] view as SBUF tiles of at most 128 rows.
+
+    ``src(rows)`` indexes the view with a row index expression. With ``n_valid``, rows
+    past it are masked off and zeroed: a transpose on the Tensor engine is a matmul
+    against the identity, so an undefined (NaN) lane would spread to every column.
+    """
+    out = []
+    for c0, c1 in _tiles(n, K_SUB):
+        ids = row0 + c0 + nl.arange(c1 - c0)[:, None]
+        if n_valid is None:
+            out.append(nl.load(src(ids)))
+        else:
+            chunk = nl.load(src(ids), mask=ids < n_valid)
+            out.append(nl.where(nl.less(nisa.iota(ids, dtype=nl.int32), n_valid), chunk, 0.0))
+    return out
+
+
+def _transpose_rows(chunks, dtype):
+    """Row tiles ([<=128, d] each) side by side and transposed: one SBUF tile [d, total rows]."""
+    d, n = chunks[0].shape[1], sum(c.shape[0] for c in chunks)
+    t = nl.ndarray((d, n), dtype=dtype, buffer=nl.sbuf)
+    lo = 0
+    for c in chunks:
+        t[:, lo:lo + c.shape[0]] = nl.copy(nisa.nc_transpose(c), dtype=dtype)
+        lo += c.shape[0]
+    return t
+
+
+def _load_t(src, n, dtype, row0=0, n_valid=None):
+    """Rows ``row0 + [0, n)`` of an HBM view transposed: SBUF [d, n] (see :func:`_rows`)."""
+    return _transpose_rows(_rows(src, n, row0, n_valid), dtype)
+
+
 def _query_rows(sq):
     """This program's query row index [128, 1] (grid axis 3) and the rows inside ``sq``."""
     iq = nl.program_id(3) * Q_TILE + nl.arange(Q_TILE)[:, None]
@@ -75,13 +111,13 @@ def flash_attention_fwd_kernel(q, k, v, causal=False, scale=1.0):
     q0 = nl.program_id(3) * Q_TILE
     iq, rows = _query_rows(sq)
     i_d = nl.arange(d)[None, :]
-    q_t = nl.load_transpose2d(q[b, h, iq, i_d], mask=rows)  # [D, 128]: head_dim on partitions
+    q_t = _load_t(lambda r: q[b, h, r, i_d], Q_TILE, q.dtype, q0, sq)  # [D, 128]: head_dim on partitions
     hk = nl.program_id(1)
 
     m = l = acc = None
     for k0, k1 in _tiles(sk, K_TILE):
         w = k1 - k0
-        k_t = nl.load_transpose2d(k[b, hk, k0 + nl.arange(w)[:, None], i_d])  # [D, w]
+        k_t = _load_t(lambda r: k[b, hk, r, i_d], w, k.dtype, k0)  # [D, w]
         s = _scores(q_t, k_t, scale, causal, q0, k0, w)
         m_tile = nl.max(s, axis=[1], keepdims=True)
         m_new = m_tile if m is None else nl.maximum(m, m_tile)
@@ -127,8 +163,8 @@ def flash_attention_bwd_dq_kernel(q, k, v, o, lse, do, dlse=None, causal=False, 
     q0 = nl.program_id(3) * Q_TILE
     iq, rows = _query_rows(sq)
     i_d = nl.arange(d)[None, :]
-    q_t = nl.load_transpose2d(q[b, h, iq, i_d], mask=rows)
-    do_t = nl.load_transpose2d(do[b, h, iq, i_d], mask=rows)
+    q_t = _load_t(lambda r: q[b, h, r, i_d], Q_TILE, q.dtype, q0, sq)
+    do_t = _load_t(lambda r: do[b, h, r, i_d], Q_TILE, do.dtype, q0, sq)
     one = nl.arange(1)[None, :]
     delta = _row_delta(nl.load(o[b, h, iq, i_d], mask=rows), nl.load(do[b, h, iq, i_d], mask=rows),
                        None if dlse is None else nl.load(dlse[b, h, iq, one], mask=rows))
@@ -138,13 +174,12 @@ def flash_attention_bwd_dq_kernel(q, k, v, o, lse, do, dlse=None, causal=False, 
     dq_acc = nl.zeros((Q_TILE, d), dtype=nl.float32, buffer=nl.psum)
     for k0, k1 in _tiles(sk, K_TILE):
         w = k1 - k0
-        ik = k0 + nl.arange(w)[:, None]
-        s = _scores(q_t, nl.load_transpose2d(k[b, hk, ik, i_d]), scale, causal, q0, k0, w)
+        k_chunks = _rows(lambda r: k[b, hk, r, i_d], w, k0)  # used as rows (dq) and transposed (scores)
+        s = _scores(q_t, _transpose_rows(k_chunks, k.dtype), scale, causal, q0, k0, w)
         p = nisa.activation(op=nl.exp, data=s, bias=neg_lse, dtype=nl.float32)
-        dp = nisa.nc_matmul(do_t, nl.load_transpose2d(v[b, hk, ik, i_d]))
+        dp = nisa.nc_matmul(do_t, _load_t(lambda r: v[b, hk, r, i_d], w, v.dtype, k0))
         ds = nl.multiply(p, nl.subtract(dp, delta), dtype=nl.float32)
-        for c0, c1 in _tiles(w, K_SUB):
-            k_c = nl.load(k[b, hk, k0 + c0 + nl.arange(c1 - c0)[:, None], i_d])
+        for (c0, c1), k_c in zip(_tiles(w, K_SUB), k_chunks):
             dq_acc += nisa.nc_matmul(_transposed(ds, c0, c1, k.dtype), k_c)
     nl.store(dq[b, h, iq, i_d], value=nl.multiply(dq_acc, scale, dtype=q.dtype), mask=rows)
     return dq
@@ -163,8 +198,8 @@ def flash_attention_bwd_dkdv_kernel(q, k, v, o, lse, do, dlse=None, causal=False
     ik = k0 + nl.arange(K_SUB)[:, None]
     keys = ik < sk
     i_d = nl.arange(d)[None, :]
-    k_t = nl.load_transpose2d(k[b, hk, ik, i_d], mask=keys)  # [D, 128]
-    v_t = nl.load_transpose2d(v[b, hk, ik, i_d], mask=keys)
+    k_t = _load_t(lambda r: k[b, hk, r, i_d], K_SUB, k.dtype, k0, sk)  # [D, 128]
+    v_t = _load_t(lambda r: v[b, hk, r, i_d], K_SUB, v.dtype, k0, sk)
 
     dk_acc = nl.zeros((K_SUB, d), dtype=nl.float32, buffer=nl.psum)
     dv_acc = nl.zeros((K_SUB, d), dtype=nl.float32, buffer=nl.psum)
@@ -179,14 +214,14 @@ def flash_attention_bwd_dkdv_kernel(q, k, v, o, lse, do, dlse=None, causal=False
             delta = _row_delta(nl.load(o[b, h, iq, i_d]), do_rows,
                                None if dlse is None else nl.load(dlse[b, h, iq, one]))
             neg_lse = nl.negative(nl.load(lse[b, h, iq, one]))
-            s = nl.multiply(nisa.nc_matmul(nl.load_transpose2d(q[b, h, iq, i_d]), k_t), scale, dtype=nl.float32)
+            s = nl.multiply(nisa.nc_matmul(_transpose_rows([q_rows], q.dtype), k_t), scale, dtype=nl.float32)
             if causal:
                 i_q, i_k = nl.mgrid[0:w, 0:K_SUB]
                 s = nisa.affine_select(pred=(q0 + i_q - k0 - i_k >= 0), on_true_tile=s, on_false_value=MASKED,
                                        dtype=nl.float32)
             p = nisa.activation(op=nl.exp, data=s, bias=neg_lse, dtype=nl.float32)  # [w, 128]
             dv_acc += nisa.nc_matmul(nl.copy(p, dtype=do.dtype), do_rows)
-            dp = nisa.nc_matmul(nl.load_transpose2d(do[b, h, iq, i_d]), v_t)
+            dp = nisa.nc_matmul(_transpose_rows([do_rows], do.dtype), v_t)
             ds = nl.multiply(p, nl.subtract(dp, delta), dtype=q.dtype)
             dk_acc += nisa.nc_matmul(ds, q_rows)
     nl.store(dk[b, hk, ik, i_d], value=nl.multiply(dk_acc, scale, dtype=k.dtype), mask=keys)
