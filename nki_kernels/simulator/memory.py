@@ -44,6 +44,9 @@ CAPACITY = (SBUF_BYTES, PSUM_BYTES)
 # "a valid byte_addr can be any integer values from 0 (inclusive) to 192KiB-16KiB (exclusive) ...
 # 16KiB is allocated for compiler internal usage" (nki.compiler.sbuf.alloc)
 SBUF_PLACEABLE = SBUF_BYTES - 16 * 1024
+# No instruction touches more tiles than this (operands, result, side outputs such as reduce_res=);
+# a slot with more is several instructions an op path did not count apart, and is not judged.
+MAX_INSTRUCTION_TILES = 8
 INT_SENTINEL = 4  # the official simulator fills integer tensors with 4 (NKI CPU Simulator guide)
 
 _lines = False  # record source lines (set while a program is re-run for a report)
@@ -154,7 +157,7 @@ class ProgramMemory:
         """Check the working set of slot ``ws_c`` and start slot ``c``."""
         for b in (SBUF, PSUM):
             need = self.rsum[b] + max(0, self.wsum[b] - self.rmax[b])
-            if need > CAPACITY[b] and self.ws_bad is None:
+            if need > CAPACITY[b] and self.ws_bad is None and len(self.ws_recs) <= MAX_INSTRUCTION_TILES:
                 self.ws_bad = (self.ws_c, need, b, [r for r in self.ws_recs if r.buf == b])
             self.rsum[b] = self.rmax[b] = self.wsum[b] = 0
         self.ws_recs = []
