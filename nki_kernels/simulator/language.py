@@ -99,6 +99,8 @@ def _broadcast_check(name, *operands):
     # "[1, 512] is broadcasted to [128, 512]" (partition broadcast, slower on hardware but legal).
     # https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/generated/nki.language.add.html
     shapes = [np.shape(o.data) if isinstance(o, Tile) else np.shape(o) for o in operands]
+    if shapes.count(shapes[0]) == len(shapes):  # (the module's `all` is nl.all)
+        return shapes[0]
     try:
         return np.broadcast_shapes(*shapes)
     except ValueError:

@@ -17,7 +17,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import math
 import weakref
@@ -153,17 +152,20 @@ def _written_mask(root, create=False):
     return mask
 
 
-@contextlib.contextmanager
-def scratch():
-    """Compute without registering new tiles with the program: intermediates that only live
-    until they are copied into ``dst`` have no hardware buffer and must not count against the
-    program's SBUF/PSUM capacity."""
-    prog = core.current_or_none()
-    core.set_current(None)
-    try:
-        yield
-    finally:
-        core.set_current(prog)
+class scratch:
+    """``with scratch():`` computes without registering new tiles with the program: intermediates
+    that only live until they are copied into ``dst`` have no hardware buffer and must not count
+    against the program's SBUF/PSUM capacity. (A class, not a generator: it runs once per instruction.)"""
+
+    __slots__ = ("prog",)
+
+    def __enter__(self):
+        self.prog = core.current_or_none()
+        core.set_current(None)
+
+    def __exit__(self, *exc):
+        core.set_current(self.prog)
+        return False
 
 
 def fit_dst(dst, values, op, what="result"):
