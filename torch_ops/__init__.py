@@ -6,6 +6,9 @@
   and their ``_backward`` ops), declared once with ``nki_kernels.op``; any op
   declared that way is a ``torch.library`` op too (:mod:`torch_ops.op_builder`).
 - ``RMSNorm``: drop-in for ``torch.nn.RMSNorm``.
+- the kernel library (:mod:`torch_ops.library_modules`): ``softmax``, ``cross_entropy``,
+  ``residual_rms_norm``, ``flash_attention`` with torch's conventions, and the
+  ``Softmax`` / ``CrossEntropyLoss`` modules.
 - ``nki_call(kernel, *tensors, grid=..., **static)``: launch any ``@nki.jit``
   kernel on torch tensors (what ``kernel[grid](tensor, ...)`` does); inside
   ``torch.compile`` each launch is one ``torch.ops.nki.call`` node.
@@ -25,6 +28,8 @@ from .dispatch import nki_call
 from .functional import add, rms_norm
 from .functions import NkiAddFunc, NkiRMSNormFunc
 from .modules import RMSNorm
+from .library_modules import (CrossEntropyLoss, Softmax, cross_entropy, flash_attention, residual_rms_norm,
+                              softmax)
 
 
 def neuron_hlo(tensors) -> str:
@@ -37,5 +42,6 @@ def neuron_hlo(tensors) -> str:
     return _neuron_hlo(tensors)
 
 
-__all__ = ["NkiAddFunc", "NkiRMSNormFunc", "RMSNorm", "add", "rms_norm", "nki_call", "neuron_hlo",
+__all__ = ["softmax", "cross_entropy", "residual_rms_norm", "flash_attention", "Softmax", "CrossEntropyLoss",
+           "NkiAddFunc", "NkiRMSNormFunc", "RMSNorm", "add", "rms_norm", "nki_call", "neuron_hlo",
            "genuine_neuron"]
