@@ -637,6 +637,7 @@ def _created_tag():
 
 def on_new_tile(tile):
     """Hook from ``Tile.__init__`` inside affine loops: remember the creating iterations."""
+    _changed()
     return TileInfo(_created_tag())
 
 
@@ -647,6 +648,7 @@ def mark_uninitialised(tile) -> None:
         info = tile._diag = TileInfo(_created_tag() if loops else ())
     info.written = False
     info.marked = 0
+    _changed()
 
 
 def on_view(parent, view, index) -> None:
@@ -657,6 +659,7 @@ def on_view(parent, view, index) -> None:
     else:
         root = parent
     view._diag = TileInfo(_created_tag() if loops else (), None, root, index)
+    _changed()
 
 
 def _root_region(tile):
@@ -668,8 +671,36 @@ def _root_region(tile):
     return tile, Region.whole(tile.shape)
 
 
+# Reads of a tile inside affine loops are checked and logged once per stretch of diagnostics
+# state: an instruction reading one tile several times (the layers of an instruction each take
+# their operands), or two instructions reading it with nothing written, created or iterated in
+# between, get the same verdict and the same log entry as the first read.
+_state = 0  # bumped by every event that can change what a read reports (see _changed)
+_reads_state = -1
+_reads = set()  # ids of the tiles read since _state last changed (a new tile changes it: no id reuse)
+
+
+def _changed() -> None:
+    global _state
+    _state += 1
+
+
 def on_read(tile) -> None:
     """Hook for an op reading ``tile`` as an operand."""
+    global _reads_state
+    if loops:
+        if _reads_state != _state:
+            _reads.clear()
+            _reads_state = _state
+        elif id(tile) in _reads:
+            return
+        _read_once(tile)
+        _reads.add(id(tile))
+        return
+    _read_once(tile)
+
+
+def _read_once(tile) -> None:
     info = tile._diag
     root, region = tile, None
     if info is not None:
@@ -735,6 +766,7 @@ def on_write(tile, index, value=None) -> None:
 
 
 def _set_written(root, rinfo, region):
+    _changed()
     if region.exact and region.lo == (0,) * len(root.shape) and region.hi == tuple(root.shape):
         rinfo.written = None
         return
@@ -823,6 +855,8 @@ def _loop_log(obj, region, kind, hbm=False):
                 # would give it the verdict of the logged one, so the log stays one entry long.
                 continue
         fr.seq += 1
+        if kind != "r":
+            _changed()
         if wh is None:
             wh = where()
         ent.append((kind, fr.iter, region, wh, fr.seq))
@@ -848,10 +882,12 @@ def _affine(r):
     try:
         for i in r:
             fr.iter = i
+            _changed()
             yield i
         ok = True
     finally:
         loops.remove(fr)
+        _changed()
         if ok:
             _analyse(fr)
 
