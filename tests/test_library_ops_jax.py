@@ -181,3 +181,37 @@ def test_errors_name_the_argument(call, exc, words):
         call()
     for w in words:
         assert w in str(info.value)
+
+
+def test_saved_statistics_are_differentiable():
+    """The ops' aux outputs (lse, rstd) carry gradients like any other output."""
+    from nki_kernels.library import ops as L
+
+    rng = np.random.default_rng(6)
+    logits = _rand(rng, (9, 130), "float32", 3.0)
+    labels = jnp.asarray(rng.integers(0, 130, 9).astype(np.int32))
+    c = _rand(rng, (9,), "float32")
+    got = jax.jit(jax.grad(lambda a: (L.cross_entropy_rows(a, labels)[1] * c).sum()))(logits)
+    R.close(got, _x64(jax.grad(lambda a, c_: (jax.nn.logsumexp(a, -1) * c_).sum()), logits, c), "float32")
+
+    x, res, w = _rand(rng, (7, 50), "float32"), _rand(rng, (7, 50), "float32"), _rand(rng, (50,), "float32")
+    cr = _rand(rng, (7, 1), "float32")
+    got = jax.jit(jax.grad(lambda a: (L.residual_rms_norm_op(a, res, w)[2] * cr).sum()))(x)
+    want = _x64(jax.grad(lambda a, r_, c_: (jax.lax.rsqrt(jnp.mean((a + r_) ** 2, -1, keepdims=True) + 1e-6)
+                                            * c_).sum()), x, res, cr)
+    R.close(got, want, "float32")
+
+    q, k, v = _rand(rng, (1, 2, 70, 16), "float32"), _rand(rng, (1, 1, 90, 16), "float32"), \
+        _rand(rng, (1, 1, 90, 16), "float32")
+    cl = _rand(rng, (1, 2, 70, 1), "float32")
+
+    def ref_lse(q_, k_, c_):
+        s = q_ @ jnp.repeat(k_, 2, 1).swapaxes(-1, -2) / 4.0
+        s = jnp.where(jnp.tril(jnp.ones(s.shape[-2:], bool)), s, -jnp.inf)
+        return (jax.nn.logsumexp(s, -1, keepdims=True) * c_).sum()
+
+    got = jax.jit(jax.grad(lambda a, b: (L.flash_attention_op(a, b, v, causal=True)[1] * cl).sum(),
+                           argnums=(0, 1)))(q, k)
+    want = _x64(jax.grad(ref_lse, argnums=(0, 1)), q, k, cl)
+    for g, r in zip(got, want):
+        R.close(g, r, "float32")

@@ -137,3 +137,26 @@ def test_library_ops_compile_without_graph_breaks():
 
     compiled = torch.compile(f, fullgraph=True)
     R.close(compiled(x, r, w), R.f64(f(x, r, w)), "float32")
+
+
+def test_saved_statistics_are_differentiable():
+    """The ops' aux outputs (lse) carry gradients in torch too."""
+    from nki_kernels.library import ops as L
+
+    logits = _rand((9, 130), "float32", 3.0, seed=4)
+    labels = torch.arange(9, dtype=torch.int32)
+    (lse,) = L.cross_entropy_rows(logits, labels)[1:]
+    (ld,) = _double(logits)
+    ct = torch.randn(9, dtype=torch.float64)
+    R.close(_grads(lse, [logits], [ct])[0], R.f64(_grads(torch.logsumexp(ld, -1), [ld], [ct])[0]), "float32")
+
+    q, k, v = _rand((1, 2, 70, 16), "float32", seed=5), _rand((1, 1, 90, 16), "float32", seed=6), \
+        _rand((1, 1, 90, 16), "float32", seed=7)
+    lse = L.flash_attention_op(q, k, v, causal=True)[1]
+    qd, kd = _double(q, k)
+    s = qd @ kd.repeat_interleave(2, 1).transpose(-1, -2) / 4.0
+    s = s.masked_fill(~torch.ones(70, 90, dtype=torch.bool).tril(), float("-inf"))
+    ct = torch.randn(lse.shape, dtype=torch.float64)
+    want = _grads(torch.logsumexp(s, -1, keepdim=True), [qd, kd], [ct])
+    for g, r in zip(_grads(lse, [q, k], [ct]), want):
+        R.close(g, R.f64(r), "float32")
