@@ -397,3 +397,19 @@ def test_sbuf_accumulation_into_a_fresh_ndarray_is_still_an_uninit_read():
 
     with pytest.raises(NKIError, match="uninit"):
         k(np.ones((128, 64), np.float32))
+
+
+def test_first_generation_names_stay_out_of_the_standalone_namespace():
+    from nki_kernels.simulator.standalone import language as nl2
+
+    gen1_only = ["mgrid", "arange", "par_dim", "spmd_dim", "nc", "loop_reduce", "static_cast", "fp32", "finfo"]
+    for name in gen1_only:
+        assert hasattr(nl, name), name  # documented in neuronxcc.nki.language
+        assert not hasattr(nl2, name), name  # not in the current nki.language reference
+        assert name not in nl2.__all__
+    for name in ["ds", "shared_constant", "shared_identity_matrix", "rand", "random_seed", "gelu_apprx_sigmoid",
+                 "silu_dx", "gelu_dx", "abs_max", "abs_min", "rms_norm", "gather_flattened", "is_psum", "is_sbuf",
+                 "is_hbm", "is_on_chip", "prelu", "NkiTensor", "NKIObject"]:
+        assert hasattr(nl2, name), name  # the current reference's names
+    for name in ["Tile", "Access", "HBMTensor", "np", "current"]:
+        assert name not in nl.__all__ and name not in nl2.__all__, name

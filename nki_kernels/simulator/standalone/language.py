@@ -64,7 +64,7 @@ bypass._np = lambda x: np.array(x, copy=True)
 
 def _op_function(op):
     """The NumPy function of an operator identifier, accepting the standalone-only ones."""
-    if op is copy or op is identity:
+    if op is copy or op is _gen1.identity:
         return _gen1._UNARY["identity"]
     return _gen1.np_function(op)
 
@@ -75,6 +75,14 @@ def np_function(op):
 
 
 _gen1._guard_module(globals(), {"ds", "bypass", "np_function"}, "nl")
+
+# First-generation names the current nki.language reference no longer lists (index expressions,
+# SPMD grids, casts and helpers of the old API): not part of this namespace.
+for _name in ("AffineExpr", "BExpr", "Mask", "NKIError", "NotBatchable", "PMAX", "arange", "mgrid", "nc",
+              "par_dim", "spmd_dim", "loop_reduce", "static_cast", "finfo", "fp32", "full_like", "ones_like",
+              "identity", "gelu_apprx_tanh_dx", "sigmoid_dx", "tanh_dx", "annotations"):
+    globals().pop(_name, None)
+del _name
 
 __all__ = sorted({*_gen1.__all__, *_dtypes.__all__, "NKIObject", "NkiTensor", "bool", "ds", "bypass",
                   "shared_identity_matrix", "tile_size",
