@@ -164,11 +164,14 @@ def flash_attention_bwd_dq_kernel(q, k, v, o, lse, do, dlse=None, causal=False, 
     iq, rows = _query_rows(sq)
     i_d = nl.arange(d)[None, :]
     q_t = _load_t(lambda r: q[b, h, r, i_d], Q_TILE, q.dtype, q0, sq)
-    do_t = _load_t(lambda r: do[b, h, r, i_d], Q_TILE, do.dtype, q0, sq)
+    # Rows past Sq are zeroed in every per-row operand, so dS is 0 there: it is transposed
+    # (a matmul on the Tensor engine) and an undefined lane would spread to every column.
+    [do_rows] = _rows(lambda r: do[b, h, r, i_d], Q_TILE, q0, sq)
+    do_t = _transpose_rows([do_rows], do.dtype)
     one = nl.arange(1)[None, :]
-    delta = _row_delta(nl.load(o[b, h, iq, i_d], mask=rows), nl.load(do[b, h, iq, i_d], mask=rows),
-                       None if dlse is None else nl.load(dlse[b, h, iq, one], mask=rows))
-    neg_lse = nl.negative(nl.load(lse[b, h, iq, one], mask=rows))
+    per_row = lambda t, cols: _rows(lambda r: t[b, h, r, cols], Q_TILE, q0, sq)[0]  # noqa: E731
+    delta = _row_delta(per_row(o, i_d), do_rows, None if dlse is None else per_row(dlse, one))
+    neg_lse = nl.negative(per_row(lse, one))
     hk = nl.program_id(1)
 
     dq_acc = nl.zeros((Q_TILE, d), dtype=nl.float32, buffer=nl.psum)
