@@ -311,9 +311,26 @@ _NUMPY_ALIASES = {np.max: np.maximum, np.amax: np.maximum, np.min: np.minimum, n
 _NL_REDUCTIONS = {"max": np.maximum, "min": np.minimum, "sum": np.add, "prod": np.multiply}
 
 
+_ALU = {}  # operator identifier -> its NumPy function (identifiers are module-level functions)
+
+
 def alu(op):
     """The NumPy function behind an operator identifier (``nl.add``, ``np.add``, ``nl.max``,
     ``np.max``, ``np.sum``, ``nl.copy``, ``np.copy``, ``nl.exp`` ...)."""
+    if isinstance(op, Tile):  # (not a key: Tile overloads ==)
+        return _alu(op)
+    try:
+        fn = _ALU.get(op)
+    except TypeError:  # an unhashable operator object: looked up every time
+        return _alu(op)
+    if fn is None:
+        fn = _alu(op)
+        if len(_ALU) < 1024:
+            _ALU[op] = fn
+    return fn
+
+
+def _alu(op):
     if op is None:
         raise NKIError("op", "an operator is required here (nl.add, nl.maximum, ...)")
     try:
