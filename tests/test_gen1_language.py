@@ -413,3 +413,30 @@ def test_first_generation_names_stay_out_of_the_standalone_namespace():
         assert hasattr(nl2, name), name  # the current reference's names
     for name in ["Tile", "Access", "HBMTensor", "np", "current"]:
         assert name not in nl.__all__ and name not in nl2.__all__, name
+
+
+def test_psum_accumulation_groups_per_block_of_an_aliased_mod_alloc_tensor():
+    # All blocks of this PSUM tensor live in one bank (num_bank_tiles=(1,)): each block's first
+    # `+=` starts its own accumulation group, it does not add to the previous block's sums (the
+    # official attention tutorial v9 accumulates every q tile this way).
+    from nki_kernels.simulator import isa as nisa
+    from nki_kernels.simulator.nki import compiler as ncc
+
+    a = RNG.standard_normal((128, 4 * 2 * 128)).astype(np.float32)
+    b = RNG.standard_normal((128, 2 * 64)).astype(np.float32)
+
+    @nki.jit
+    def k(x, y):
+        acc = nl.ndarray((4, nl.par_dim(128), 64), nl.float32, buffer=ncc.psum.mod_alloc(base_bank=7, num_bank_tiles=(1,)))
+        out = nl.ndarray((4, 128, 64), nl.float32, buffer=nl.shared_hbm)
+        for t in nl.sequential_range(4):
+            for j in nl.affine_range(2):
+                acc[t, :, :] += nisa.nc_matmul(nl.load(x[:, (t * 2 + j) * 128:(t * 2 + j + 1) * 128]),
+                                               nl.load(y[:, j * 64:(j + 1) * 64]))
+            nl.store(out[t], nl.copy(acc[t, :, :]))
+        return out
+
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    want = np.stack([sum(a64[:, (t * 2 + j) * 128:(t * 2 + j + 1) * 128].T @ b64[:, j * 64:(j + 1) * 64]
+                         for j in range(2)) for t in range(4)])
+    np.testing.assert_allclose(k(a, b), want, rtol=1e-4, atol=1e-4)

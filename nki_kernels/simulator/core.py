@@ -414,6 +414,10 @@ class Tile(NkiTensor):
             blk = Tile(data, self.buffer, 0, parent=self)
             blk._mem = _memory.block_rec(m, b)
             _memory.mark_placed(blk._mem, part, lo, self.shape[self.pdim])
+            # Each block is its own logical tensor even where its bytes alias another block's, so
+            # what it holds counts as written only once written through it: a PSUM `+=` into it
+            # then starts a new accumulation group instead of adding to the aliased block's sums.
+            _diag.mark_uninitialised(blk)
             m.tiles[b] = blk
         rest = (key if isinstance(key, tuple) else (key,))[self.pdim:]
         return blk, (rest if rest else ...)
