@@ -841,8 +841,9 @@ def _loop_log(obj, region, kind, hbm=False):
     created = info.created if info is not None else ()
     key = _tensor_key(obj) if hbm else id(obj)
     wh = None
+    mine = [f for f, _ in created] if created else ()
     for fr in loops:
-        if any(f is fr for f, _ in created):
+        if mine and fr in mine:  # (identity: _Loop has no __eq__)
             continue  # created inside this loop's iteration: private to it
         ent = fr.log.get(key)
         if ent is None:
