@@ -457,3 +457,19 @@ def test_nan_fill_sentinels_and_switch():
     finally:
         config.nan_fill = saved
     assert not (oi == 4).all() or not np.isnan(of).all()  # np.empty: not the sentinels everywhere
+
+
+def test_mixing_with_an_automatic_block_tensor_rejected():
+    @jit
+    def k(a):
+        out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+        t = nl.ndarray((128, 512), dtype=nl.float32, buffer=ncc.sbuf.mod_alloc(base_addr=0))
+        b = nl.ndarray((2, nl.par_dim(128), 512), dtype=nl.float32, buffer=nl.sbuf)  # automatic
+        b[0] = nl.load(a[0])
+        t[...] = nl.copy(b[0])
+        nl.store(out, t)
+        return out
+
+    with pytest.raises(NKIError) as e:
+        k(A)
+    assert e.value.rule == "allocation mixing" and "block (0,)" in str(e.value)

@@ -539,6 +539,7 @@ def finish(prog, rerun=None) -> None:
         m.peak_at[b] = int(curve[b].argmax()) if n else 0
     prog.sbuf_peak, prog.psum_peak = m.peak
     problem = _problem(m, live)
+    m.recs = []  # (records and the program reference each other: let refcounting free them)
     if problem is None or not _config.enabled("capacity"):
         return
     if rerun is not None and not _lines:
@@ -618,7 +619,7 @@ def _mixed(m, live):
     for b in (SBUF, PSUM):
         if not m.placed[b]:
             continue
-        auto = [r for r in live if r.buf == b and r.place is None and r.root is None]
+        auto = [r for r in live if r.buf == b and r.place is None]
         if auto:
             r = auto[0]
             return NKIError(
