@@ -12,7 +12,10 @@ that says which operands are row arrays and how many vmapped axes lead them:
   has none. A vmapped shared operand (or ``batch="map"``) means one launch per example.
 - sharding (``partition`` hint): ``custom_partitioning`` keeps the row operands' sharding on
   their vmapped and row axes, replicates everything else, runs the implementation on each
-  shard and ``psum``\\ s the sums over rows across the row axis's mesh axes.
+  shard and ``psum``\\ s the sums over rows across the row axis's mesh axes. Without a hint
+  every operand is replicated (each device runs the whole launch).
+- :meth:`JaxOp.call` with ``row_dims``: row inputs with several leading row axes (what
+  ``jax_ops.rms_norm`` passes for ``(..., D)`` inputs), each keeping its own sharding.
 - the ``custom_vjp`` has the static arguments closed over (never differentiated); gradients
   come back cast to each input's dtype, none for integer inputs; a derivative of the backward
   primitive (a higher-order gradient) is an error naming the op.
@@ -244,6 +247,8 @@ class JaxOp:
 
     def _lead(self, call, arg_infos):
         width = call.batch_dims + call.row_dims
+        if self.op.partition is None:  # no hint: each device runs the whole launch (inputs gathered)
+            return (None,) * width
         for info, r in zip(arg_infos, call.rows):
             if r:
                 return tuple(sh.spec_of(info, len(info.shape))[:width])
@@ -290,15 +295,4 @@ class JaxOp:
         return ", ".join(operands) + " -> " + ", ".join(results), {"need_replication_factors": tuple(own)}
 
 
-def build(op) -> JaxOp:
-    """The JAX op of a declared :class:`nki_kernels.op.Op`."""
-    return JaxOp(op)
-
-
-def jax_op(op) -> JaxOp:
-    """The :class:`JaxOp` of a declared op (for wrappers that call it with ``row_dims``)."""
-    op._build("jax")
-    return op._impls["jax"]
-
-
-register_op_adapter("jax", lambda v: isinstance(v, jax.Array), build)
+register_op_adapter("jax", lambda v: isinstance(v, jax.Array), JaxOp)

@@ -17,12 +17,12 @@ from nki_kernels import ADD_DTYPES
 from nki_kernels import validation as v
 from nki_kernels.ops import rms_norm_op, tensor_add_op
 
-from .op_builder import jax_op
+from .op_builder import JaxOp
 from .primitive import match_vma
 
-# Leading axes stay separate row axes (row_dims), so each keeps its sharding.
-_ADD = jax_op(tensor_add_op)
-_RMS_NORM = jax_op(rms_norm_op)
+# Called with row_dims: leading axes stay separate row axes, so each keeps its sharding.
+_ADD: JaxOp = tensor_add_op.adapted("jax")
+_RMS_NORM: JaxOp = rms_norm_op.adapted("jax")
 
 
 def add(a, b):

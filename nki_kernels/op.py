@@ -213,7 +213,7 @@ class Op:
         self._impls: dict = {}
         self._single: dict = {}
         _DECLARED.append(self)
-        if not _package_initializing():  # an adapter imports nki_kernels: not while it is half-built
+        if not _imports_underway():  # adapters import nki-ops modules: not while one is half-built
             import_loaded_adapters()  # frameworks already imported: register the op with them now
         for key in list(_BUILDERS):
             self._build(key)
@@ -224,6 +224,11 @@ class Op:
     def _build(self, key):
         if key not in self._impls:
             self._impls[key] = _BUILDERS[key](self)
+
+    def adapted(self, key: str):
+        """This op's implementation for the framework adapter ``key`` (``"jax"``, ``"torch"``)."""
+        self._build(key)
+        return self._impls[key]
 
     @property
     def row_inputs(self) -> tuple:
@@ -351,9 +356,13 @@ class Op:
                          "differentiate it once")
 
 
-def _package_initializing() -> bool:
-    package = sys.modules.get(__name__.rpartition(".")[0])
-    return bool(getattr(getattr(package, "__spec__", None), "_initializing", False))
+def _imports_underway() -> bool:
+    """Whether a module of nki-ops (``nki_kernels``, ``jax_ops``, ``torch_ops``) is still being
+    imported: an adapter imported now would import it again half-built. The adapters register
+    every declared op when their own import completes, so nothing is lost by waiting."""
+    return any(getattr(getattr(m, "__spec__", None), "_initializing", False)
+               for name, m in list(sys.modules.items())
+               if name.partition(".")[0] in ("nki_kernels", "jax_ops", "torch_ops"))
 
 
 def op(name, *, forward, backward=None, residuals="inputs", grid=None, backward_grid=None, batch="rows",

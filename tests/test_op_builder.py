@@ -142,6 +142,22 @@ def test_jax_checkpoint_and_static_argument():
     assert "AwsNeuronCustomNativeKernel" in ours.lower(x).as_text()
 
 
+def test_jax_gradient_through_an_aux_output():
+    # nki::rms_norm returns (y, rstd), rstd being aux: usually unused (the backward then gets
+    # None for it), but a gradient through it must still be the true derivative.
+    from nki_kernels.ops import rms_norm_op
+
+    x, w = jnp.asarray(rng_array((40, 24), 17)), jnp.asarray(rng_array((24,), 18))
+
+    def ref(x):
+        r = jax.lax.rsqrt(jnp.mean(x * x, -1, keepdims=True) + 1e-6)
+        return x * r * w, r
+
+    for pick in (lambda y, r: jnp.sum(y), lambda y, r: jnp.sum(y) + 3 * jnp.sum(r)):
+        got = jax.jit(jax.grad(lambda x: pick(*rms_norm_op(x, w, eps=1e-6))))(x)
+        assert_close(got, jax.grad(lambda x: pick(*ref(x)))(x), 1e-5)
+
+
 def test_jax_higher_order_gradient_is_an_error_naming_the_op():
     x = jnp.asarray(rng_array((8, 8), 11))
     with pytest.raises(TypeError, match="nki_test::softplus: higher-order gradients are not supported"):

@@ -21,9 +21,9 @@ from . import op_builder  # noqa: F401 - the torch side of nki_kernels.op
 _ROW = 512  # the add kernel's free tile: a contiguous pair is viewed as full 512-wide rows
 
 # Direct torch.ops.nki.* calls check their arguments too, before any kernel (or fake kernel) runs.
-op_builder.torch_op(declared.tensor_add_op).check_forward = checks.check_add
-op_builder.torch_op(declared.rms_norm_op).check_forward = checks.check_rms_norm
-op_builder.torch_op(declared.rms_norm_op).check_backward = checks.check_rms_norm_backward
+declared.tensor_add_op.adapted("torch").check_forward = checks.check_add
+declared.rms_norm_op.adapted("torch").check_forward = checks.check_rms_norm
+declared.rms_norm_op.adapted("torch").check_backward = checks.check_rms_norm_backward
 
 
 def add(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

@@ -227,15 +227,4 @@ class TorchOp:
         raise self.op.higher_order_error()
 
 
-def build(op) -> TorchOp:
-    """The torch op of a declared :class:`nki_kernels.op.Op`."""
-    return TorchOp(op)
-
-
-def torch_op(op) -> TorchOp:
-    """The :class:`TorchOp` of a declared op."""
-    op._build("torch")
-    return op._impls["torch"]
-
-
-register_op_adapter("torch", lambda v: isinstance(v, torch.Tensor), build)
+register_op_adapter("torch", lambda v: isinstance(v, torch.Tensor), TorchOp)
