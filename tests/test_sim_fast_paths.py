@@ -1,0 +1,153 @@
+"""The simulator's per-instruction shortcuts (resolved indices shared by loop iterations, reads
+checked once while nothing changes, written-tile bookkeeping by boxes) keep every diagnostic:
+planted bugs that the shortcuts could hide are still reported, and the valid kernels next to
+them still pass, with values checked against NumPy."""
+
+import numpy as np
+import pytest
+
+from nki_kernels.simulator import NKIError, nki
+from nki_kernels.simulator import isa as nisa
+from nki_kernels.simulator import language as nl
+from nki_kernels.simulator import standalone as nki2
+
+nl2, nisa2 = nki2.language, nki2.isa
+A = np.arange(256 * 512, dtype=np.float32).reshape(256, 512) / 1000.0
+
+
+def test_same_tile_twice_in_one_instruction_still_loop_carried():
+    """``nl.add(s, s)`` reads a value carried from the previous iteration twice: reported once."""
+
+    @nki.jit
+    def k(a):
+        out = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.shared_hbm)
+        s = nl.load(a[0:128, 0:128])
+        for _ in nl.affine_range(3):
+            s = nl.add(s, s)
+        nl.store(out, value=s)
+        return out
+
+    with pytest.raises(NKIError) as e:
+        k(A)
+    assert e.value.rule == "loop_carried" and "produced by iteration 0" in str(e.value)
+
+
+def test_dst_instruction_reading_a_previous_iterations_tile_twice_is_loop_carried():
+    """A dst= instruction reads its operands in several layers; a tile made by iteration 0 and
+    read (as both operands) in iteration 1 is reported."""
+
+    @nki2.jit
+    def k(x):
+        out = nl2.ndarray((128, 64), dtype=nl2.float32, buffer=nl2.shared_hbm)
+        r = nl2.ndarray((128, 64), dtype=nl2.float32, buffer=nl2.sbuf)
+        made = []
+        for j in nl2.affine_range(2):
+            t = nl2.ndarray((128, 64), dtype=nl2.float32, buffer=nl2.sbuf)
+            nisa2.dma_copy(dst=t, src=x[0:128, j * 64:(j + 1) * 64])
+            made.append(t)
+            nisa2.tensor_tensor(dst=r, data1=made[0], data2=made[0], op=nl2.add)
+        nisa2.dma_copy(dst=out, src=r)
+        return out
+
+    with pytest.raises(NKIError) as e:
+        k(A)
+    assert e.value.rule == "loop_carried" and "produced by iteration 0" in str(e.value)
+
+
+def test_reading_operands_repeatedly_in_a_valid_loop_gives_numpy_values():
+    @nki2.jit
+    def k(x):
+        out = nl2.ndarray((128, 256), dtype=nl2.float32, buffer=nl2.shared_hbm)
+        for j in nl2.affine_range(4):
+            t = nl2.ndarray((128, 64), dtype=nl2.float32, buffer=nl2.sbuf)
+            r = nl2.ndarray((128, 64), dtype=nl2.float32, buffer=nl2.sbuf)
+            nisa2.dma_copy(dst=t, src=x[0:128, j * 64:(j + 1) * 64])
+            nisa2.tensor_tensor(dst=r, data1=t, data2=t, op=nl2.multiply)
+            nisa2.tensor_tensor(dst=r, data1=r, data2=t, op=nl2.add)
+            nisa2.dma_copy(dst=out[0:128, j * 64:(j + 1) * 64], src=r)
+        return out
+
+    x = A[:128, :256].astype(np.float64)
+    np.testing.assert_allclose(k(A[:128, :256].copy()), x * x + x, rtol=1e-6)
+
+
+def test_block_tile_written_twice_in_one_half_is_still_half_undefined():
+    """Overlapping writes count their elements twice in the bookkeeping: the tile is not taken for
+    fully written, and a read of the never-written half is reported."""
+
+    @nki.jit
+    def k(a):
+        out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+        t = nl.ndarray((2, nl.par_dim(128), 256), dtype=nl.float32, buffer=nl.sbuf)
+        t[0] = nl.load(a[0:128, 0:256])
+        t[0] = nl.load(a[128:256, 0:256])
+        nl.store(out[0:128, 0:256], value=nl.copy(t[0]))
+        nl.store(out[0:128, 256:512], value=nl.copy(t[1]))  # never written
+        return out
+
+    with pytest.raises(NKIError) as e:
+        k(A)
+    assert e.value.rule == "uninit"
+
+    @nki.jit
+    def fixed(a):
+        out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+        t = nl.ndarray((2, nl.par_dim(128), 256), dtype=nl.float32, buffer=nl.sbuf)
+        for j in nl.affine_range(2):
+            t[j] = nl.load(a[0:128, j * 256:(j + 1) * 256])
+        for j in nl.affine_range(2):
+            nl.store(out[0:128, j * 256:(j + 1) * 256], value=nl.copy(t[j]))
+        return out
+
+    np.testing.assert_array_equal(fixed(A), A[:128])
+
+
+def test_out_of_bounds_slice_is_an_error_every_time():
+    """Resolved indices are shared per shape and key, errors never are: the same bad key fails twice."""
+
+    @nki.jit
+    def k(a, hi):
+        out = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.shared_hbm)
+        nl.store(out, value=nl.load(a[0:128, hi - 128:hi]))
+        return out
+
+    np.testing.assert_array_equal(k(A, 512), A[:128, 384:512])
+    for _ in range(2):
+        with pytest.raises(NKIError) as e:
+            k(A, 640)
+        assert "(256, 512)" in str(e.value)
+
+
+def test_psum_accumulation_paths_match_numpy():
+    """nc_matmul into PSUM: overwrite (accumulate=False), add (True), and the default inference
+    with a partly written destination (adds where written, overwrites elsewhere)."""
+
+    @nki2.jit
+    def k(lhsT, rhs):
+        out = nl2.ndarray((3, 128, 512), dtype=nl2.float32, buffer=nl2.shared_hbm)
+        a = nl2.ndarray((128, 128), dtype=nl2.float32, buffer=nl2.sbuf)
+        b = nl2.ndarray((128, 512), dtype=nl2.float32, buffer=nl2.sbuf)
+        nisa2.dma_copy(dst=a, src=lhsT)
+        nisa2.dma_copy(dst=b, src=rhs)
+        res = nl2.ndarray((128, 512), dtype=nl2.float32, buffer=nl2.sbuf)
+        for i, mode in enumerate((False, True)):
+            acc = nl2.ndarray((128, 512), dtype=nl2.float32, buffer=nl2.psum)
+            nisa2.nc_matmul(dst=acc, stationary=a, moving=b, accumulate=False)
+            nisa2.nc_matmul(dst=acc, stationary=a, moving=b, accumulate=mode)
+            nisa2.tensor_copy(dst=res, src=acc)
+            nisa2.dma_copy(dst=out[i], src=res)
+        part = nl2.ndarray((128, 512), dtype=nl2.float32, buffer=nl2.psum)
+        nisa2.nc_matmul(dst=part[:, 0:256], stationary=a, moving=b[:, 0:256])
+        nisa2.nc_matmul(dst=part, stationary=a, moving=b)  # left half adds, right half overwrites
+        nisa2.tensor_copy(dst=res, src=part)
+        nisa2.dma_copy(dst=out[2], src=res)
+        return out
+
+    rng = np.random.default_rng(3)
+    lhsT = rng.standard_normal((128, 128)).astype(np.float32)
+    rhs = rng.standard_normal((128, 512)).astype(np.float32)
+    p = lhsT.astype(np.float64).T @ rhs
+    got = k(lhsT, rhs)
+    np.testing.assert_allclose(got[0], p, rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(got[1], 2 * p, rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(got[2], np.concatenate([2 * p[:, :256], p[:, 256:]], axis=1), rtol=1e-4, atol=1e-3)
