@@ -30,6 +30,24 @@ SBUF_BYTES_PER_PARTITION = 192 * 1024  # Trn1/Trn2 state buffer: 24 MiB over 128
 PSUM_BYTES_PER_PARTITION = 16 * 1024  # 8 banks x 2 KiB
 PSUM_BANK_BYTES = 2 * 1024
 
+# PSUM bytes per partition one tensor may span. A first-generation PSUM tile fits one bank
+# (nl.tile_size.psum_fmax); the standalone API's nl.ndarray may span banks (its tile_size says
+# psum_fmax "does not represent the free-dim size per partition"), while each matmul result still
+# fits one bank. The standalone allocators raise this with psum_tensors_span_banks().
+_psum_tensor_bytes = PSUM_BANK_BYTES
+
+
+class psum_tensors_span_banks:
+    """``with``-context in which new PSUM tensors may span all PSUM banks of a partition."""
+
+    def __enter__(self):
+        global _psum_tensor_bytes
+        self.saved, _psum_tensor_bytes = _psum_tensor_bytes, PSUM_BYTES_PER_PARTITION
+
+    def __exit__(self, *exc):
+        global _psum_tensor_bytes
+        _psum_tensor_bytes = self.saved
+
 
 class Buffer:
     """A memory a tensor lives in (``nl.sbuf``, ``nl.psum``, ``nl.hbm``, ``nl.shared_hbm`` ...)."""
@@ -312,13 +330,13 @@ class Tile(NkiTensor):
                 f"a {buffer.name} tile of shape {shape} has partition dimension "
                 f"{shape[pdim]} > {PMAX} (nl.tile_size.pmax)",
             )
-        if buffer is psum and self.bytes_per_partition() // self.blocks() > PSUM_BANK_BYTES:
-            raise NKIError(
-                "PSUM bank",
-                f"a PSUM tile of shape {shape} {self.dtype} needs "
-                f"{self.bytes_per_partition() // self.blocks()} B per partition, more than one "
-                f"{PSUM_BANK_BYTES} B bank (at most 512 fp32 elements; nl.tile_size.psum_fmax)",
-            )
+        if buffer is psum and self.bytes_per_partition() // self.blocks() > _psum_tensor_bytes:
+            if _psum_tensor_bytes == PSUM_BANK_BYTES:
+                room = f"more than one {PSUM_BANK_BYTES} B bank (at most 512 fp32 elements; nl.tile_size.psum_fmax)"
+            else:
+                room = f"more than the {_psum_tensor_bytes} B of PSUM a partition has (8 banks of {PSUM_BANK_BYTES} B)"
+            raise NKIError("PSUM bank", f"a PSUM tile of shape {shape} {self.dtype} needs "
+                           f"{self.bytes_per_partition() // self.blocks()} B per partition, {room}")
         if parent is None and prog is not None:
             self._mem = _memory.on_alloc(self, prog)
             if thunk is not None:

@@ -1018,8 +1018,9 @@ def _install_operators():
         setattr(Tile, f"__{dunder}__", (lambda f: lambda self, other: f(self, other))(fn))
         if dunder not in ("lt", "le", "gt", "ge"):
             setattr(Tile, f"__r{dunder}__", (lambda f: lambda self, other: f(other, self))(fn))
-    Tile.__eq__ = lambda self, other: g["equal"](self, other)
-    Tile.__ne__ = lambda self, other: g["not_equal"](self, other)
+    # `tile != None` (an optional operand test, as nki-library writes it) is Python identity, not an op.
+    Tile.__eq__ = lambda self, other: NotImplemented if other is None else g["equal"](self, other)
+    Tile.__ne__ = lambda self, other: NotImplemented if other is None else g["not_equal"](self, other)
     Tile.__hash__ = object.__hash__
     Tile.__neg__ = lambda self: g["negative"](self)
     Tile.__abs__ = lambda self: g["abs"](self)

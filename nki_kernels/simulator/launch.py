@@ -193,8 +193,22 @@ def _wrap(value, name):
         d = value.dtype
         if d not in dt.SUPPORTED and d not in (dt.float64, dt.int64):
             raise NKIError("dtype", f"kernel argument {name!r} has dtype {d}, which NKI does not support")
+        if not value.flags.c_contiguous:
+            # Device memory is row-major: a strided host array (a transpose, a slice) is copied into
+            # HBM, as the runtime does, and what the kernel writes there is copied back after the run.
+            t = HBMTensor(np.ascontiguousarray(value), name=name)
+            t.host = value
+            return t
         return HBMTensor(value, name=name)
     return value
+
+
+def _copy_back(tensors):
+    """Copy what a kernel wrote into a strided argument's HBM copy back to the caller's array."""
+    for t in tensors:
+        host = getattr(t, "host", None)
+        if host is not None and host.flags.writeable:
+            np.copyto(host, t.data)
 
 
 class _LaunchState:
@@ -314,6 +328,7 @@ def simulate_into(outputs, kernel, grid, *arrays, **static):
     grid = normalize_grid(grid)
     args, kw = _bind(kernel, arrays, static)
     result, _ = run_programs(kernel, grid, args, kw, outputs=outputs)
+    _copy_back((*args, *kw.values()))
     return _unwrap(result)
 
 

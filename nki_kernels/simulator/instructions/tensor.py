@@ -9,7 +9,8 @@ rules of the current reference and PSUM accumulation. ``nc_matmul_mx`` is in
 from __future__ import annotations
 
 from .. import dtypes as dt
-from ..core import Tile, psum, sbuf
+from ..access_pattern import layout_of
+from ..core import PSUM_BANK_BYTES, Tile, psum, sbuf
 from ..errors import NKIError
 from .operands import check_dst, engine_name, fit_dst, instruction, psum_accumulate, scratch, write
 from .target import engine as _engine
@@ -20,6 +21,30 @@ def _gen1():
     from .. import isa
 
     return isa
+
+
+def one_bank(d, op):
+    """A Tensor-engine result ``d`` lies inside one 2 KiB PSUM bank of each partition.
+
+    Standalone PSUM tensors may span banks (``nl.tile_size.psum_num_banks``); the
+    engine writes one bank, so a result view of such a tensor must not cross a
+    bank boundary (a tensor is taken to start at a bank, as the allocator places it)."""
+    root = d
+    while root._parent is not None:
+        root = root._parent
+    if root.bytes_per_partition() // root.blocks() <= PSUM_BANK_BYTES:
+        return
+    lay = layout_of(d)
+    free = root.bytes_per_partition() // d.dtype.itemsize
+    f0 = lay.offset % free
+    lo = f0 + sum(min(0, (n - 1) * s) for n, s in zip(lay.shape[1:], lay.strides[1:]))
+    hi = f0 + sum(max(0, (n - 1) * s) for n, s in zip(lay.shape[1:], lay.strides[1:]))
+    first, last = lo * d.dtype.itemsize // PSUM_BANK_BYTES, ((hi + 1) * d.dtype.itemsize - 1) // PSUM_BANK_BYTES
+    if first != last:
+        raise NKIError("PSUM bank", f"nisa.{op}: dst (shape {d.shape} {d.dtype}) covers bytes "
+                       f"{lo * d.dtype.itemsize}..{(hi + 1) * d.dtype.itemsize - 1} of each partition of a PSUM tensor "
+                       f"{root.shape}, crossing from bank {first} into bank {last}; a Tensor engine result fits one "
+                       f"{PSUM_BANK_BYTES} B bank (nl.tile_size.psum_fmax fp32 elements)")
 
 
 @instruction
@@ -50,6 +75,7 @@ def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_on
             raise NKIError("matmul operands", f"nisa.nc_matmul: {an} is float32 but {bn} is {b.dtype}; if one "
                            "input is float32/tfloat32 the other must be too")
     gen1._perf_mode_rule(perf_mode, stationary, moving)
+    one_bank(d, "nc_matmul")
     with scratch():
         res = gen1.nc_matmul(stationary, moving, is_transpose=is_transpose)
     vals = fit_dst(d, res.data, "nc_matmul", f"product stationary.T @ moving ({stationary.shape[1]}x"
@@ -74,6 +100,8 @@ def nc_transpose(dst, data, engine=_engine.unknown, name=None):
     if eng == "Tensor" and (x.buffer is not sbuf or d.buffer is not psum):
         raise NKIError("operand memory", f"nisa.nc_transpose on the Tensor engine reads SBUF and writes PSUM; "
                        f"got data in {x.buffer.name.upper()} and dst in {d.buffer.name.upper()}")
+    if eng == "Tensor":
+        one_bank(d, "nc_transpose")
     if d.dtype != x.dtype:
         raise NKIError("dst dtype", f"nisa.nc_transpose: dst dtype {d.dtype} differs from data dtype {x.dtype}; "
                        "the transpose output has the input's dtype")

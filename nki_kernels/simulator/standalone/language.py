@@ -22,8 +22,11 @@ Differences from the first generation, per the current reference
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
+from .. import core as _core
 from .. import language as _gen1
 from ..core import sbuf
 from ..language import *  # noqa: F401,F403 - the shared surface (buffers, dtypes, ops, ranges)
@@ -75,6 +78,23 @@ def np_function(op):
 
 
 _gen1._guard_module(globals(), {"ds", "bypass", "np_function"}, "nl")
+
+
+def _spanning_psum_banks(allocate):
+    """``allocate`` making PSUM tensors that may span every PSUM bank of a partition: the current
+    ``nl.tile_size`` page says ``psum_fmax`` "does not represent the free-dim size per partition"
+    (it is the bank size); a matmul result still fits one bank (``nisa.nc_matmul``)."""
+
+    @functools.wraps(allocate)
+    def alloc(*args, **kwargs):
+        with _core.psum_tensors_span_banks():
+            return allocate(*args, **kwargs)
+
+    return alloc
+
+
+globals().update({n: _spanning_psum_banks(getattr(_gen1, n)) for n in ("ndarray", "zeros", "ones", "full",
+                                                                        "zeros_like", "empty_like")})
 
 # First-generation names the current nki.language reference no longer lists (index expressions,
 # SPMD grids, casts and helpers of the old API): not part of this namespace.

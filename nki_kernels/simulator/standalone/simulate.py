@@ -17,6 +17,7 @@ import os
 
 import numpy as np
 
+from .. import config as _config
 from ..instructions import target as _target
 from ..launch import Kernel, Launch, simulate_kernel
 
@@ -83,6 +84,16 @@ def simulate(kernel):
     return run
 
 
+def _sentinel_uninit():
+    """``with``-context of the ``nki_cpu_simulator`` entry point: a read of never-written memory is a
+    warning, not an error. The official CPU simulator fills new tensors with sentinel values (the
+    simulator's NaN fill does the same), so garbage that reaches a result still shows there, while
+    kernels that move unwritten lanes they later discard (nki-library's) run as on hardware."""
+    if _config.get("uninit") == "error":
+        return _config.override(uninit="warn")
+    return contextlib.nullcontext()
+
+
 class _CpuSimulation:
     """``cpu_simulate(kernel)``: index it with the logical core count, then call with keyword inputs."""
 
@@ -94,16 +105,19 @@ class _CpuSimulation:
         launch = base[lnc]
 
         def run(*args, **kwargs):
-            return _run(launch, args, kwargs, "NKI_NC_VERSION")
+            with _sentinel_uninit():
+                return _run(launch, args, kwargs, "NKI_NC_VERSION")
 
         return run
 
     def __call__(self, *args, **kwargs):
-        return _run(self.kernel, args, kwargs, "NKI_NC_VERSION")
+        with _sentinel_uninit():
+            return _run(self.kernel, args, kwargs, "NKI_NC_VERSION")
 
 
 def cpu_simulate(kernel):
     """``nki.cpu_simulate(kernel)[lnc](**inputs)`` of the ``nki_cpu_simulator.nki`` layout (nki-library's
     simulation harness): runs ``kernel`` with ``lnc`` logical cores on the simulator; the target
-    NeuronCore comes from ``NKI_NC_VERSION`` (``gen2``/``gen3``/``gen4``) when set."""
+    NeuronCore comes from ``NKI_NC_VERSION`` (``gen2``/``gen3``/``gen4``) when set. Reads of unwritten
+    memory are warnings here (sentinel-filled, as on the official CPU simulator), not errors."""
     return _CpuSimulation(kernel)
