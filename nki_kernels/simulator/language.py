@@ -185,8 +185,13 @@ def _deferred(fn, args, dtype, mask, engine):
     """
     if not isinstance(fn, np.ufunc) or _prof._recorder is not None:
         return None
-    shape = np.broadcast_shapes(*(np.shape(a) for a in args))
-    if np.result_type(*args) != dtype or len(shape) < 1 or _full_mask(mask, shape) is not None:
+    a0 = args[0]
+    if type(a0) is np.ndarray and builtins.all(type(a) is np.ndarray and a.shape == a0.shape and a.dtype == a0.dtype
+                                               for a in args):
+        shape, rtype = a0.shape, a0.dtype  # (the common case, without NumPy's general promotion)
+    else:
+        shape, rtype = np.broadcast_shapes(*(np.shape(a) for a in args)), np.result_type(*args)
+    if rtype != dtype or len(shape) < 1 or (mask is not None and _full_mask(mask, shape) is not None):
         return None
     _prof.instruction(engine, None)  # counted now (the memory model's instruction slot)
     return Tile(None, sbuf, thunk=(fn, args, shape, dtype))
