@@ -5,6 +5,8 @@ round to the destination's dtype on the way out.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .. import dtypes as dt
@@ -53,7 +55,7 @@ def store(dst, vals, op, what="source"):
     if isinstance(dst, (Access, HBMTensor)):
         _nl = _language()
         acc = _nl._as_access(dst, "dst", f"nisa.{op}")
-        if int(np.prod(acc.shape)) != int(np.size(vals)):
+        if math.prod(acc.shape) != vals.size:
             raise NKIError("dst shape", f"nisa.{op}: dst {acc.tensor.name}{list(acc.shape)} has "
                            f"{int(np.prod(acc.shape))} elements, the {what} has {int(np.size(vals))}; a DMA "
                            "copies equal element counts")
@@ -63,7 +65,7 @@ def store(dst, vals, op, what="source"):
         raise NKIError("dst memory", f"nisa.{op}: dst (shape {dst.shape}) is in PSUM; DMA moves data between HBM "
                        "and SBUF")
     d = check_dst(dst, op, (sbuf,))
-    if int(np.prod(d.shape)) != int(np.size(vals)):
+    if math.prod(d.shape) != vals.size:
         raise NKIError("dst shape", f"nisa.{op}: dst has shape {d.shape}, the {what} has {int(np.size(vals))} "
                        "elements; a DMA copies equal element counts")
     write(d, np.reshape(vals, d.shape), op, what)
