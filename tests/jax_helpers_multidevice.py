@@ -215,3 +215,19 @@ def test_declared_op_under_shard_map():
     rdx, rdw = jax.grad(lambda x, w: jnp.sum((x * w) ** 2), argnums=(0, 1))(x, w)
     assert_close(dx, rdx, 1e-5)
     assert_close(dw, rdw, 1e-5)  # the replicated weight's gradient is psum-reduced
+
+
+def test_declared_op_psum_output_over_sharded_rows():
+    from .op_builder_kernels import colsum
+
+    mesh = mesh1d()
+    x = random((256, 40), jnp.float32, 1)
+    xs = put(x, mesh, "x", None)
+    f = jax.jit(colsum)
+    hlo = f.lower(xs).compile().as_text()
+    assert "all-gather" not in hlo and "all-reduce" in hlo  # each shard sums its rows, then psum
+    assert payloads(hlo)[0]["operands"][0]["shape"] == [32, 40]
+    assert_close(f(xs), np.asarray(x, np.float64).sum(0), 1e-6)
+    cot = random((40,), jnp.float32, 2)
+    dx = jax.jit(jax.grad(lambda x: jnp.sum(colsum(x) * cot)))(xs)
+    assert_close(dx, jnp.broadcast_to(cot, x.shape), 0)

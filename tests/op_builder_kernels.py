@@ -2,6 +2,7 @@
 
 - ``nki_test::softplus``: ``softplus(beta * x) / beta`` (``beta`` static), from a forward
   and a backward kernel of its own, rows independent: the issue's example.
+- ``nki_test::colsum``: ``x.sum(0)`` in float32, an output that is a sum over rows (``psum``).
 - ``nki_test::scale``: ``x * w`` with a weight ``w`` shared by all rows; the backward kernel
   writes per-program partial weight gradients, which a backward function sums (no
   ``segments`` parameter, so under vmap each example's backward is launched on its own).
@@ -104,4 +105,45 @@ scale = nki_kernels.op(
     residuals="inputs",
     grid=lambda x, w: nki_kernels.row_grid(x.shape[0]),
     partition=nki_kernels.Rows(shared=("w",)),
+)
+
+
+@nki.jit
+def colsum_partials(x):
+    """One float32 row per program: the sum of its 128 rows of ``x`` [N, D] (D <= 512)."""
+    n, d = x.shape
+    part = nl.ndarray((nl.num_programs(0), d), dtype=nl.float32, buffer=nl.shared_hbm)
+    ip, rows = _rows(n)
+    iw = nl.arange(d)[None, :]
+    t = nl.where(nl.less(nisa.iota(ip, dtype=nl.int32), n, dtype=nl.float32),
+                 nl.load(x[ip, iw], mask=rows), 0.0, dtype=nl.float32)
+    ones = nl.full((P, 1), 1.0, dtype=nl.float32)
+    nl.store(part[nl.program_id(0) + nl.arange(1)[:, None], iw], value=nisa.nc_matmul(ones, t))
+    return part
+
+
+@nki.jit
+def colsum_bwd(x, dy):
+    """``dx[i, :] = dy`` for every row ``i`` of ``x``: the gradient of a column sum."""
+    n, d = x.shape
+    dx = nl.ndarray((n, d), dtype=x.dtype, buffer=nl.shared_hbm)
+    ip, rows = _rows(n)
+    iw = nl.arange(d)[None, :]
+    g = nl.load(dy.reshape((1, d))[nl.arange(1)[:, None], iw]).broadcast_to((P, d))
+    nl.store(dx[ip, iw], value=nl.copy(g, dtype=x.dtype), mask=rows)
+    return dx
+
+
+def colsum_forward(x):
+    """``x.sum(0)`` in float32: the kernel's per-program partials, summed."""
+    return colsum_partials[nki_kernels.row_grid(x.shape[0])](x).sum(0)
+
+
+colsum = nki_kernels.op(
+    "nki_test::colsum",
+    forward=colsum_forward,
+    backward=colsum_bwd,
+    residuals="inputs",
+    grid=lambda x: nki_kernels.row_grid(x.shape[0]),
+    partition=nki_kernels.Rows(psum=(0,)),  # the output is a sum over rows
 )

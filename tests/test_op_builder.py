@@ -123,6 +123,14 @@ def test_jax_vmap_of_a_shared_weight_gradient_launches_per_example(launches):
     assert launches == ["scale_fwd"] + ["scale_bwd"] * 3
 
 
+def test_jax_sum_over_rows_output_under_vmap(launches):
+    # colsum's forward has no `segments` parameter: its per-example sums launch once per example.
+    x = jnp.asarray(rng_array((4, 130, 24), 19))
+    got = jax.jit(jax.vmap(T.colsum))(x)
+    assert_close(got, np.asarray(x, np.float64).sum(1), 1e-6)
+    assert launches == ["colsum_partials"] * 4
+
+
 def test_jax_shared_weight_gradient_is_summed_over_rows():
     x, w = jnp.asarray(rng_array((300, 40), 7)), jnp.asarray(rng_array((40,), 8))
     cot = jnp.asarray(rng_array((300, 40), 9))
@@ -193,6 +201,7 @@ def test_torch_op_is_registered_and_opcheck_clean():
     torch.library.opcheck(torch.ops.nki_test.softplus_backward.default, ([x.detach()], [torch.randn(130, 33)], [True], 2.0))
     w = torch.randn(33, requires_grad=True)
     torch.library.opcheck(torch.ops.nki_test.scale.default, (x, w))
+    torch.library.opcheck(torch.ops.nki_test.colsum.default, (x,))
 
 
 def test_torch_shared_weight_gradient():
