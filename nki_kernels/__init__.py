@@ -14,6 +14,7 @@ from . import validation as _v
 from .add import add_grid, tensor_add_kernel
 from .simulator import launch as _launch
 from .op import Op, Rows, op
+from . import ops as _ops  # the package's declared ops (nki::tensor_add, nki::rms_norm)
 from .rmsnorm import rms_norm_bwd_kernel, rms_norm_fwd_kernel, row_grid
 from .neuron_env import NeuronEnvironment, neuron_environment
 from .library.ops import cross_entropy, flash_attention, residual_rms_norm, softmax
@@ -28,54 +29,41 @@ __all__ = ["softmax", "cross_entropy", "residual_rms_norm", "flash_attention", "
            "rms_norm_bwd_kernel", "add_grid", "row_grid"]
 
 
-def _as_2d(x):
-    shape = tuple(x.shape)
-    if len(shape) == 2:
-        return x
-    last = shape[-1] if shape else 1
-    return x.reshape((math.prod(shape[:-1]) if len(shape) > 1 else 1, last))
-
-
 def tensor_add(a, b):
     """Element-wise ``a + b`` of two equal-shape, equal-dtype arrays with the NKI add kernel."""
     _v.require_array(a, "a")
     _v.require_array(b, "b")
     _v.require_same(a, b, "a", "b")
     _v.require_dtype(a, "a", ADD_DTYPES)
-    shape = tuple(a.shape)
-    if math.prod(shape) == 0:
+    if math.prod(a.shape) == 0:
         return a + b
-    a2, b2 = _as_2d(a), _as_2d(b)
-    out = tensor_add_kernel[add_grid(a2.shape)](a2, b2)
-    return out.reshape(shape)
+    (out,) = _ops.tensor_add_op.run_forward([a, b], {})
+    return out
+
+
+def _check_rms_norm(x, weight, eps):
+    _v.require_rmsnorm_args(x, weight, eps)
+    if _v.dtype_name(weight) != _v.dtype_name(x):
+        raise TypeError(f"weight has dtype {_v.dtype_name(weight)} but x has dtype {_v.dtype_name(x)}; "
+                        "they must be equal")
 
 
 def rms_norm(x, weight, eps=1e-6):
     """RMSNorm over the last axis: ``x * rsqrt(mean(x**2, -1) + eps) * weight``, in x's dtype."""
-    _v.require_rmsnorm_args(x, weight, eps)
-    _v.require_same(weight, weight, "weight", "weight")
-    if _v.dtype_name(weight) != _v.dtype_name(x):
-        raise TypeError(f"weight has dtype {_v.dtype_name(weight)} but x has dtype {_v.dtype_name(x)}; "
-                        "they must be equal")
+    _check_rms_norm(x, weight, eps)
     if math.prod(x.shape) == 0:
         return x * 1
-    x2 = _as_2d(x)
-    y = rms_norm_fwd_kernel[row_grid(x2.shape[0])](x2, weight, eps=float(eps))
-    return y.reshape(tuple(x.shape))
+    y, _ = _ops.rms_norm_op.run_forward([x, weight], {"eps": float(eps)})
+    return y
 
 
 def rms_norm_backward(dy, x, weight, eps=1e-6):
     """Gradients ``(dx, dweight)`` of :func:`rms_norm` for the upstream gradient ``dy``."""
-    _v.require_rmsnorm_args(x, weight, eps)
+    _check_rms_norm(x, weight, eps)
     _v.require_array(dy, "dy")
     _v.require_same(dy, x, "dy", "x")
-    if _v.dtype_name(weight) != _v.dtype_name(x):
-        raise TypeError(f"weight has dtype {_v.dtype_name(weight)} but x has dtype {_v.dtype_name(x)}; "
-                        "they must be equal")
-    x2, dy2 = _as_2d(x), _as_2d(dy)
-    grid = row_grid(x2.shape[0])
-    _, rstd = rms_norm_fwd_kernel[grid](x2, weight, eps=float(eps), return_rstd=True)
-    dx, dw_partial = rms_norm_bwd_kernel[grid](dy2, x2, weight, rstd)
-    dw = dw_partial.sum(0)
+    op = _ops.rms_norm_op
+    _, rstd = op.run_forward([x, weight], {"eps": float(eps)})
+    dx, dw = op.run_backward([x, weight, rstd], [dy, None], {})
     dw = dw.astype(weight.dtype) if hasattr(dw, "astype") else dw.to(weight.dtype)
     return dx.reshape(tuple(x.shape)), dw
