@@ -232,8 +232,9 @@ def on_alloc(tile, prog, name=""):
     buf = buffer_index(tile.buffer)
     shape = tile.shape
     pdim = tile.pdim
-    per_block = tile.bytes_per_partition() // tile.blocks()
-    rec = Rec(m, buf, tile.bytes_per_partition(), shape, tile.dtype, name)
+    bpp = tile.bytes_per_partition()
+    per_block = bpp // tile.blocks() if pdim else bpp
+    rec = Rec(m, buf, bpp, shape, tile.dtype, name)
     m.recs.append(rec)
     if _lines:
         rec.alloc_at = _diag.where()
