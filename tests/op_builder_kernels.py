@@ -23,6 +23,11 @@ def _rows(n):
     return ip, ip < n
 
 
+def _row_vector(v, d):
+    """A [D] tensor loaded once and broadcast over the program's 128 rows."""
+    return nl.load(v.reshape((1, d))[nl.arange(1)[:, None], nl.arange(d)[None, :]]).broadcast_to((P, d))
+
+
 @nki.jit
 def softplus_fwd(x, beta=1.0):
     """``log(1 + exp(beta * x)) / beta`` of a 2-D ``x`` (columns <= 512); grid ``row_grid(N)``."""
@@ -68,7 +73,7 @@ def scale_fwd(x, w):
     y = nl.ndarray((n, d), dtype=x.dtype, buffer=nl.shared_hbm)
     ip, rows = _rows(n)
     iw = nl.arange(d)[None, :]
-    wt = nl.load(w.reshape((1, d))[nl.arange(1)[:, None], iw]).broadcast_to((P, d))
+    wt = _row_vector(w, d)
     nl.store(y[ip, iw], value=nl.multiply(nl.load(x[ip, iw], mask=rows), wt, dtype=x.dtype), mask=rows)
     return y
 
@@ -81,7 +86,7 @@ def scale_bwd(x, w, dy):
     part = nl.ndarray((nl.num_programs(0), d), dtype=nl.float32, buffer=nl.shared_hbm)
     ip, rows = _rows(n)
     iw = nl.arange(d)[None, :]
-    wt = nl.load(w.reshape((1, d))[nl.arange(1)[:, None], iw]).broadcast_to((P, d))
+    wt = _row_vector(w, d)
     g = nl.load(dy[ip, iw], mask=rows)
     nl.store(dx[ip, iw], value=nl.multiply(g, wt, dtype=x.dtype), mask=rows)
     # Rows past N are zeroed: masked-off lanes are undefined on hardware.
@@ -129,7 +134,7 @@ def colsum_bwd(x, dy):
     dx = nl.ndarray((n, d), dtype=x.dtype, buffer=nl.shared_hbm)
     ip, rows = _rows(n)
     iw = nl.arange(d)[None, :]
-    g = nl.load(dy.reshape((1, d))[nl.arange(1)[:, None], iw]).broadcast_to((P, d))
+    g = _row_vector(dy, d)
     nl.store(dx[ip, iw], value=nl.copy(g, dtype=x.dtype), mask=rows)
     return dx
 
