@@ -340,6 +340,8 @@ def _rewrites_same(tensor, access, mask, values) -> bool:
     m = full_mask(mask, shape)
     if m is not None:
         new = np.where(m, new, np.zeros((), tensor.dtype))
+    if tensor.dtype.fields is not None:  # packed MX elements (a structured dtype): compare their bits
+        return np.ascontiguousarray(old).tobytes() == np.ascontiguousarray(new).tobytes()
     kind = tensor.dtype.kind
     return bool(np.array_equal(old, new, equal_nan=kind in "fc" or not np.issubdtype(tensor.dtype, np.number)))
 
