@@ -394,7 +394,7 @@ def main(argv=None) -> int:
     ap.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
     args = ap.parse_args(argv)
     repeat = args.repeat or (1 if args.quick else 3)
-    console = Console()
+    console = Console(width=max(120, Console().width))
     rows = [r for r in workloads(args.quick) if not args.only or any(s in r[0] for s in args.only)]
     results = []
     with Progress(console=console, transient=True) as progress:
