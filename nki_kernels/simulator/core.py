@@ -338,7 +338,7 @@ class Tile(NkiTensor):
             raise NKIError("PSUM bank", f"a PSUM tile of shape {shape} {self.dtype} needs "
                            f"{self.bytes_per_partition() // self.blocks()} B per partition, {room}")
         if parent is None and prog is not None:
-            self._mem = _memory.on_alloc(self, prog)
+            self._mem = _memory.on_alloc(self, prog, shape)
             if thunk is not None:
                 prog.defer(self)
 

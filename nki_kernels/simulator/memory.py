@@ -27,6 +27,8 @@ recording on, and the report names the lines.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from . import config as _config
@@ -226,23 +228,26 @@ def buffer_index(buffer) -> int:
     return PSUM if buffer.name == "psum" else SBUF
 
 
-def on_alloc(tile, prog, name=""):
-    """A new tile (not a view) in ``prog``: its record, with the single-tile capacity check."""
+def on_alloc(tile, prog, shape):
+    """A new tile (not a view) of ``shape`` in ``prog``: its record, with the single-tile capacity check."""
     m = prog.mem
-    buf = buffer_index(tile.buffer)
-    shape = tile.shape
+    buf = PSUM if tile.buffer.name == "psum" else SBUF
     pdim = tile.pdim
-    bpp = tile.bytes_per_partition()
-    per_block = bpp // tile.blocks() if pdim else bpp
-    rec = Rec(m, buf, bpp, shape, tile.dtype, name)
+    dtype = tile.dtype
+    if len(shape) > pdim:
+        nbytes = math.prod(shape) // shape[pdim] * dtype.itemsize if shape[pdim] else 0
+    else:
+        nbytes = dtype.itemsize
+    rec = Rec(m, buf, nbytes, shape, dtype)
     m.recs.append(rec)
     if _lines:
         rec.alloc_at = _diag.where()
+    per_block = nbytes // math.prod(shape[:pdim]) if pdim else nbytes
     if per_block > CAPACITY[buf] and _config.enabled("capacity"):
         what = "a block of " if pdim else ""
         _config.report("capacity", NKIError(
             f"{NAMES[buf]} capacity",
-            f"{what}a {NAMES[buf]} tile of shape {shape} {tile.dtype} needs {per_block} B per partition, "
+            f"{what}a {NAMES[buf]} tile of shape {shape} {dtype} needs {per_block} B per partition, "
             f"more than the {CAPACITY[buf]} B ({CAPACITY[buf] // 1024} KiB) a partition has; no allocation "
             "can hold it (split it into smaller tiles)"))
     if pdim:
