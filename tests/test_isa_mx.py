@@ -75,6 +75,28 @@ def test_quantize_mx_bit_exact(kind, P):
     np.testing.assert_array_equal(s, scale_rows(want_s, P))
 
 
+def test_quantize_mx_zeroes_scale_partitions_without_a_scale():
+    @nki.jit
+    def into_garbage(x):
+        P, F = x.shape
+        t = nl.ndarray(x.shape, dtype=nl.bfloat16, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        q = nl.ndarray((P, F // 4), dtype=nl.float8_e4m3fn_x4, buffer=nl.sbuf)
+        s = nl.full((P, F // 4), 77, dtype=nl.uint8, buffer=nl.sbuf)
+        nisa.quantize_mx(dst=q, src=t, dst_scale=s)
+        out = nl.ndarray((P, F // 4), dtype=nl.uint8, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=s)
+        return out
+
+    x = _mixed(64, 32)
+    with target.use("gen4"):
+        s = nki.simulate(into_garbage)(x)
+    _, want_s = mx_reference(x.astype(np.float32), *ELEM["e4m3"][:2])
+    np.testing.assert_array_equal(s, scale_rows(want_s, 64))
+    for quadrant in (0, 32):
+        assert (s[quadrant + 4:quadrant + 32] == 0).all()
+
+
 def test_quantize_mx_rules():
     x = _mixed(32, 64)
     with pytest.raises(NKIError, match="NeuronCore-v4"):
