@@ -601,10 +601,14 @@ def _check_output_covered(tensor, writes, disjoint, regions=None):
     if disjoint and all(r.exact for r in regions):
         if sum(math.prod(h - l for l, h in zip(r.lo, r.hi)) for r in regions) >= size:
             return
-    written = np.zeros(size, dtype=bool)
+    covered = np.zeros(tensor.shape, dtype=bool)
+    written = covered.reshape(-1)
     for r in regions:
         if r.shape == tensor.shape and not r.empty():
-            written[r.elements()] = True
+            if r.exact:
+                covered[r.box()] = True  # a box: no element list
+            else:
+                written[r.elements()] = True
     if not written.all():
         first = tuple(int(v) for v in np.unravel_index(int(np.argmin(written)), tensor.shape))
         config.report("uninit", NKIError(
