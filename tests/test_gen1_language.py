@@ -440,3 +440,20 @@ def test_psum_accumulation_groups_per_block_of_an_aliased_mod_alloc_tensor():
     want = np.stack([sum(a64[:, (t * 2 + j) * 128:(t * 2 + j + 1) * 128].T @ b64[:, j * 64:(j + 1) * 64]
                          for j in range(2)) for t in range(4)])
     np.testing.assert_allclose(k(a, b), want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("op,ref", [(np.add, np.add), (nl.maximum, np.maximum), (np.max, np.maximum)])
+def test_loop_reduce_accumulates_into_the_assigned_tile_across_iterations(op, ref):
+    x = RNG.standard_normal((5, 128, 32)).astype(np.float32)
+
+    @nki.jit
+    def k(a):
+        acc = nl.full((128, 32), 0.0 if ref is np.add else -np.inf, nl.float32)
+        for i in nl.affine_range(5):
+            acc[...] = nl.loop_reduce(nl.load(a[i]), op=op, loop_indices=(i,))
+        out = nl.ndarray((128, 32), nl.float32, buffer=nl.shared_hbm)
+        nl.store(out, acc)
+        return out
+
+    want = ref.reduce(x.astype(np.float64), axis=0)
+    np.testing.assert_allclose(k(x), want, rtol=1e-5, atol=1e-5)

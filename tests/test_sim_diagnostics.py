@@ -261,14 +261,28 @@ def test_read_ndarray_tile_before_write():
     @nki.jit
     def acc_uninit(a):
         out = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.shared_hbm)
+        acc = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.sbuf)
+        t = nl.load(a[0:128, 0:128])
+        acc += t  # SBUF has no accumulation groups: this reads garbage
+        nl.store(out, value=acc)
+        return out
+
+    e = err(acc_uninit, A)
+    assert e.rule == "uninit" and "accumulates" in str(e) and "sbuf" in str(e)
+
+    # In PSUM the first `+=` into never-written elements starts an accumulation group (it
+    # overwrites), as the official attention tutorial v8a relies on: no error, the matmul's values.
+    @nki.jit
+    def psum_group(a):
+        out = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.shared_hbm)
         acc = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
         t = nl.load(a[0:128, 0:128])
         acc += nisa.nc_matmul(t, t)
         nl.store(out, value=acc)
         return out
 
-    e = err(acc_uninit, A)
-    assert e.rule == "uninit" and "accumulates" in str(e) and "psum" in str(e)
+    a64 = A[:128, :128].astype(np.float64)
+    np.testing.assert_allclose(psum_group(A), a64.T @ a64, rtol=1e-4, atol=1e-3)
 
     @nki.jit
     def fixed(a):

@@ -491,6 +491,10 @@ class Tile(NkiTensor):
             blk, rest = placed
             blk[rest] = value
             return
+        into = getattr(value, "_accumulate_into", None)
+        if into is not None:  # an nl.loop_reduce result combines with what the region holds
+            into(self[key])
+            return
         col = self._as_column(key)
         if col is not None:
             self.own()

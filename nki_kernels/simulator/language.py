@@ -1006,13 +1006,78 @@ static_range = _loop("static")
 
 
 def loop_reduce(x, op, loop_indices, *, dtype=None, mask=None):
-    """Element-wise accumulation across loop iterations (``nl.loop_reduce``): returns ``op(x)``."""
-    return copy(x, dtype=dtype, mask=mask)
+    """Reduce ``x`` with ``op`` over the iterations of ``loop_indices`` (``nl.loop_reduce``): the
+    result, assigned into a tile (``acc[i] = nl.loop_reduce(x, np.add, (j,))``), combines with what
+    the tile holds (``acc[i] = op(acc[i], x)``), as a reduction across ``affine_range`` iterations."""
+    fn = {np.max: np.maximum, np.amax: np.maximum, np.min: np.minimum, np.amin: np.minimum,
+          np.sum: np.add, np.prod: np.multiply}.get(op) or np_function(op)
+    name = next((n for n, f in _BINARY.items() if f is fn), None)
+    if name is None:
+        raise NKIError("loop_reduce op", f"nl.loop_reduce: {op!r} is not a binary NKI operator (np.add, "
+                       "nl.maximum, ...)")
+    if not isinstance(loop_indices, (tuple, list)):
+        loop_indices = (loop_indices,)
+    r = copy(x, dtype=dtype, mask=mask)
+    r.__class__ = _loop_reduced(name)
+    return r
+
+
+_LOOP_REDUCED = {}
+
+
+def _loop_reduced(name):
+    """The tile class of a ``loop_reduce`` result with operator ``name``: assigning one accumulates."""
+    cls = _LOOP_REDUCED.get(name)
+    if cls is None:
+        def accumulate_into(self, dst):
+            self.__class__ = Tile  # from here on an ordinary operand
+            _inplace(name)(dst, self)
+
+        cls = _LOOP_REDUCED[name] = type(f"LoopReduced_{name}", (Tile,), {
+            "__slots__": (), "_accumulate_into": accumulate_into})
+    return cls
 
 
 # ---------------------------------------------------------------------------
 # Python operators on tiles
 # ---------------------------------------------------------------------------
+def _inplace(opname):
+    """``tile <op>= other`` for binary operator ``opname``: accumulation in place (``+=`` into PSUM
+    from ``nc_matmul``, ``nl.loop_reduce`` results), fp32 math rounded on write."""
+    fn = _BINARY[opname]
+
+    def iop(self, other):
+        # In-place accumulation (e.g. `psum_tile += nc_matmul(...)`): fp32 math, round on write.
+        if self._mem is not None:  # `psum[...] += nc_matmul(...)`: the matmul accumulates in place
+            _memory.accumulated(self._mem, other)
+        self.own()
+        fresh = None
+        if self.buffer is psum and opname == "add" and self._diag is not None:
+            fresh = _diag.unwritten(self)
+            fresh = fresh if fresh is not None and fresh.any() else None
+        if self._diag is not None or _diag.loops:
+            _diag.on_accumulate(self, starts_group=fresh is not None)
+        cur = self.data
+        vals = _values(other, "other")
+        if fresh is not None:
+            # PSUM accumulation group start: the first result into never-written elements
+            # overwrites them (an nl.ndarray PSUM tile holds garbage, or NaN here, before).
+            res = np.where(fresh, vals, np.add(dt.compute_view(cur), vals))
+            _prof.instruction("Tensor", cur)
+            cur[...] = dt.cast(res, cur.dtype)
+            return self
+        _prof.instruction("Vector" if self.buffer is sbuf else "Tensor", cur)
+        if cur.dtype == np.float32 and isinstance(fn, np.ufunc) and np.result_type(cur, vals) == np.float32 \
+                and np.shape(vals) == cur.shape:
+            fn(cur, vals, out=cur)  # fp32 in, fp32 out: the same values as computing then copying
+        else:
+            res = fn(dt.compute_view(cur), vals)
+            cur[...] = dt.cast(res, cur.dtype)
+        return self
+
+    return iop
+
+
 def _install_operators():
     g = globals()
     pairs = {"add": "add", "sub": "subtract", "mul": "multiply", "truediv": "divide", "pow": "power",
@@ -1030,41 +1095,6 @@ def _install_operators():
     Tile.__neg__ = lambda self: g["negative"](self)
     Tile.__abs__ = lambda self: g["abs"](self)
     Tile.__invert__ = lambda self: g["invert"](self)
-
-    def _inplace(opname):
-        fn = _BINARY[opname]
-
-        def iop(self, other):
-            # In-place accumulation (e.g. `psum_tile += nc_matmul(...)`): fp32 math, round on write.
-            if self._mem is not None:  # `psum[...] += nc_matmul(...)`: the matmul accumulates in place
-                _memory.accumulated(self._mem, other)
-            self.own()
-            fresh = None
-            if self.buffer is psum and opname == "add" and self._diag is not None:
-                fresh = _diag.unwritten(self)
-                fresh = fresh if fresh is not None and fresh.any() else None
-            if self._diag is not None or _diag.loops:
-                _diag.on_accumulate(self, starts_group=fresh is not None)
-            cur = self.data
-            vals = _values(other, "other")
-            if fresh is not None:
-                # PSUM accumulation group start: the first result into never-written elements
-                # overwrites them (an nl.ndarray PSUM tile holds garbage, or NaN here, before).
-                res = np.where(fresh, vals, np.add(dt.compute_view(cur), vals))
-                _prof.instruction("Tensor", cur)
-                cur[...] = dt.cast(res, cur.dtype)
-                return self
-            _prof.instruction("Vector" if self.buffer is sbuf else "Tensor", cur)
-            if cur.dtype == np.float32 and isinstance(fn, np.ufunc) and np.result_type(cur, vals) == np.float32 \
-                    and np.shape(vals) == cur.shape:
-                fn(cur, vals, out=cur)  # fp32 in, fp32 out: the same values as computing then copying
-            else:
-                res = fn(dt.compute_view(cur), vals)
-                cur[...] = dt.cast(res, cur.dtype)
-            return self
-
-        return iop
-
     for dunder, opname in (("iadd", "add"), ("isub", "subtract"), ("imul", "multiply"),
                            ("itruediv", "divide")):
         setattr(Tile, f"__{dunder}__", _inplace(opname))
