@@ -457,3 +457,26 @@ def test_loop_reduce_accumulates_into_the_assigned_tile_across_iterations(op, re
 
     want = ref.reduce(x.astype(np.float64), axis=0)
     np.testing.assert_allclose(k(x), want, rtol=1e-5, atol=1e-5)
+
+
+def test_standalone_tensor_copy_takes_the_tutorials_dtype_keyword_when_it_matches_dst():
+    from nki_kernels.simulator.standalone import isa as nisa2
+    from nki_kernels.simulator.standalone import language as nl2
+
+    x = RNG.standard_normal((128, 64)).astype(np.float32)
+
+    def kernel(dtype_kw):
+        @nki.jit
+        def k(a):
+            t = nl2.ndarray((128, 64), nl2.float32, buffer=nl2.sbuf)
+            nisa2.dma_copy(dst=t, src=a)
+            d = nl2.ndarray((128, 64), nl2.bfloat16, buffer=nl2.sbuf)
+            nisa2.tensor_copy(dst=d, src=t, dtype=dtype_kw)
+            out = nl2.ndarray((128, 64), nl2.bfloat16, buffer=nl2.shared_hbm)
+            nisa2.dma_copy(dst=out, src=d)
+            return out
+        return k
+
+    np.testing.assert_array_equal(kernel(nl2.bfloat16)(x), x.astype(ml_dtypes.bfloat16))
+    with pytest.raises(NKIError, match="dtype"):
+        kernel(nl2.float16)(x)  # planted: dtype= contradicting dst
