@@ -74,9 +74,10 @@ class CoreGrid(tuple):
         return core
 
 
-def core_grid(raw, sizes: tuple):
+def core_grid(raw, sizes: tuple, lnc_brackets=False):
     """``sizes`` as a :class:`CoreGrid` when the launch grid ``raw`` puts programs on several cores
-    (an ``nl.nc`` part, or the standalone API's ``kernel[2]``: LNC=2), else ``sizes`` unchanged."""
+    (an ``nl.nc`` part, or with ``lnc_brackets`` -- a standalone-API kernel -- ``kernel[2]``: LNC=2),
+    else ``sizes`` unchanged."""
     if isinstance(raw, CoreGrid):
         return raw
     raw = raw if isinstance(raw, (tuple, list)) else (raw,)
@@ -93,7 +94,7 @@ def core_grid(raw, sizes: tuple):
             parts.append(((int(g), False),))
     if any_core:
         return CoreGrid(sizes, parts)
-    if sizes == (2,):  # kernel[2]: LNC=2 ("The bracket syntax must contain only one number, the number of cores")
+    if lnc_brackets and sizes == (2,):  # kernel[2]: LNC=2 ("The bracket syntax must contain only one number, the number of cores")
         return CoreGrid(sizes, (((2, True),),))
     return sizes
 

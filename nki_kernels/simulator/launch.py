@@ -34,9 +34,11 @@ from .errors import NKIError, NotBatchable
 ShapeDtype = namedtuple("ShapeDtype", ["shape", "dtype"])
 
 
-def normalize_grid(grid) -> tuple:
+def normalize_grid(grid, lnc_brackets=False) -> tuple:
     """A launch grid as a tuple of ints (ints, tuples and ``nl.spmd_dim`` accepted); a grid on
-    several logical cores (``kernel[2]``, ``nl.nc``) is a :class:`~.cores.CoreGrid`."""
+    several logical cores is a :class:`~.cores.CoreGrid`: one with an ``nl.nc`` part, or, for a
+    kernel of the standalone API (``lnc_brackets``), ``kernel[2]`` (LNC=2). In the first
+    generation ``kernel[2]`` is an SPMD grid of two programs."""
     if grid is None:
         return ()
     if isinstance(grid, _cores.CoreGrid):
@@ -49,7 +51,9 @@ def normalize_grid(grid) -> tuple:
         if n < 1:
             raise NKIError("grid", f"launch grid {tuple(grid)} has a dimension of size {n} (< 1)")
         out.append(n)
-    return _cores.core_grid(grid, tuple(out))
+    if not lnc_brackets and all(type(g) is int for g in grid):
+        return tuple(out)  # a plain SPMD grid (and nothing for a tracer such as Dynamo to step into)
+    return _cores.core_grid(grid, tuple(out), lnc_brackets)
 
 
 class Kernel:
@@ -62,7 +66,7 @@ class Kernel:
         functools.update_wrapper(self, func)
 
     def __getitem__(self, grid):
-        return Launch(self, normalize_grid(grid))
+        return Launch(self, normalize_grid(grid, self.options.get("lnc_brackets", False)))
 
     def __call__(self, *args, **kwargs):
         if current_or_none() is not None:
