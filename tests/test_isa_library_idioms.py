@@ -204,3 +204,24 @@ def test_identical_packed_mx_stores_from_two_cores_are_not_a_race():
     out = both_cores_store_packed[2](x)
     assert out.dtype == x.dtype
     np.testing.assert_array_equal(sdt.unpack_x4(out), vals)
+
+
+def swap_halves(x):
+    """A plain (undecorated) function, as nki-library's tests hand kernels to cpu_simulate: two
+    logical cores swap their rows with nisa.sendrecv."""
+    c = nl.program_id(0)
+    P, F = x.shape
+    mine = nl.ndarray((P // 2, F), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=mine, src=x[nl.ds(c * (P // 2), P // 2), :])
+    theirs = nl.ndarray((P // 2, F), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.sendrecv(src=mine, dst=theirs, send_to_rank=1 - c, recv_from_rank=1 - c, pipe_id=0)
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out[nl.ds(c * (P // 2), P // 2), :], src=theirs)
+    return out
+
+
+def test_cpu_simulate_plain_function_bracket_is_logical_cores():
+    x = _f32(8, 4)
+    out = cpu_simulate(swap_halves)[2](x=x)
+    np.testing.assert_array_equal(out, np.concatenate([x[4:], x[:4]]))
+    np.testing.assert_array_equal(nki.simulate(nki.jit(swap_halves)[2])(x), out)

@@ -64,8 +64,8 @@ def _run(launch, args, kwargs, env_var):
 def _as_launch(kernel):
     if isinstance(kernel, (Kernel, Launch)):
         return kernel
-    if callable(kernel):
-        return Kernel(getattr(kernel, "func", kernel))
+    if callable(kernel):  # a plain function is a kernel of this API: kernel[2] is LNC=2
+        return Kernel(getattr(kernel, "func", kernel), lnc_brackets=True)
     raise TypeError(f"expected an NKI kernel (an @nki.jit function), got {type(kernel).__name__}")
 
 
