@@ -480,3 +480,29 @@ def test_standalone_tensor_copy_takes_the_tutorials_dtype_keyword_when_it_matche
     np.testing.assert_array_equal(kernel(nl2.bfloat16)(x), x.astype(ml_dtypes.bfloat16))
     with pytest.raises(NKIError, match="dtype"):
         kernel(nl2.float16)(x)  # planted: dtype= contradicting dst
+
+
+def test_a_masked_instruction_leaves_the_destinations_masked_off_elements_alone():
+    # `dst[...] = op(..., mask=m)`: only the elements m selects are written (the official flash
+    # attention applies its sliding-window select under a mask into an existing score tile).
+    from nki_kernels.simulator import isa as nisa
+
+    x = RNG.standard_normal((128, 64)).astype(np.float32)
+
+    @nki.jit
+    def k(a):
+        t = nl.load(a)
+        i_p = nl.arange(128)[:, None]
+        i_f = nl.arange(64)[None, :]
+        t[i_p, i_f] = nl.exp(t, mask=(i_f < 16))
+        t[i_p, i_f] = nisa.affine_select(pred=(i_p >= i_f), on_true_tile=t, on_false_value=-1.0, mask=(i_p < 64))
+        out = nl.ndarray((128, 64), nl.float32, buffer=nl.shared_hbm)
+        nl.store(out, t)
+        return out
+
+    want = x.astype(np.float64).copy()
+    want[:, :16] = np.exp(want[:, :16])
+    rows, cols = np.indices(want.shape)
+    sel = rows < 64
+    want[sel] = np.where(rows >= cols, want, -1.0)[sel]
+    np.testing.assert_allclose(k(x), want, rtol=1e-6)

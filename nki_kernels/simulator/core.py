@@ -306,7 +306,8 @@ class Tile(NkiTensor):
     """
 
     __array_ufunc__ = None  # NumPy defers to the Tile's own operators
-    __slots__ = ("_data", "_thunk", "buffer", "pdim", "_mem", "_parent", "_review", "_diag", "nb", "__weakref__")
+    __slots__ = ("_data", "_thunk", "buffer", "pdim", "_mem", "_parent", "_review", "_written", "_diag", "nb",
+                 "__weakref__")
 
     def __init__(self, data, buffer=sbuf, pdim: int = 0, parent: "Tile" = None, thunk=None):
         self._data = data
@@ -315,6 +316,7 @@ class Tile(NkiTensor):
         self.pdim = pdim
         self._parent = parent
         self._review = None  # for a view: parent data -> this view's data (re-derived on copy-on-write)
+        self._written = None  # for an instruction's result under mask=: the elements it wrote
         self._mem = parent._mem if parent is not None else None  # live-range record (memory.Rec)
         prog = current_or_none()
         self.nb = nb = prog.nb if prog is not None else 0
@@ -511,12 +513,23 @@ class Tile(NkiTensor):
             if getattr(value, "_mem", None) is not m:  # (not `t[i] = t[i]` after `t[i] += x`)
                 _memory.assigned(m, value)
         src = value
+        wrote = None
         if isinstance(value, Tile):
             if value._diag is not None or _diag.loops:
                 _diag.on_read(value)
             src = dt.compute_view(value._raw())
+            wrote = value._written
         data = self._raw()
-        if self.nb:
+        self._written = None
+        if wrote is not None and wrote.size == math.prod(idx.out_shape) and not self.nb:
+            # An instruction under mask= writes only the elements its mask selects: the rest of the
+            # destination keeps its values (not the zeros the functional result holds there).
+            vals = _fit(_values(src, "value"), idx.out_shape, "tile assignment", f"{self.buffer.name} tile[...]")
+            idx.write(data, dt.cast(np.broadcast_to(vals, idx.out_shape), data.dtype),
+                      np.reshape(wrote, idx.out_shape), what=f"{self.buffer.name} tile")
+        elif wrote is not None and self.nb:
+            raise NotBatchable("a masked instruction's result assigned in a batch of programs")
+        elif self.nb:
             full = data.shape[:self.nb] + idx.out_shape
             vals = _fit(_values(src, "value"), full, "tile assignment", f"{self.buffer.name} tile[...]")
             tile_write(idx, data, dt.cast(vals, data.dtype), self.nb)

@@ -70,23 +70,30 @@ def _nb() -> int:
 
 
 def _result(values, dtype, mask=None, buffer=sbuf, engine="Vector") -> Tile:
-    """Write computed ``values`` into a new tile of ``dtype`` (masked-off elements stay zero)."""
+    """Write computed ``values`` into a new tile of ``dtype``. Under ``mask=`` the masked-off elements
+    are zero in the new tile and are left untouched when it is assigned into a destination."""
     values = np.asarray(values)
     shape = values.shape[_nb():] if mask is not None else values.shape
     box = mask_box(mask, shape) if isinstance(mask, Mask) else None
     m = _full_mask(mask, shape) if mask is not None and box is None else None
     out = dt.cast(values, dtype)
+    wrote = None
     if box is not None:
         kept = np.zeros(out.shape, out.dtype)
         box = (Ellipsis,) + tuple(box)
         kept[box] = out[box]
         out = kept
+        wrote = np.zeros(out.shape, bool)
+        wrote[box] = True
     elif m is not None:
         out = np.where(m, out, np.zeros((), out.dtype))
+        wrote = np.broadcast_to(m, out.shape)
     elif out.base is not None or not out.flags.writeable:
         out = out.copy()  # a result must own its memory, never alias an operand
     _prof.instruction(engine, out)
-    return Tile(out, buffer)
+    tile = Tile(out, buffer)
+    tile._written = wrote  # assigning the result writes only these elements (see Tile.__setitem__)
+    return tile
 
 
 def _out_dtype(dtype, *operands):
