@@ -506,3 +506,27 @@ def test_a_masked_instruction_leaves_the_destinations_masked_off_elements_alone(
     sel = rows < 64
     want[sel] = np.where(rows >= cols, want, -1.0)[sel]
     np.testing.assert_allclose(k(x), want, rtol=1e-6)
+
+
+def test_allocation_functions_are_called_with_the_documented_keywords():
+    # ncc.psum.alloc(func): func(idx=, pdim_size=, fdim_size=), so a functools.partial binding a leading
+    # parameter by keyword works (the official allocated SD-attention kernel does this).
+    import functools
+
+    from nki_kernels.simulator.nki import compiler as ncc
+
+    def addr(bank_map, idx, pdim_size, fdim_size):
+        return (bank_map[idx], 0, 0)
+
+    @nki.jit
+    def k(a):
+        p = nl.ndarray((2, nl.par_dim(128), 64), nl.float32,
+                       buffer=ncc.psum.alloc(functools.partial(addr, bank_map={(0,): 1, (1,): 5})))
+        out = nl.ndarray((2, 128, 64), nl.float32, buffer=nl.shared_hbm)
+        for i in nl.affine_range(2):
+            p[i, :, :] = nl.load(a[i])
+            nl.store(out[i], nl.copy(p[i, :, :]))
+        return out
+
+    x = RNG.standard_normal((2, 128, 64)).astype(np.float32)
+    np.testing.assert_array_equal(k(x), x)

@@ -444,9 +444,9 @@ def resolve_buffer(buffer, address=None):
         raise TypeError(f"nl.ndarray: address must be a (partition_offset, free_offset) pair of ints, "
                         f"got {address!r}") from None
     if buffer.name == "psum":
-        return buffer, Placement(buffer, lambda idx, p, f: (free // PSUM_BANK, part, free % PSUM_BANK),
+        return buffer, Placement(buffer, lambda idx, pdim_size, fdim_size: (free // PSUM_BANK, part, free % PSUM_BANK),
                                  f"address={address!r}")
-    return buffer, Placement(buffer, lambda idx, p, f: (part, free), f"address={address!r}")
+    return buffer, Placement(buffer, lambda idx, pdim_size, fdim_size: (part, free), f"address={address!r}")
 
 
 def _storage(m, buf):
@@ -507,14 +507,27 @@ def place(shape, pdim, dtype, placement, prog):
     bshape, pdim_size, fshape = shape[:pdim], shape[pdim], shape[pdim + 1:]
     fbytes = int(np.prod(fshape, dtype=np.int64)) * dtype.itemsize
     if not pdim:
-        loc = placement.func((), pdim_size, fbytes)
+        loc = _call_alloc(placement.func, (), pdim_size, fbytes)
         part, lo = _check_place(buf, loc, pdim_size, fbytes, placement.what)
         return (view(m, buf, part, lo, pdim_size, fshape, dtype), (part, lo)), None
     blocks = {}
     for idx in np.ndindex(*bshape):
-        loc = placement.func(tuple(idx), pdim_size, fbytes)
+        loc = _call_alloc(placement.func, tuple(idx), pdim_size, fbytes)
         blocks[tuple(idx)] = _check_place(buf, loc, pdim_size, fbytes, f"{placement.what} block {tuple(idx)}")
     return None, blocks
+
+
+def _call_alloc(func, idx, pdim_size, fdim_size):
+    """``func(idx, pdim_size, fdim_size)``, by the documented keywords when its signature takes them
+    (a ``functools.partial`` binding a leading parameter by keyword, as the official allocated
+    attention kernel passes), else positionally."""
+    import inspect
+
+    try:
+        inspect.signature(func).bind(idx=idx, pdim_size=pdim_size, fdim_size=fdim_size)
+    except (TypeError, ValueError):
+        return func(idx, pdim_size, fdim_size)
+    return func(idx=idx, pdim_size=pdim_size, fdim_size=fdim_size)
 
 
 def mark_placed(rec, part, lo, pdim_size):
