@@ -530,3 +530,23 @@ def test_allocation_functions_are_called_with_the_documented_keywords():
 
     x = RNG.standard_normal((2, 128, 64)).astype(np.float32)
     np.testing.assert_array_equal(k(x), x)
+
+
+def test_accumulating_into_a_placed_psum_block_in_an_affine_loop_is_not_loop_carried():
+    from nki_kernels.simulator import isa as nisa
+    from nki_kernels.simulator.nki import compiler as ncc
+
+    x = RNG.standard_normal((3, 128, 128)).astype(np.float32)
+    y = RNG.standard_normal((3, 128, 256)).astype(np.float32)
+
+    @nki.jit
+    def k(a, b):
+        acc = nl.ndarray((1, nl.par_dim(128), 256), nl.float32, buffer=ncc.psum.mod_alloc(base_bank=6, num_bank_tiles=(1,)))
+        for i in nl.affine_range(3):
+            acc[0] += nisa.nc_matmul(nl.load(a[i]), nl.load(b[i]))
+        out = nl.ndarray((128, 256), nl.float32, buffer=nl.shared_hbm)
+        nl.store(out, nl.copy(acc[0]))
+        return out
+
+    want = sum(x[i].T.astype(np.float64) @ y[i] for i in range(3))
+    np.testing.assert_allclose(k(x, y), want, rtol=1e-4, atol=1e-4)

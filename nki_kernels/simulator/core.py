@@ -438,6 +438,8 @@ class Tile(NkiTensor):
             # what it holds counts as written only once written through it: a PSUM `+=` into it
             # then starts a new accumulation group instead of adding to the aliased block's sums.
             _diag.mark_uninitialised(blk)
+            # Made on first use, perhaps inside a loop, but it belongs to the tensor: created with it.
+            blk._diag.created = self._diag.created if self._diag is not None else ()
             m.tiles[b] = blk
         rest = (key if isinstance(key, tuple) else (key,))[self.pdim:]
         return blk, (rest if rest else ...)
