@@ -72,5 +72,52 @@ def test_skip_on_a_direct_access_is_rejected():
         nisa.dma_copy(dst=t, src=a, oob_mode=nisa.oob_mode.skip)
         return a
 
-    with pytest.raises(NKIError, match="indirect DMA"):
+    with pytest.raises(NKIError, match="run-time offsets"):
         nki.simulate(k)(np.zeros((4, 4), np.float32))
+
+
+@nki.jit
+def scalar_scatter_kernel(table, start, vals, mode):
+    """Rows of vals stored from row start[0, 0] of table (a scalar offset read from SBUF at run time)."""
+    R, F = table.shape
+    P = vals.shape[0]
+    s = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=s, src=start)
+    v = nl.ndarray(vals.shape, dtype=vals.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=v, src=vals)
+    rows = table.ap(pattern=[[F, P], [1, F]], offset=0, scalar_offset=s, indirect_dim=0)
+    nisa.dma_copy(dst=rows, src=v, oob_mode=mode)
+    return table
+
+
+@nki.jit
+def scalar_gather_kernel(table, start, init, mode):
+    R, F = table.shape
+    P = init.shape[0]
+    s = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=s, src=start)
+    d = nl.ndarray(init.shape, dtype=init.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=d, src=init)
+    rows = table.ap(pattern=[[F, P], [1, F]], offset=0, scalar_offset=s, indirect_dim=0)
+    nisa.dma_copy(dst=d, src=rows, oob_mode=mode)
+    out = nl.ndarray(init.shape, dtype=init.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=d)
+    return out
+
+
+@pytest.mark.parametrize("start", [0, 2, 4])
+def test_scalar_offset_scatter_and_gather_with_skip(start):
+    # oob_mode=skip is accepted on scalar_offset (run-time) accesses, as nki-library's indexed_flatten
+    # uses it; an in-bounds access moves everything. (An offset already out of bounds when the view is
+    # built is rejected by NkiTensor.ap itself.)
+    table = np.zeros((8, 4), np.float32)
+    vals = RNG.standard_normal((4, 4)).astype(np.float32)
+    got = nki.simulate(scalar_scatter_kernel)(table.copy(), np.array([[start]], np.int32), vals,
+                                              nisa.oob_mode.skip)
+    want = table.copy()
+    want[start:start + 4] = vals
+    np.testing.assert_array_equal(got, want)
+    src = RNG.standard_normal((8, 4)).astype(np.float32)
+    init = np.full((4, 4), -3.0, np.float32)
+    got = nki.simulate(scalar_gather_kernel)(src, np.array([[start]], np.int32), init, nisa.oob_mode.skip)
+    np.testing.assert_array_equal(got, src[start:start + 4])

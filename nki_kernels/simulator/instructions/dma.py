@@ -76,8 +76,8 @@ def dma_copy(dst, src, priority=None, oob_mode=_oob_mode.error, dge_mode=_dge_mo
              name=None, *, dst_rmw_op=None, unique_indices=True):
     """Copy ``src`` to ``dst`` with a DMA engine: each is an HBM tensor/region or an SBUF tile (PSUM is
     not reachable). Element counts must match (shapes may differ); different dtypes convert
-    through fp32. ``oob_mode=skip`` skips the out-of-bounds rows of an indirect (vector_offset)
-    access. ``priority``, ``dge_mode`` and ``engine`` do not change results. Keyword-only, from
+    through fp32. ``oob_mode=skip`` skips the out-of-bounds part of an access with run-time offsets
+    (whole partitions for ``vector_offset``, elements for ``scalar_offset``). ``priority``, ``dge_mode`` and ``engine`` do not change results. Keyword-only, from
     earlier releases' page: ``dst_rmw_op=nl.add`` adds src to what dst holds (only with
     oob_mode=error) and ``unique_indices``.
     (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/generated/nki.isa.dma_copy.html)
@@ -145,71 +145,69 @@ def dma_transpose(dst, src, axes=None, priority=None, dge_mode=_dge_mode.unknown
 
 
 # ---------------------------------------------------------------------------
-# indirect (vector_offset) DMA with oob_mode=skip
+# DMA with run-time offsets (vector_offset / scalar_offset) and oob_mode=skip
 # ---------------------------------------------------------------------------
-def vector_layout(x):
-    """The layout of an HBM view with per-partition (vector) offsets, else ``None``."""
+def dynamic_layout(x):
+    """The layout of an HBM view whose offsets are read at run time (vector or scalar), else ``None``."""
     if not isinstance(x, HBMTensor):
         return None
     lay = x.__dict__.get("_layout")
-    return lay if lay is not None and lay.dynamic is not None and lay.dynamic.kind == "vector" else None
+    return lay if lay is not None and lay.dynamic is not None else None
 
 
-def _rows_in_bounds(lay, what):
-    """``(valid, addr, flat)``: which partitions' rows lie inside the storage, their element addresses
-    and a flat HBM view of the storage to address them through."""
+def _in_bounds(lay, what):
+    """``(keep, addr, flat)``: which elements the DMA moves, their element addresses and a flat HBM
+    view of the storage to address them through. A vector offset gives each partition its own
+    descriptor, so a partition moves whole or not at all; a scalar offset moves the elements that
+    lie inside the storage ("silently skip the runtime out-of-bounds access", nki.isa.oob_mode)."""
     from .. import access_pattern as ap
 
-    vals = ap._index_value(lay.dynamic.index, what).reshape(-1)
-    if vals.size != lay.shape[0]:
-        raise NKIError("dynamic offset", f"{what}: the vector offset has {vals.size} values for {lay.shape[0]} "
-                       "partitions")
-    base = ap.addresses(lay.replace(strides=(0,) + tuple(lay.strides[1:])))
-    addr = base + (vals * lay.dynamic.stride).reshape((-1,) + (1,) * (len(lay.shape) - 1))
+    addr, ok = ap.addresses_now(lay, what)
+    if lay.dynamic.kind == "vector":
+        ok = np.broadcast_to(ok.reshape(lay.shape[0], -1).all(axis=1).reshape((-1,) + (1,) * (ok.ndim - 1)),
+                             ok.shape)
     n = ap._storage_elems(lay.root, lay.dtype)
-    valid = ((addr >= 0) & (addr < n)).reshape(len(vals), -1).all(axis=1)
     flat = HBMTensor(ap._storage_bytes(lay.root)[: n * lay.dtype.itemsize].view(lay.dtype), lay.root.buffer,
                      lay.root.name)
     ap._share_hbm(flat, lay.root)
-    return valid, addr, flat
+    return ok, addr, flat
 
 
 def copy_skipping_oob(dst, src, op):
-    """``dma_copy`` with ``oob_mode=skip``: a gather (src with vector offsets) leaves the dst partitions
-    whose source row is out of bounds unmodified; a scatter (dst with vector offsets) drops the
-    partitions whose destination row is out of bounds."""
+    """``dma_copy`` with ``oob_mode=skip``: a gather (src with run-time offsets) leaves the dst elements
+    whose source is out of bounds unmodified; a scatter (dst with run-time offsets) drops the elements
+    whose destination is out of bounds (whole partitions for vector offsets)."""
     from .. import language as _nl
     from ..indexing import Index
 
     what = f"nisa.{op}(oob_mode=skip)"
-    src_lay, dst_lay = vector_layout(src), vector_layout(dst)
+    src_lay, dst_lay = dynamic_layout(src), dynamic_layout(dst)
     if src_lay is not None and dst_lay is not None:
-        raise NKIError("indirect DMA", f"{what}: at most one side of a DMA has per-partition offsets")
+        raise NKIError("indirect DMA", f"{what}: at most one side of a DMA has run-time offsets")
     if src_lay is not None:
-        valid, addr, flat = _rows_in_bounds(src_lay, what)
+        keep, addr, flat = _in_bounds(src_lay, what)
         d = check_dst(dst, op, (sbuf,))
-        if d.shape[0] != len(valid) or int(np.prod(d.shape)) != addr.size:
+        if int(np.prod(d.shape)) != addr.size:
             raise NKIError("dst shape", f"nisa.{op}: dst {d.shape} must hold the gathered {tuple(src_lay.shape)}")
-        rows_ = np.flatnonzero(valid)
-        out = np.array(np.reshape(d.data, (len(valid), -1)))
-        if rows_.size:
-            acc_addr = addr[rows_].reshape(rows_.size, -1)
+        out = np.array(np.reshape(d.data, -1))
+        sel = np.flatnonzero(keep.reshape(-1))
+        if sel.size:
+            acc_addr = addr.reshape(-1)[sel]
             got = Index(flat.shape, acc_addr.shape, [acc_addr]).read(flat.data, None, what=flat.name)
             _prof.dma(flat, got, "read", None, None)
-            out[rows_] = dt.cast(dt.compute_view(got), d.dtype) if got.dtype != d.dtype else got
-        write(d, out.reshape(d.shape), op, "gathered rows")
+            out[sel] = dt.cast(dt.compute_view(got), d.dtype) if got.dtype != d.dtype else got
+        write(d, out.reshape(d.shape), op, "gathered elements")
         return
     if dst_lay is not None:
-        valid, addr, flat = _rows_in_bounds(dst_lay, what)
+        keep, addr, flat = _in_bounds(dst_lay, what)
         vals = np.asarray(read(src, op))
         if int(np.size(vals)) != addr.size:
             raise NKIError("dst shape", f"nisa.{op}: src has {int(np.size(vals))} elements, the scatter "
                            f"{tuple(dst_lay.shape)} {addr.size}")
-        rows_ = np.flatnonzero(valid)
-        if rows_.size:
-            acc_addr = addr[rows_].reshape(rows_.size, -1)
-            part = np.reshape(vals, (len(valid), -1))[rows_]
-            _nl.store(Access(flat, Index(flat.shape, acc_addr.shape, [acc_addr])), part)
+        sel = np.flatnonzero(keep.reshape(-1))
+        if sel.size:
+            acc_addr = addr.reshape(-1)[sel]
+            _nl.store(Access(flat, Index(flat.shape, acc_addr.shape, [acc_addr])), np.reshape(vals, -1)[sel])
         return
-    raise NKIError("oob_mode", f"{what}: oob_mode applies to indirect DMA (an HBM side with vector_offset); "
-                   "direct accesses are always bounds-checked")
+    raise NKIError("oob_mode", f"{what}: oob_mode applies to DMA with run-time offsets (an HBM side with "
+                   "vector_offset or scalar_offset); direct accesses are always bounds-checked")
