@@ -105,11 +105,38 @@ def scalar_gather_kernel(table, start, init, mode):
     return out
 
 
+@pytest.mark.parametrize("start", [0, 3, 6, 9, -2, -1000000])
+def test_scalar_offset_scatter_skip_drops_what_falls_outside(start):
+    table = np.zeros((8, 4), np.float32)
+    vals = RNG.standard_normal((4, 4)).astype(np.float32)
+    got = nki.simulate(scalar_scatter_kernel)(table.copy(), np.array([[start]], np.int32), vals,
+                                              nisa.oob_mode.skip)
+    want = table.copy()
+    for r in range(4):
+        if 0 <= start + r < 8:
+            want[start + r] = vals[r]
+    np.testing.assert_array_equal(got, want)
+    if not 0 <= start <= 4:  # part of the access falls outside: oob_mode.error rejects it at the DMA
+        with pytest.raises(NKIError, match="out-of-bounds"):
+            nki.simulate(scalar_scatter_kernel)(table.copy(), np.array([[start]], np.int32), vals,
+                                                nisa.oob_mode.error)
+
+
+def test_scalar_offset_gather_skip_keeps_dst_where_source_is_outside():
+    table = RNG.standard_normal((8, 4)).astype(np.float32)
+    init = np.full((4, 4), -3.0, np.float32)
+    got = nki.simulate(scalar_gather_kernel)(table, np.array([[6]], np.int32), init, nisa.oob_mode.skip)
+    want = init.copy()
+    want[:2] = table[6:8]
+    np.testing.assert_array_equal(got, want)
+    with pytest.raises(NKIError, match="out-of-bounds|oob"):
+        nki.simulate(scalar_gather_kernel)(table, np.array([[6]], np.int32), init, nisa.oob_mode.error)
+
+
 @pytest.mark.parametrize("start", [0, 2, 4])
 def test_scalar_offset_scatter_and_gather_with_skip(start):
-    # oob_mode=skip is accepted on scalar_offset (run-time) accesses, as nki-library's indexed_flatten
-    # uses it; an in-bounds access moves everything. (An offset already out of bounds when the view is
-    # built is rejected by NkiTensor.ap itself.)
+    # oob_mode=skip on scalar_offset (run-time) accesses, as nki-library's indexed_flatten uses it:
+    # an in-bounds access moves everything.
     table = np.zeros((8, 4), np.float32)
     vals = RNG.standard_normal((4, 4)).astype(np.float32)
     got = nki.simulate(scalar_scatter_kernel)(table.copy(), np.array([[start]], np.int32), vals,
