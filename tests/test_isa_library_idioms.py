@@ -225,3 +225,23 @@ def test_cpu_simulate_plain_function_bracket_is_logical_cores():
     out = cpu_simulate(swap_halves)[2](x=x)
     np.testing.assert_array_equal(out, np.concatenate([x[4:], x[:4]]))
     np.testing.assert_array_equal(nki.simulate(nki.jit(swap_halves)[2])(x), out)
+
+
+def test_broadcast_view_of_a_psum_tensor_is_not_an_allocation():
+    """A PSUM vector broadcast along a new free axis (nki-library's layernorm) is larger than a bank
+    as a view, but occupies no PSUM of its own."""
+
+    @nki.jit
+    def centre(x):
+        P, F = x.shape
+        t = to_sbuf(x)
+        mean = nl.ndarray((P, 1), dtype=nl.float32, buffer=nl.psum)
+        nisa.tensor_reduce(dst=mean, data=t, op=nl.add, axis=1)
+        wide = mean.expand_dim(2).broadcast(2, 600)  # (P, 1, 600) fp32: 2400 B per partition as a view
+        d = nl.ndarray((P, 1, 600), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=d, src=wide)
+        return to_hbm(d)
+
+    x = _f32(16, 8)
+    np.testing.assert_allclose(centre(x)[:, 0, :], np.repeat(x.astype(np.float64).sum(1, keepdims=True), 600, 1),
+                               rtol=1e-5)

@@ -332,7 +332,8 @@ class Tile(NkiTensor):
                 f"a {buffer.name} tile of shape {shape} has partition dimension "
                 f"{shape[pdim]} > {PMAX} (nl.tile_size.pmax)",
             )
-        if buffer is psum and self.bytes_per_partition() // self.blocks() > _psum_tensor_bytes:
+        # (an allocation's rule: a view -- a broadcast with zero strides included -- takes no PSUM of its own)
+        if buffer is psum and parent is None and self.bytes_per_partition() // self.blocks() > _psum_tensor_bytes:
             if _psum_tensor_bytes == PSUM_BANK_BYTES:
                 room = f"more than one {PSUM_BANK_BYTES} B bank (at most 512 fp32 elements; nl.tile_size.psum_fmax)"
             else:
