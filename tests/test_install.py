@@ -18,7 +18,11 @@ def test_install_registers_modules_and_is_idempotent():
     import neuronxcc.nki.language as nl
     import neuronxcc.nki.typing  # noqa: F401
 
-    assert nl is first is simulator.language and nisa is simulator.isa
+    assert nl is first and nisa is simulator.isa
+    # The registered nl is the documented namespace of the implementation module: same objects,
+    # none of its helpers or imports.
+    assert nl.add is simulator.language.add and nl.__all__ == simulator.language.__all__
+    assert not any(hasattr(nl, n) for n in ("Tile", "np", "Access", "HBMTensor", "current"))
     assert nki.jit is simulator.nki.jit
 
 

@@ -40,6 +40,21 @@ def _register(prefix: str, mods: dict) -> None:
     sys.modules.update(mods)
 
 
+def namespace(impl, name: str, extra=()) -> types.ModuleType:
+    """The module kernels import as ``name``: exactly ``impl.__all__`` (plus ``extra`` submodule
+    attributes), so the implementation's helpers and imports (``Tile``, ``np`` ...) stay out of it."""
+    mod = _NAMESPACES.get(name)
+    if mod is None:  # one per name, so installing twice registers the same module
+        mod = _NAMESPACES[name] = types.ModuleType(name, impl.__doc__)
+        mod.__dict__.update({n: getattr(impl, n) for n in (*impl.__all__, *extra) if hasattr(impl, n)})
+        mod.__all__ = list(impl.__all__)
+        mod.__nki_ops_simulator__ = True
+    return mod
+
+
+_NAMESPACES: dict = {}
+
+
 def install() -> bool:
     """Make ``import neuronxcc.nki`` and ``import nki`` (with ``.language``, ``.isa``, ``.typing``) load the simulator,
     and register nki-library's simulation layout ``nki_cpu_simulator.nki`` (see :func:`cpu_simulator_layout`).
@@ -58,10 +73,11 @@ def install() -> bool:
         root.__nki_ops_simulator__ = True
         root.__path__ = []  # a package, so submodule imports resolve through sys.modules
         root.nki = sim_nki
+        sim_nki.language = nl = namespace(language, "neuronxcc.nki.language")
         _register("neuronxcc", {
             "neuronxcc": root,
             "neuronxcc.nki": sim_nki,
-            "neuronxcc.nki.language": language,
+            "neuronxcc.nki.language": nl,
             "neuronxcc.nki.isa": isa,
             "neuronxcc.nki.typing": sim_nki.typing,
             "neuronxcc.nki.compiler": sim_nki.compiler,

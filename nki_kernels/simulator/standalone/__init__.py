@@ -35,6 +35,8 @@ def jit(func=None, **options):
 # are shared with nki.isa / nki.language.
 isa.constants = _constants
 language.dtypes = dtype
+# nki.language holds exactly its documented names (the implementation module keeps its imports).
+language = _importlib.import_module("..install", __package__).namespace(language, "nki.language", ("dtypes",))
 del constants  # noqa: F821 - bound by the submodule import; the public name is nki.isa.constants
 
 __all__ = ["dtype", "isa", "jit", "language", "simulate", "tensor", "typing"]
