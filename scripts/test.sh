@@ -7,5 +7,8 @@ source "$(dirname "$0")/env.sh"
 ensure_main_env
 ensure_xla_env
 cd "$ROOT"
+# One BLAS thread: the simulator issues many small matmuls, and OpenBLAS threads fighting over a
+# loaded machine made each ~100x slower (the tests check behaviour, not BLAS throughput).
+export OPENBLAS_NUM_THREADS="${OPENBLAS_NUM_THREADS:-1}"
 .venv/bin/python -m pytest -q -p no:cacheprovider tests --ignore=tests/xla "$@"
 PJRT_DEVICE=CPU .venv-xla/bin/python -m pytest -q -p no:cacheprovider tests/xla "$@"
