@@ -550,3 +550,18 @@ def test_accumulating_into_a_placed_psum_block_in_an_affine_loop_is_not_loop_car
 
     want = sum(x[i].T.astype(np.float64) @ y[i] for i in range(3))
     np.testing.assert_allclose(k(x, y), want, rtol=1e-4, atol=1e-4)
+
+
+def test_scheduling_hints_on_ranges_and_the_nki_tensor_annotation():
+    from nki_kernels.simulator import nki as nki1
+
+    def body(a: nki1.tensor) -> nki1.tensor:  # annotations evaluated at def time, as kernels write them
+        out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+        for i in nl.affine_range(2, precise_schedule=True):
+            nl.store(out[i * 64:(i + 1) * 64, :], nl.load(a[i * 64:(i + 1) * 64, :]))
+        return out
+
+    x = RNG.standard_normal((128, 8)).astype(np.float32)
+    np.testing.assert_array_equal(nki.jit(body)(x), x)
+    with pytest.raises(TypeError, match="unroll_factor"):
+        nl.affine_range(2, unroll_factor=2)  # a misspelt or unknown keyword is an error

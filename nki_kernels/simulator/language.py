@@ -978,8 +978,9 @@ def program_ndim():
 
 
 def _loop(kind):
-    def make(start, stop=None, step=1, *, directives=None):
-        # directives= (nki.compiler.no_reorder() ...) steer scheduling only: same iterations.
+    def make(start, stop=None, step=1, *, directives=None, precise_schedule=False):
+        # directives= (nki.compiler.no_reorder() ...) and precise_schedule= (the official pipelined
+        # attention passes it) steer scheduling only: same iterations.
         r = range(start) if stop is None else range(start, stop, step)
         return _KINDS[kind](r.start, r.stop, r.step)
 

@@ -4,6 +4,7 @@
 from .. import compiler, isa, language  # noqa: F401 - re-exported as nki.compiler / .language / .isa
 from ..launch import baremetal, jit, simulate_kernel  # noqa: F401
 from . import typing  # noqa: F401
+from ..access_pattern import NkiTensor as tensor  # noqa: F401 - nki.tensor, the tile type kernels annotate with
 
 
 def benchmark(func=None, **options):
