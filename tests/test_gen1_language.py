@@ -450,7 +450,7 @@ def test_loop_reduce_accumulates_into_the_assigned_tile_across_iterations(op, re
     def k(a):
         acc = nl.full((128, 32), 0.0 if ref is np.add else -np.inf, nl.float32)
         for i in nl.affine_range(5):
-            acc[...] = nl.loop_reduce(nl.load(a[i]), op=op, loop_indices=(i,))
+            acc[...] = nl.loop_reduce(nl.load(a[i]), op=op, loop_indices=(i,), name="acc")
         out = nl.ndarray((128, 32), nl.float32, buffer=nl.shared_hbm)
         nl.store(out, acc)
         return out

@@ -1013,7 +1013,7 @@ sequential_range = _loop("sequential")
 static_range = _loop("static")
 
 
-def loop_reduce(x, op, loop_indices, *, dtype=None, mask=None):
+def loop_reduce(x, op, loop_indices, *, dtype=None, mask=None, name=""):
     """Reduce ``x`` with ``op`` over the iterations of ``loop_indices`` (``nl.loop_reduce``): the
     result, assigned into a tile (``acc[i] = nl.loop_reduce(x, np.add, (j,))``), combines with what
     the tile holds (``acc[i] = op(acc[i], x)``), as a reduction across ``affine_range`` iterations."""
