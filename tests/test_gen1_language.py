@@ -565,3 +565,24 @@ def test_scheduling_hints_on_ranges_and_the_nki_tensor_annotation():
     np.testing.assert_array_equal(nki.jit(body)(x), x)
     with pytest.raises(TypeError, match="unroll_factor"):
         nl.affine_range(2, unroll_factor=2)  # a misspelt or unknown keyword is an error
+
+
+def test_sbuf_placement_follows_the_neuroncore_versions_sbuf_size():
+    # Trn2 (NeuronCore-v3) has 28 MiB SBUF: 224 KiB per partition, so a placement at 176 KiB + 8 KiB
+    # (the official allocated SD-attention kernel's) fits there but not on a 192 KiB NeuronCore-v2.
+    from nki_kernels.simulator.instructions import target
+    from nki_kernels.simulator.nki import compiler as ncc
+
+    @nki.jit
+    def k(a):
+        t = nl.ndarray((128, 2048), nl.float32, buffer=ncc.sbuf.mod_alloc(base_addr=176 * 1024))
+        t[...] = nl.load(a)
+        out = nl.ndarray((128, 2048), nl.float32, buffer=nl.shared_hbm)
+        nl.store(out, t)
+        return out
+
+    x = RNG.standard_normal((128, 2048)).astype(np.float32)
+    with target.use(target.nc_version.gen3):
+        np.testing.assert_array_equal(k(x), x)
+    with target.use(target.nc_version.gen2), pytest.raises(NKIError, match="does not fit"):
+        k(x)

@@ -385,7 +385,12 @@ def test_sbuf_placement_rules():
             k(A)
         return str(e.value)
 
-    assert "does not fit below 180224" in run(ncc.sbuf.mod_alloc(base_addr=176 * 1024))
+    from nki_kernels.simulator.instructions import target
+
+    with target.use(target.nc_version.gen2):  # 24 MiB: 192 KiB per partition, 16 KiB reserved
+        assert "does not fit below 180224" in run(ncc.sbuf.mod_alloc(base_addr=176 * 1024))
+    with target.use(target.nc_version.gen3):  # Trn2: 28 MiB, 224 KiB per partition
+        assert "does not fit below 212992" in run(ncc.sbuf.mod_alloc(base_addr=208 * 1024))
     assert "start partition 32" in run(ncc.sbuf.alloc(lambda idx, p, f: (32, 0)))
     assert "start partition 32" in run(ncc.sbuf.alloc(lambda idx, p, f: (32, 0)), shape=(64, 512))
     assert "crosses the 2048 B bank" in run(ncc.psum.alloc(lambda idx, p, f: (0, 0, 1024)))

@@ -45,7 +45,19 @@ PSUM_BANKS = 8
 CAPACITY = (SBUF_BYTES, PSUM_BYTES)
 # "a valid byte_addr can be any integer values from 0 (inclusive) to 192KiB-16KiB (exclusive) ...
 # 16KiB is allocated for compiler internal usage" (nki.compiler.sbuf.alloc)
-SBUF_PLACEABLE = SBUF_BYTES - 16 * 1024
+SBUF_RESERVED = 16 * 1024
+SBUF_PLACEABLE = SBUF_BYTES - SBUF_RESERVED  # NeuronCore-v2 (the page's figure)
+# SBUF per partition by NeuronCore version: 24 MiB (v2), 28 MiB (v3, Trn2), 32 MiB (v4, Trn3) over
+# 128 partitions (architecture guides); the official allocated kernels place beyond 176 KiB on Trn2.
+_SBUF_BY_VERSION = {2: 192 * 1024, 3: 224 * 1024, 4: 256 * 1024}
+
+
+def sbuf_bytes() -> int:
+    """SBUF bytes per partition of the simulated NeuronCore version."""
+    from .instructions.target import get_nc_version
+
+    v = get_nc_version()
+    return _SBUF_BY_VERSION.get(int(getattr(v, "value", v)), SBUF_BYTES)
 # No instruction touches more tiles than this (operands, result, side outputs such as reduce_res=);
 # a slot with more is several instructions an op path did not count apart, and is not judged.
 MAX_INSTRUCTION_TILES = 8
@@ -452,7 +464,7 @@ def resolve_buffer(buffer, address=None):
 def _storage(m, buf):
     s = m.storage[buf]
     if s is None:
-        n = CAPACITY[buf]
+        n = sbuf_bytes() if buf == 0 else CAPACITY[buf]
         # 0xFF bytes are NaN in every float format (and -1 in ints): never-written placed memory poisons
         s = np.full((PMAX, n), 0xFF, np.uint8) if _config.nan_fill else np.zeros((PMAX, n), np.uint8)
         m.storage[buf] = s
@@ -476,9 +488,11 @@ def _check_place(buf, loc, pdim_size, fbytes, what):
             raise NKIError("placement", f"{what}: an SBUF allocation function returns (start_partition, "
                            f"byte_addr), got {loc!r}")
         part, addr = (int(v) for v in loc)
-        if addr < 0 or addr + fbytes > SBUF_PLACEABLE:
+        limit = sbuf_bytes() - SBUF_RESERVED
+        if addr < 0 or addr + fbytes > limit:
             raise NKIError("placement", f"{what}: an SBUF tile of {fbytes} B/partition at byte_addr {addr} does "
-                           f"not fit below {SBUF_PLACEABLE} B (192 KiB less the 16 KiB the compiler reserves)")
+                           f"not fit below {limit} B (the NeuronCore's {sbuf_bytes() // 1024} KiB per partition "
+                           "less the 16 KiB the compiler reserves)")
         lo = addr
     # ISA rules on the start partition (nki.compiler.sbuf.alloc)
     ok = (part == 0 if pdim_size > 64 else part in (0, 64) if pdim_size > 32 else part in (0, 32, 64, 96))
