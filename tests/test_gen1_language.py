@@ -586,3 +586,23 @@ def test_sbuf_placement_follows_the_neuroncore_versions_sbuf_size():
         np.testing.assert_array_equal(k(x), x)
     with target.use(target.nc_version.gen2), pytest.raises(NKIError, match="does not fit"):
         k(x)
+
+
+def test_an_all_integer_index_of_an_sbuf_tensor_is_a_writable_element():
+    from nki_kernels.simulator.standalone import isa as nisa2
+    from nki_kernels.simulator.standalone import language as nl2
+
+    src = np.arange(6, dtype=np.float32).reshape(3, 2)
+
+    @nki.jit
+    def k(s):
+        t = nl2.ndarray((128, 1), nl2.float32, buffer=nl2.sbuf)
+        nisa2.memset(dst=t, value=0.0)
+        nisa2.dma_copy(dst=t[0, 0], src=s[1, 0])  # a DMA into one element of an SBUF tensor
+        out = nl2.ndarray((128, 1), nl2.float32, buffer=nl2.shared_hbm)
+        nisa2.dma_copy(dst=out, src=t)
+        return out
+
+    want = np.zeros((128, 1), np.float32)
+    want[0, 0] = src[1, 0]
+    np.testing.assert_array_equal(k(src), want)

@@ -59,7 +59,8 @@ class Index:
         lead, bshape = (slice(None),) * nb, data.shape[:nb]
         full = bshape + self.out_shape
         if self.basic is not None:
-            v = data[lead + tuple(self.basic)]
+            key = lead + tuple(self.basic)
+            v = data[key] if key else data[...]  # (a 0-d array indexed by () is a scalar, not a view)
             if self.perm is not None:
                 v = v.transpose(tuple(range(nb)) + tuple(nb + p for p in self.perm))
             return v.reshape(full) if v.shape != full else v
