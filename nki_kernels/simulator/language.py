@@ -155,18 +155,8 @@ _UNARY = {
         2.0 * math.pi),
     "gelu_apprx_sigmoid": lambda x: x * _sigmoid(1.702 * x),
     "gelu_apprx_sigmoid_dx": lambda x: _sigmoid(1.702 * x) * (1.0 + 1.702 * x * (1.0 - _sigmoid(1.702 * x))),
-    "gelu_apprx_tanh_dx": lambda x: _gelu_tanh_dx(x),
     "silu_dx": lambda x: _sigmoid(x) * (1.0 + x * (1.0 - _sigmoid(x))),
-    "sigmoid_dx": lambda x: _sigmoid(x) * (1.0 - _sigmoid(x)),
-    "tanh_dx": lambda x: 1.0 - np.square(np.tanh(x)),
 }
-
-
-def _gelu_tanh_dx(x):
-    # d/dx of 0.5 x (1 + tanh(k (x + c x^3))), k = sqrt(2/pi), c = 0.044715
-    k, c = 0.7978845608, 0.044715
-    t = np.tanh(k * (x + c * x ** 3))
-    return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * k * (1.0 + 3.0 * c * x * x)
 
 _BINARY = {
     "add": np.add, "subtract": np.subtract, "multiply": np.multiply, "divide": np.divide,

@@ -100,7 +100,7 @@ globals().update({n: _spanning_psum_banks(getattr(_gen1, n)) for n in ("ndarray"
 # SPMD grids, casts and helpers of the old API): not part of this namespace.
 for _name in ("AffineExpr", "BExpr", "Mask", "NKIError", "NotBatchable", "PMAX", "arange", "mgrid", "nc",
               "par_dim", "spmd_dim", "loop_reduce", "static_cast", "finfo", "fp32", "full_like", "ones_like",
-              "identity", "gelu_apprx_tanh_dx", "sigmoid_dx", "tanh_dx", "annotations"):
+              "identity", "annotations"):
     globals().pop(_name, None)
 del _name
 
