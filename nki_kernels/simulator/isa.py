@@ -34,6 +34,7 @@ tensor_engine = engine.tensor
 vector_engine = engine.vector
 scalar_engine = engine.scalar
 gpsimd_engine = engine.gpsimd
+dma_engine = engine.dma  # "DMA Engine" on the v2.20 .. v2.22 pages' engine list
 
 
 def _tile(x, name, op, buffers=(_sbuf, _psum)):
@@ -554,4 +555,4 @@ __all__ = sorted(n for n in (
     "iota", "dropout", "affine_select", "range_select", "select_reduce", "sequence_bounds", "memset", "bn_stats",
     "bn_aggr", "local_gather", "dma_copy", "dma_transpose", "max8", "nc_find_index8", "nc_match_replace8",
     "nc_stream_shuffle", "engine", "reduce_cmd", "dge_mode", "nc_version", "get_nc_version", "unknown_engine",
-    "tensor_engine", "vector_engine", "scalar_engine", "gpsimd_engine") if n in globals())
+    "tensor_engine", "vector_engine", "scalar_engine", "gpsimd_engine", "dma_engine") if n in globals())

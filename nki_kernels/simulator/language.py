@@ -633,6 +633,31 @@ def _fit(vals, shape, op, dst):
                    f"of shape {tuple(shape)}")
 
 
+def atomic_rmw(dst, value, op, *, mask=None):
+    """Atomic read-modify-write of HBM, ``dst = op(dst, value)`` (``nl.atomic_rmw``).
+
+    As the reference page documents, ``dst`` is an HBM tensor indexed with an indirect (dynamic)
+    index (an SBUF tile of integer offsets) and ``op`` is ``np.add`` (or ``nl.add``). Each element
+    update is atomic: offsets that repeat add every contribution, and programs of a grid may
+    accumulate into the same rows without racing."""
+    from .instructions.dma import accumulate_into_hbm
+    from .instructions.operands import alu
+
+    acc = _as_access(dst, "dst", "nl.atomic_rmw")
+    if alu(op) is not np.add:
+        raise NKIError("atomic_rmw op", f"nl.atomic_rmw: op {getattr(op, '__name__', op)!r} is not supported; "
+                       "the only atomic operation is np.add (nl.add)")
+    if not builtins.any(isinstance(c, np.ndarray) and c.ndim for c in acc.index.comps):
+        raise NKIError("atomic_rmw index", f"nl.atomic_rmw: dst {acc.tensor.name}{list(acc.shape)} is indexed "
+                       "directly; atomic_rmw supports only indirect dynamic indexing (index an axis with an "
+                       "SBUF tile of offsets, e.g. t[idx_tile, nl.arange(M)[None, :]])")
+    if isinstance(value, (Access, HBMTensor)):
+        raise NKIError("atomic_rmw value", "nl.atomic_rmw value is an HBM tensor; load it into SBUF first")
+    mask = acc.local_mask(mask)
+    vals = _fit(_values(value, "value"), acc.shape, "nl.atomic_rmw", f"{acc.tensor.name}{list(acc.shape)}")
+    accumulate_into_hbm(acc, vals, mask, "nl.atomic_rmw")
+
+
 def load_transpose2d(src, *, mask=None, dtype=None):
     """Load a 2-D HBM region transposed: its free axis becomes the partition axis."""
     acc = _as_access(src, "src", "nl.load_transpose2d")
@@ -1140,7 +1165,12 @@ from .instructions.control import dynamic_range, fori_loop, while_loop  # noqa: 
 
 _guard_module(globals(), BATCH_SAFE, "nl")
 
-__all__ = sorted(n for n in globals() if not n.startswith("_") and n not in ("annotations", "math", "np", "dt",
-                                                                                 "Access", "HBMTensor", "Tile",
-                                                                                 "current", "Buffer", "BATCH_SAFE",
-                                                                                 "current_or_none", "mask_box"))
+# Implemented here for the standalone nki.language (which exports them) but listed by no
+# first-generation neuronxcc.nki.language reference page (v2.20 .. v2.26), so not first-generation names.
+_CURRENT_ONLY = ("abs_max", "abs_min", "any", "prelu", "is_psum", "is_sbuf", "is_hbm", "is_on_chip",
+                 "gelu_apprx_sigmoid_dx", "dynamic_range", "fori_loop", "while_loop")
+# The implementation's own imports and helpers: no page of either generation lists them.
+_INTERNAL = ("annotations", "builtins", "math", "np", "dt", "Access", "HBMTensor", "Tile", "current", "Buffer",
+             "BATCH_SAFE", "current_or_none", "mask_box", "AffineExpr", "BExpr", "Mask", "NKIError", "NotBatchable",
+             "PMAX", "identity", "np_function", "full_like", "ones_like")
+__all__ = sorted(n for n in globals() if not n.startswith("_") and n not in _INTERNAL + _CURRENT_ONLY)

@@ -13,6 +13,7 @@ from .. import dtypes as dt
 from .. import profile as _prof
 from ..core import Access, HBMTensor, Tile, psum, sbuf
 from ..errors import NKIError
+from ..indexing import full_mask as _full_mask
 from .operands import alu, check_dst, instruction, mark_read, write
 from .target import dge_mode as _dge_mode
 from .target import engine as _engine
@@ -71,6 +72,47 @@ def store(dst, vals, op, what="source"):
     write(d, np.reshape(vals, d.shape), op, what)
 
 
+def accumulate_into_hbm(acc, vals, mask, what):
+    """``acc = acc + vals`` on an HBM region, elementwise and atomically: where an indirect index
+    names one element several times (duplicate offsets), every contribution is added, as the DMA
+    engines' read-modify-write does; a plain scatter would keep only the last. Computed in fp32 (the
+    DMA engines' arithmetic), rounded to the tensor's dtype once per element."""
+    t = acc.tensor
+    idx = acc.index
+    arrays = [np.broadcast_to(a, idx.out_shape) for a in idx.arrays()]
+    vals = np.broadcast_to(dt.compute_view(np.asarray(vals)).astype(np.float32), idx.out_shape)
+    m = _full_mask(mask, idx.out_shape)
+    if m is not None:
+        arrays, vals = [a[m] for a in arrays], vals[m]
+    idx._check_bounds(arrays, t.name)
+    if t._borrowers:
+        t.materialize_borrowers()
+    flat = np.ravel_multi_index(tuple(np.ravel(a) for a in arrays), t.shape) if arrays else np.zeros(1, np.int64)
+    elems, slot = np.unique(flat, return_inverse=True)
+    where = np.unravel_index(elems, t.shape)
+    sums = dt.compute_view(t.data[where]).astype(np.float32)
+    np.add.at(sums, slot.reshape(-1), np.ravel(vals))
+    t.data[where] = dt.cast(sums, t.dtype)
+    _log_atomic_write(t, acc, mask, vals, what)
+
+
+def _log_atomic_write(t, acc, mask, vals, what):
+    """Log an atomic accumulation for the profiler and the diagnostics. Programs accumulating into
+    the same elements do not race (addition commutes), so a later atomic write overlapping earlier
+    writes is marked benign; reads or plain writes after it by other programs still race."""
+    from .. import diagnostics as _diag
+    from ..core import current_or_none
+
+    _prof.dma(t, vals, "write", acc, mask, written=True)
+    prog = current_or_none()
+    log = getattr(prog.launch, "diag", None) if prog is not None and not prog.nb else None
+    if log is not None:
+        key = _diag._tensor_key(t)
+        ent = log.tensors.get(key)
+        if ent is not None and ent[2]:
+            log.repeats.setdefault(key, set()).add(len(ent[2]) - 1)
+
+
 @instruction
 def dma_copy(dst, src, priority=None, oob_mode=_oob_mode.error, dge_mode=_dge_mode.unknown, engine=_engine.unknown,
              name=None, *, dst_rmw_op=None, unique_indices=True):
@@ -93,6 +135,12 @@ def dma_copy(dst, src, priority=None, oob_mode=_oob_mode.error, dge_mode=_dge_mo
     if dst_rmw_op is not None:
         if alu(dst_rmw_op) is not np.add:
             raise NKIError("dst_rmw_op", f"nisa.{op}: dst_rmw_op {dst_rmw_op!r}; only nl.add is supported")
+        if isinstance(dst, (Access, HBMTensor)):  # duplicate indirect offsets add up, as atomics do
+            acc = _language()._as_access(dst, "dst", f"nisa.{op}")
+            if math.prod(acc.shape) != vals.size:
+                raise NKIError("dst shape", f"nisa.{op}: dst has {math.prod(acc.shape)} elements, src {vals.size}")
+            accumulate_into_hbm(acc, np.reshape(vals, acc.shape), None, f"nisa.{op}")
+            return
         cur = np.asarray(read(dst, op, "dst"))
         if cur.size != vals.size:
             raise NKIError("dst shape", f"nisa.{op}: dst has {cur.size} elements, src {vals.size}")

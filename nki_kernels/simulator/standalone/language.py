@@ -34,6 +34,8 @@ from ..language import _allocate, _parse_shape  # noqa: F401 - used by the isa f
 
 # `from module import *` skips private helpers; these names are public API in both generations.
 from ..language import (abs, all, any, copy, exp, identity, max, min, sum)  # noqa: F401,A004
+from ..language import _CURRENT_ONLY  # names of the current page only, not first-generation ones
+globals().update({_n: getattr(_gen1, _n) for _n in _CURRENT_ONLY})
 
 # The current page's data types (float8_e4m3 and float8_e4m3fn distinct, packed MX types), the tensor
 # type and the config base class: see nki_kernels.simulator.standalone.dtype / access_pattern.
@@ -104,7 +106,7 @@ for _name in ("AffineExpr", "BExpr", "Mask", "NKIError", "NotBatchable", "PMAX",
     globals().pop(_name, None)
 del _name
 
-__all__ = sorted({*_gen1.__all__, *_dtypes.__all__, "NKIObject", "NkiTensor", "bool", "ds", "bypass",
+__all__ = sorted({*_gen1.__all__, *_CURRENT_ONLY, *_dtypes.__all__, "NKIObject", "NkiTensor", "bool", "ds", "bypass",
                   "shared_identity_matrix", "tile_size",
                   "np_function"})
 __all__ = [n for n in __all__ if n in globals()]
