@@ -1,6 +1,7 @@
 """quantize_mx and nc_matmul_mx on the packed MX types, bit-exact against a NumPy reference of the
-OCP Microscaling spec (groups of 8 partitions x 4 elements, e8m0 scales, the reference pages'
-block scale two times the OCP sample algorithm's, round-to-nearest-even element conversion)."""
+OCP Microscaling spec's sample conversion (groups of 8 partitions x 4 elements, e8m0 scales
+2**(floor(log2(amax)) - emax_elem), elements saturated to the element maximum and rounded to
+nearest even); the Neuron 2.32 page's two-times-larger scale as the ``double`` rule."""
 
 import ml_dtypes
 import numpy as np
@@ -9,7 +10,7 @@ import pytest
 from nki_kernels.simulator import NKIError
 from nki_kernels.simulator import dtypes as dt
 from nki_kernels.simulator import standalone as nki
-from nki_kernels.simulator.instructions import target
+from nki_kernels.simulator.instructions import mx, target
 
 nl = nki.language
 nisa = nki.isa
@@ -18,17 +19,20 @@ ELEM = {"e4m3": (ml_dtypes.float8_e4m3fn, 8, dt.float8_e4m3fn_x4), "e5m2": (ml_d
                                                                           dt.float8_e5m2_x4)}
 
 
-def mx_reference(x, elem, emax):
-    """OCP MX quantization of x [P, F] in groups of 8 partitions x 4 elements: the shared exponent
-    is floor(log2(amax)) - emax + 1 (twice the spec's sample scale), values rounded to nearest even."""
+def mx_reference(x, elem, emax, extra=0):
+    """OCP MX sample conversion of x [P, F] in groups of 8 partitions x 4 elements: shared exponent
+    floor(log2(amax)) - emax (+ ``extra``: 1 for the two-times-larger scale), clamped to the e8m0
+    range [-127, 127]; values divided by the scale, saturated to +-max of the element type, then
+    rounded to nearest even."""
     P, F = x.shape
     g = x.astype(np.float64).reshape(P // 8, 8, F // 4, 4)
     amax = np.abs(g).max(axis=(1, 3))
     _, e = np.frexp(amax)  # amax = m * 2**e, m in [0.5, 1): floor(log2(amax)) = e - 1
-    shared = np.where(amax > 0, e - 1, -127) - emax + 1
+    shared = np.where(amax > 0, e - 1, -127) - emax + extra
     biased = np.clip(shared + 127, 0, 254).astype(np.uint8)
     factor = np.exp2(biased.astype(np.float64) - 127)
-    q = (g / factor[:, None, :, None]).reshape(P, F).astype(elem)
+    top = float(ml_dtypes.finfo(elem).max)
+    q = np.clip(g / factor[:, None, :, None], -top, top).reshape(P, F).astype(elem)
     return q, biased
 
 
@@ -73,6 +77,71 @@ def test_quantize_mx_bit_exact(kind, P):
     want_q, want_s = mx_reference(x.astype(np.float32), elem, emax)
     np.testing.assert_array_equal(dt.unpack_x4(q).astype(elem).view(np.uint8), want_q.view(np.uint8))
     np.testing.assert_array_equal(s, scale_rows(want_s, P))
+
+
+def _quantize(x, kind="e4m3"):
+    with target.use("gen4"):
+        q, s = nki.simulate(quantize_kernel)(x, kind)
+    return dt.unpack_x4(q).astype(ELEM[kind][0]), s
+
+
+def _check(x, kind="e4m3", extra=0):
+    got_q, got_s = _quantize(x, kind)
+    want_q, want_s = mx_reference(x.astype(np.float32), *ELEM[kind][:2], extra=extra)
+    np.testing.assert_array_equal(got_q.view(np.uint8), want_q.view(np.uint8))
+    np.testing.assert_array_equal(got_s, scale_rows(want_s, x.shape[0]))
+    return got_q, want_s
+
+
+@pytest.mark.parametrize("kind", ["e4m3", "e5m2"])
+def test_quantize_mx_saturates_the_group_maximum(kind):
+    # amax = 1.9375 * 2**3: the OCP sample scale 2**(3 - emax) maps it to 1.9375 * 2**emax, past the
+    # element maximum (1.75 * 2**emax for both fp8 types), so it saturates to that maximum.
+    x = np.full((32, 4), 0.5, np.float32)
+    x[3, 1] = 15.5
+    x[5, 2] = -15.5
+    q, s = _check(x.astype(ml_dtypes.bfloat16), kind)
+    top = float(ml_dtypes.finfo(ELEM[kind][0]).max)
+    assert s[0, 0] == 127 + 3 - ELEM[kind][1]
+    assert float(q[3, 1]) == top and float(q[5, 2]) == -top
+
+
+def test_quantize_mx_rounds_to_nearest_even():
+    # With scale 2**(0 - 8) = 2**-8 a value v becomes v * 256; e4m3 has 3 mantissa bits, so in
+    # [16, 32) its step is 2: 17 (a tie) rounds to 16, 19 (a tie) rounds to 20.
+    x = np.zeros((32, 4), np.float32)
+    x[0, 0] = 1.0
+    x[1, 0] = 17 / 256
+    x[2, 0] = 19 / 256
+    x[3, 0] = -17 / 256
+    q, _ = _check(x.astype(ml_dtypes.bfloat16))
+    assert [float(q[i, 0]) for i in range(4)] == [256.0, 16.0, 20.0, -16.0]
+
+
+def test_quantize_mx_zero_and_tiny_groups_clamp_the_scale():
+    # An all-zero group has scale byte 0 (2**-127) and zero data; a group of bf16 values near the
+    # smallest normal has floor(log2(amax)) - 8 below -127, so its scale clamps to 2**-127 too and
+    # the data holds x * 2**127 (the dequantized product still equals x).
+    x = np.zeros((32, 8), np.float32)
+    x[:, 4:] = RNG.standard_normal((32, 4)) * 2.0 ** -125
+    q, s = _check(x.astype(ml_dtypes.bfloat16))
+    assert (s[:4] == 0).all()
+    assert (q[:, :4].astype(np.float32) == 0).all()
+    deq = q[:, 4:].astype(np.float64) * 2.0 ** -127
+    np.testing.assert_allclose(deq, x[:, 4:].astype(ml_dtypes.bfloat16).astype(np.float64), rtol=2 ** -3)
+
+
+def test_quantize_mx_double_scale_rule():
+    # The Neuron 2.32 page's rule: a block scale two times the OCP sample one, so nothing saturates.
+    x = _mixed(32, 64)
+    with mx.use_scale_rule("double"):
+        q, s = _check(x, "e4m3", extra=1)
+    ocp_q, ocp_s = mx_reference(x.astype(np.float32), *ELEM["e4m3"][:2])
+    assert (s.astype(int) == ocp_s.astype(int) + 1).all()
+    assert np.abs(q.astype(np.float32)).max() <= 256
+    with pytest.raises(ValueError, match="not one of"):
+        with mx.use_scale_rule("twice"):
+            pass
 
 
 def test_quantize_mx_zeroes_scale_partitions_without_a_scale():
@@ -140,10 +209,14 @@ def test_nc_matmul_mx_matches_dequantized_product():
     db = qb.astype(np.float64).reshape(K, N // 4, 4) * np.repeat(np.exp2(sb - 127.0), 8, 0)[:, :, None]
     want = np.einsum("kiq,kjq->ij", da, db)
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-30)
-    # and the MX product approximates the unquantized one
-    exact = np.einsum("kiq,kjq->ij", a.astype(np.float64).reshape(K, M // 4, 4),
-                      b.astype(np.float64).reshape(K, N // 4, 4))
-    assert np.abs(got - exact).max() <= 0.1 * np.abs(exact).max()
+    # and the MX product approximates the unquantized one: each quantized value is within 12.5 % of
+    # its input (a saturated group maximum loses at most 1 - 1.75 / 2; rounding at most 2**-4), so
+    # each term of the sum is within (1.125**2 - 1) of its exact value.
+    a3 = a.astype(np.float64).reshape(K, M // 4, 4)
+    b3 = b.astype(np.float64).reshape(K, N // 4, 4)
+    exact = np.einsum("kiq,kjq->ij", a3, b3)
+    bound = (1.125 ** 2 - 1) * np.einsum("kiq,kjq->ij", np.abs(a3), np.abs(b3))
+    assert (np.abs(got - exact) <= bound).all()
 
 
 def test_nc_matmul_mx_rejects_unpacked_operands():

@@ -7,12 +7,22 @@ holding the 4 values of one partition's part of a group, so a ``[P, F]`` source 
 ``[P, F / 4]`` packed tile. Scales are ``float8_e8m0fnu`` (or ``uint8``) biased exponents, one
 per group: group ``g`` of partitions ``8g .. 8g + 7`` keeps its scales in partition
 ``(g // 4) * 32 + g % 4`` of the scale tile (the first four partitions of each 32-partition
-quadrant), column ``j`` for elements ``4j .. 4j + 3``. ``quantize_mx`` picks a block scale two
-times the OCP sample algorithm's, as its page states, so the largest value of a group never
-saturates.
+quadrant), column ``j`` for elements ``4j .. 4j + 3``.
+
+Block scale of ``quantize_mx``: the reference pages of two Neuron releases differ. The Neuron
+2.29 page says only "as defined in the OCP Microscaling standard", whose sample conversion takes
+``shared_exp = floor(log2(amax)) - emax_elem`` (emax_elem 8 for e4m3, 15 for e5m2, 2 for e2m1)
+and saturates values past the element maximum; nki-library's and nki-samples' goldens "matching
+the hardware" compute exactly that. The Neuron 2.32 page says the instruction uses "a block scale
+that is two times larger" (``shared_exp + 1``), so the largest value never saturates. The
+simulator follows the OCP sample rule by default; ``NKI_SIM_MX_SCALE=double`` (or
+:func:`use_scale_rule`) selects the 2.32 page's rule.
 """
 
 from __future__ import annotations
+
+import contextlib
+import os
 
 import ml_dtypes
 import numpy as np
@@ -29,6 +39,31 @@ GROUP_ELEMENTS = 4
 _EMAX = {dt.float8_e4m3fn_x4: 8, dt.float8_e5m2_x4: 15, dt.float4_e2m1fn_x4: 2}
 _SCALE_DTYPES = (dt.float8_e8m0fnu, dt.uint8)
 _F32_BIAS = 127
+SCALE_RULES = {"ocp": 0, "double": 1}  # rule name -> exponent added to the OCP sample scale
+
+
+def _rule_from_env():
+    name = os.environ.get("NKI_SIM_MX_SCALE", "ocp").strip().lower()
+    if name not in SCALE_RULES:
+        raise ValueError(f"NKI_SIM_MX_SCALE={name!r}: expected one of {', '.join(SCALE_RULES)}")
+    return name
+
+
+scale_rule = _rule_from_env()
+
+
+@contextlib.contextmanager
+def use_scale_rule(name):
+    """Run a block with ``quantize_mx`` block scales chosen by rule ``name`` (``"ocp"``: the OCP
+    sample conversion, ``"double"``: two times that, as the Neuron 2.32 reference page states)."""
+    global scale_rule
+    if name not in SCALE_RULES:
+        raise ValueError(f"MX scale rule {name!r} is not one of {', '.join(SCALE_RULES)}")
+    old, scale_rule = scale_rule, name
+    try:
+        yield
+    finally:
+        scale_rule = old
 
 
 def scale_partition(group):
@@ -51,8 +86,10 @@ def quantize_mx(dst, src, dst_scale, name=None):
     of 4) to MXFP8: ``dst`` [P, F / 4] in ``float8_e4m3fn_x4`` / ``float8_e5m2_x4``, ``dst_scale``
     the e8m0 biased exponent of each 32-value group (see the module docstring for the layout);
     the partitions of ``dst_scale`` that hold no scale are set to 0.
-    Scale exponent = the group's largest fp32 exponent - (element emax - 1); values are divided
-    by the scale and rounded to nearest even. NeuronCore-v4 and newer.
+    Scale exponent = the group's largest fp32 exponent - element emax (the OCP sample conversion;
+    one more under the ``double`` rule, see the module docstring), clamped to the e8m0 range; values
+    are divided by the scale, saturated to the element maximum and rounded to nearest even.
+    NeuronCore-v4 and newer.
     (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/generated/nki.isa.quantize_mx.html)
     """
     op = "quantize_mx"
@@ -83,7 +120,7 @@ def quantize_mx(dst, src, dst_scale, name=None):
     x = rows(dt.compute_view(s.data), P).astype(np.float32)
     emax = _EMAX[d.dtype]
     field = _exponent_field(x).reshape(groups, GROUP_PARTITIONS, F // 4, GROUP_ELEMENTS).max(axis=(1, 3))
-    scale = np.clip(field - (emax - 1), 0, 254)  # [groups, F/4], biased
+    scale = np.clip(field - emax + SCALE_RULES[scale_rule], 0, 254)  # [groups, F/4], biased
     factor = np.exp2(np.repeat(np.repeat(scale, GROUP_PARTITIONS, 0), GROUP_ELEMENTS, 1).astype(np.float64)
                      - _F32_BIAS)
     elem = dt.PACKED_X4[d.dtype]
