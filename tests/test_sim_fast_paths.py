@@ -151,3 +151,61 @@ def test_psum_accumulation_paths_match_numpy():
     np.testing.assert_allclose(got[0], p, rtol=1e-4, atol=1e-3)
     np.testing.assert_allclose(got[1], 2 * p, rtol=1e-4, atol=1e-3)
     np.testing.assert_allclose(got[2], np.concatenate([2 * p[:, :256], p[:, 256:]], axis=1), rtol=1e-4, atol=1e-3)
+
+
+def test_matmul_accumulation_in_place_is_fp32_sequential_sums_bit_for_bit():
+    """K-tiled nc_matmul into one fp32 PSUM tile (standalone dst= and first-generation ``+=``) adds
+    each product in fp32 in order: exactly NumPy's ``acc = acc + a_k.T @ b_k`` in float32, also
+    through a view of a wider PSUM tile (the in-place add keeps the view's neighbours)."""
+    rng = np.random.default_rng(5)
+    lhsT = rng.standard_normal((512, 128)).astype(np.float32)
+    rhs = rng.standard_normal((512, 512)).astype(np.float32)
+    want = lhsT[0:128].T @ rhs[0:128]
+    for k in range(1, 4):
+        want = want + lhsT[k * 128:(k + 1) * 128].T @ rhs[k * 128:(k + 1) * 128]
+
+    @nki2.jit
+    def k2(lhsT, rhs):
+        out = nl2.ndarray((128, 512), dtype=nl2.float32, buffer=nl2.shared_hbm)
+        acc = nl2.ndarray((128, 512), dtype=nl2.float32, buffer=nl2.psum)
+        for k in nl2.affine_range(4):
+            a = nl2.ndarray((128, 128), dtype=nl2.float32, buffer=nl2.sbuf)
+            b = nl2.ndarray((128, 512), dtype=nl2.float32, buffer=nl2.sbuf)
+            nisa2.dma_copy(dst=a, src=lhsT[k * 128:(k + 1) * 128, :])
+            nisa2.dma_copy(dst=b, src=rhs[k * 128:(k + 1) * 128, :])
+            nisa2.nc_matmul(dst=acc, stationary=a, moving=b)
+        res = nl2.ndarray((128, 512), dtype=nl2.float32, buffer=nl2.sbuf)
+        nisa2.tensor_copy(dst=res, src=acc)
+        nisa2.dma_copy(dst=out, src=res)
+        return out
+
+    @nki2.jit
+    def k2_view(lhsT, rhs):
+        out = nl2.ndarray((128, 1024), dtype=nl2.float32, buffer=nl2.shared_hbm)
+        wide = nl2.ndarray((128, 1024), dtype=nl2.float32, buffer=nl2.psum)
+        a = nl2.ndarray((128, 128), dtype=nl2.float32, buffer=nl2.sbuf)
+        b = nl2.ndarray((128, 512), dtype=nl2.float32, buffer=nl2.sbuf)
+        for k in nl2.sequential_range(4):
+            nisa2.dma_copy(dst=a, src=lhsT[k * 128:(k + 1) * 128, :])
+            nisa2.dma_copy(dst=b, src=rhs[k * 128:(k + 1) * 128, :])
+            nisa2.nc_matmul(dst=wide[:, 512:1024], stationary=a, moving=b)
+            nisa2.nc_matmul(dst=wide[:, 0:512], stationary=a, moving=b, accumulate=False)
+        res = nl2.ndarray((128, 1024), dtype=nl2.float32, buffer=nl2.sbuf)
+        nisa2.tensor_copy(dst=res, src=wide)
+        nisa2.dma_copy(dst=out, src=res)
+        return out
+
+    @nki.jit
+    def k1(lhsT, rhs):
+        out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+        acc = nl.zeros((128, 512), nl.float32, buffer=nl.psum)
+        for k in nl.affine_range(4):
+            acc += nisa.nc_matmul(nl.load(lhsT[k * 128:(k + 1) * 128, :]), nl.load(rhs[k * 128:(k + 1) * 128, :]))
+        nl.store(out, value=nl.copy(acc))
+        return out
+
+    np.testing.assert_array_equal(k2(lhsT, rhs), want)
+    np.testing.assert_array_equal(k1(lhsT, rhs), want)
+    got = k2_view(lhsT, rhs)
+    np.testing.assert_array_equal(got[:, 512:], want)
+    np.testing.assert_array_equal(got[:, :512], lhsT[384:].T @ rhs[384:])

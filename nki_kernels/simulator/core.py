@@ -542,6 +542,29 @@ class Tile(NkiTensor):
         if self._diag is not None or _diag.loops:
             _diag.on_write(self, idx, value)
 
+    def write_whole(self, values: np.ndarray, add: bool = False) -> None:
+        """``self[...] = values`` for an array already of this tile's shape and dtype (the
+        destination write of a ``dst=`` instruction), with the bookkeeping of :meth:`__setitem__`
+        but no key to resolve. ``add=True`` adds ``values`` in place instead (fp32 tiles only: the
+        same bits as computing ``self + values`` and writing that)."""
+        m = self._mem
+        if self.nb or (m is not None and m.tiles is not None) or values.shape != self.shape:
+            if add:
+                values = dt.compute_view(self._raw()) + values
+            self[...] = values  # batched, or a placed block tensor (an error there): the general path
+            return
+        self.own()
+        if m is not None:
+            _memory.assigned(m, values)
+        data = self._raw()
+        self._written = None
+        if add:
+            np.add(data, values, out=data)
+        else:
+            np.copyto(data, values)
+        if self._diag is not None or _diag.loops:
+            _diag.on_write(self, resolve(self.shape, ..., f"{self.buffer.name} tile"), values)
+
     def broadcast_to(self, shape):
         """This tile broadcast to ``shape`` (size-1 dims repeat); same as ``nl.broadcast_to``."""
         from .language import broadcast_to

@@ -638,7 +638,8 @@ class TileInfo:
 
 
 def _created_tag():
-    return tuple((fr, fr.iter) for fr in loops)
+    # (frame, iteration) of every active loop: the innermost frame keeps it for its iteration
+    return loops[-1].tag if loops else ()
 
 
 def on_new_tile(tile):
@@ -712,8 +713,8 @@ def _read_once(tile) -> None:
     if info is not None:
         if info.root is not None:
             root = info.root
-        if loops and info.created and config.enabled("loop_carried"):
-            _check_created(tile, info)
+        if loops and info.created and info.created is not loops[-1].tag and config.enabled("loop_carried"):
+            _check_created(tile, info)  # (made in the running iterations of all loops: nothing to check)
     rinfo = root._diag
     if rinfo is not None and rinfo.written is not None and config.enabled("uninit"):
         region = _region_of(tile, info)
@@ -830,7 +831,7 @@ def on_accumulate(tile, starts_group=False) -> None:
 class _Loop:
     """One running ``affine_range`` loop: its current iteration and the accesses of outside objects."""
 
-    __slots__ = ("iter", "where", "log", "keep", "seq")
+    __slots__ = ("iter", "where", "log", "keep", "seq", "tag", "outer", "written")
 
     def __init__(self):
         self.iter = None
@@ -838,6 +839,9 @@ class _Loop:
         self.log = {}
         self.keep = {}
         self.seq = 0
+        self.outer = loops[-1].tag if loops else ()  # the enclosing loops' tag (fixed while this one runs)
+        self.tag = ()  # (frame, iteration) of the enclosing loops and this one: tiles made now carry it
+        self.written = set()  # keys logged with a write or an accumulation (only those are analysed)
 
 
 def _loop_log(obj, region, kind, hbm=False):
@@ -845,12 +849,22 @@ def _loop_log(obj, region, kind, hbm=False):
         return
     info = None if hbm else obj._diag
     created = info.created if info is not None else ()
+    frames = loops
+    if created:
+        if created is frames[-1].tag:
+            return  # created in the running iteration of every loop: private to it
+        # A tile created inside loops is private to them: they are the outermost active loops
+        # (a creation tag is a snapshot of the loop stack), so the log skips that prefix.
+        k = 0
+        for (f, _), fr in zip(created, frames):
+            if f is not fr:
+                break
+            k += 1
+        if k:
+            frames = frames[k:]
     key = _tensor_key(obj) if hbm else id(obj)
     wh = None
-    mine = [f for f, _ in created] if created else ()
-    for fr in loops:
-        if mine and fr in mine:  # (identity: _Loop has no __eq__)
-            continue  # created inside this loop's iteration: private to it
+    for fr in frames:
         ent = fr.log.get(key)
         if ent is None:
             ent = fr.log[key] = []
@@ -863,6 +877,7 @@ def _loop_log(obj, region, kind, hbm=False):
                 continue
         fr.seq += 1
         if kind != "r":
+            fr.written.add(key)
             _changed()
         if wh is None:
             wh = where()
@@ -889,6 +904,7 @@ def _affine(r):
     try:
         for i in r:
             fr.iter = i
+            fr.tag = fr.outer + ((fr, i),)
             _changed()
             yield i
         ok = True
@@ -900,8 +916,9 @@ def _affine(r):
 
 
 def _analyse(fr):
+    written = fr.written
     for key, entries in fr.log.items():
-        if not any(k != "r" for k, *_ in entries):
+        if key not in written:  # only read: nothing to report
             continue
         if len({e[1] for e in entries}) < 2:
             continue

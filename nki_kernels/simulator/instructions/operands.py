@@ -226,11 +226,12 @@ def partition_range(tile):
     return start, count
 
 
-def write(dst, values, op, what="result", mask=None):
+def write(dst, values, op, what="result", mask=None, add=False):
     """Round ``values`` to ``dst.dtype`` and write them into ``dst`` (a tile or a view of one).
 
     ``mask`` (a first-generation predicate, or a bool array in ``dst``'s shape)
-    leaves the elements it excludes unmodified.
+    leaves the elements it excludes unmodified. ``add=True`` (no mask; see
+    :func:`write_accumulating`) adds the values to what ``dst`` holds, in place.
     """
     vals = fit_dst(dst, np.asarray(values), op, what)
     root = root_of(dst)
@@ -246,7 +247,7 @@ def write(dst, values, op, what="result", mask=None):
     new = dt.cast(vals, dst.dtype)
     if keep is not None:
         new = np.where(np.broadcast_to(keep, new.shape), new, dst.data)
-    dst[...] = new
+    dst.write_whole(new, add=add)
     prog = core.current_or_none()
     if prog is not None and dst._mem is not None:  # the instruction wrote dst: one memory slot
         _memory.wrote_dst(dst._mem, prog)
@@ -289,6 +290,19 @@ def psum_accumulate(dst, values, accumulate, op):
     if accumulate is True or written.all():
         return current + vals
     return np.where(written, current + vals, vals)
+
+
+def write_accumulating(dst, values, accumulate, op):
+    """``write(dst, psum_accumulate(dst, values, accumulate, op), op)``: where every element of an
+    fp32 ``dst`` already holds a value and the instruction accumulates, the add runs in place
+    (the same fp32 sums, without a temporary the size of ``dst``)."""
+    if accumulate is not False and dst.dtype == np.float32 and not dst.nb:
+        vals = np.asarray(values)
+        if vals.dtype == np.float32 and vals.shape == dst.shape and psum_state(dst).all():
+            dst.data  # noqa: B018 - the instruction reads its accumulator (the memory model's live range)
+            write(dst, vals, op, add=True)
+            return
+    write(dst, psum_accumulate(dst, values, accumulate, op), op)
 
 
 def new_tile(shape, dtype, buffer=sbuf):

@@ -12,7 +12,7 @@ from .. import dtypes as dt
 from ..access_pattern import layout_of
 from ..core import PSUM_BANK_BYTES, Tile, psum, sbuf
 from ..errors import NKIError
-from .operands import check_dst, engine_name, fit_dst, instruction, psum_accumulate, scratch, write
+from .operands import check_dst, engine_name, fit_dst, instruction, scratch, write, write_accumulating
 from .target import engine as _engine
 from .target import get_nc_version, matmul_perf_mode, nc_version
 
@@ -80,7 +80,7 @@ def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_on
         res = gen1.nc_matmul(stationary, moving, is_transpose=is_transpose)
     vals = fit_dst(d, res.data, "nc_matmul", f"product stationary.T @ moving ({stationary.shape[1]}x"
                    f"{moving.shape[1]})")
-    write(d, psum_accumulate(d, vals, accumulate, "nc_matmul"), "nc_matmul")
+    write_accumulating(d, vals, accumulate, "nc_matmul")
 
 
 @instruction
