@@ -49,7 +49,13 @@ def normalize_grid(grid, lnc_brackets=False) -> tuple:
     for g in grid:
         n = int(g)
         if n < 1:
-            raise NKIError("grid", f"launch grid {tuple(grid)} has a dimension of size {n} (< 1)")
+            # The compiler turns the SPMD grid into nested loops of kernel instances (programming model,
+            # "SPMD: Launching multiple instances of a kernel"): a size-0 dimension launches no instance,
+            # so nothing would write the kernel's outputs. No page gives such a grid another meaning.
+            raise NKIError("grid", f"launch grid {tuple(grid)} has a dimension of size {n} (< 1): an SPMD grid "
+                           "launches one kernel instance per grid point, so it would run no instance and leave "
+                           "the outputs unwritten; launch kernel[1] (or call the kernel without a grid) for one "
+                           "instance")
         out.append(n)
     if not lnc_brackets and all(type(g) is int for g in grid):
         return tuple(out)  # a plain SPMD grid (and nothing for a tracer such as Dynamo to step into)

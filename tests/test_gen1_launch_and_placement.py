@@ -1,0 +1,71 @@
+"""First-generation launch grids and hand-placed rotating SBUF blocks, as the contributed kernels use
+them (nki-samples ``contributed/pipelined_attention.py``), against NumPy, with planted bugs."""
+
+import numpy as np
+import pytest
+
+from nki_kernels.simulator import NKIError
+from nki_kernels.simulator import isa as nisa
+from nki_kernels.simulator import language as nl
+from nki_kernels.simulator import nki
+from nki_kernels.simulator.nki import compiler as ncc
+
+RNG = np.random.default_rng(3)
+
+
+@nki.jit
+def copy_rows(x):
+    out = nl.ndarray(x.shape, x.dtype, buffer=nl.shared_hbm)
+    i = nl.program_id(0)
+    nl.store(out[i], nl.load(x[i]))
+    return out
+
+
+def test_a_grid_of_one_runs_one_instance():
+    x = RNG.standard_normal((1, 128, 16)).astype(np.float32)
+    np.testing.assert_array_equal(copy_rows[1](x), x)
+
+
+def test_a_grid_dimension_of_size_zero_launches_nothing_and_is_an_error():
+    # The SPMD grid is one kernel instance per grid point (programming model): [0] runs none,
+    # which would leave the output unwritten; the contributed pipelined attention's driver does this.
+    with pytest.raises(NKIError, match=r"grid.*size 0.*one kernel instance per grid point.*kernel\[1\]"):
+        copy_rows[0](np.zeros((1, 128, 16), np.float32))
+
+
+def _running_rescale(x, scale_only_after_first):
+    """Blocks of ``x`` through a 2-slot rotating SBUF tensor ``f`` (``mod_alloc(num_free_tiles=(2,))``),
+    as a pipelined kernel keeps per-group state: ``out[g] = x[g] * f[g]`` with ``f[g] = 2 * x[g]``
+    written only when ``scale_only_after_first`` is false or ``g > 0``."""
+    n = x.shape[0]
+
+    @nki.jit
+    def k(a):
+        def rotating(base):
+            return nl.ndarray((n, nl.par_dim(128), 1), nl.float32,
+                              buffer=ncc.sbuf.mod_alloc(base_addr=base, num_free_tiles=(2,)))
+
+        f, t, r = rotating(0), rotating(8), rotating(16)
+        out = nl.ndarray((n, 128, 1), nl.float32, buffer=nl.shared_hbm)
+        for g in nl.sequential_range(n):
+            t[g] = nl.load(a[g])
+            if not scale_only_after_first or g > 0:
+                f[g] = nisa.tensor_scalar(t[g], np.multiply, 2.0)
+            r[g] = nisa.tensor_tensor(t[g], f[g], op=np.multiply)
+            nl.store(out[g], r[g])
+        return out
+
+    return k(x)
+
+
+def test_rotating_blocks_written_before_each_read_give_the_numpy_result():
+    x = RNG.standard_normal((5, 128, 1)).astype(np.float32)
+    np.testing.assert_allclose(_running_rescale(x, False), 2 * x.astype(np.float64) ** 2, rtol=1e-6)
+
+
+def test_reading_a_rotating_block_that_nothing_wrote_is_reported():
+    # planted bug: the first group's factor is never written (the pipelined attention at one 8192
+    # section reads scaling_factor[grp_i], which only later sections write)
+    x = RNG.standard_normal((5, 128, 1)).astype(np.float32)
+    with pytest.raises(NKIError, match=r"uninit.*\(128, 1\)"):
+        _running_rescale(x, True)
