@@ -478,3 +478,23 @@ def test_mixing_with_an_automatic_block_tensor_rejected():
     with pytest.raises(NKIError) as e:
         k(A)
     assert e.value.rule == "allocation mixing" and "block (0,)" in str(e.value)
+
+
+def test_broadcast_view_assigned_into_a_placed_tensor_is_no_tile_of_its_own():
+    """``t[...] = v.broadcast_to(shape)`` reads ``v`` through a zero-stride access pattern: in a
+    kernel whose SBUF is all placed it is no automatically allocated tile (official allocated SD
+    attention); its values are ``v`` repeated along the free axis."""
+
+    @jit
+    def k(a):
+        out = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.shared_hbm)
+        v = nl.ndarray((128, 1), dtype=nl.float32, buffer=ncc.sbuf.mod_alloc(base_addr=0))
+        w = nl.ndarray((128, 128), dtype=nl.float32, buffer=ncc.sbuf.mod_alloc(base_addr=512))
+        v[...] = nl.load(a[0, :, 0:1])
+        w[...] = v.broadcast_to((128, 128))
+        nl.store(out, w)
+        return out
+
+    np.testing.assert_array_equal(k(A), np.repeat(A[0, :, 0:1], 128, axis=1))
+    rep = profile(k, A)
+    assert rep.sbuf_peak == 4 + 512  # v and w only

@@ -685,7 +685,7 @@ def broadcast_to(x, shape):
     except ValueError:
         raise NKIError("broadcast", f"cannot broadcast a tile of shape {x.shape} to {shape} "
                        "(only size-1 dims broadcast)") from None
-    return Tile(data, x.buffer)
+    return Tile(data, x.buffer, parent=x)  # a zero-stride view of x's memory, not a tile of its own
 
 
 def expand_dims(x, axis):
@@ -1016,7 +1016,9 @@ class _Range:
     def __iter__(self):
         if _nb():
             return iter(self._r)  # a batch's tile-level checks were made by its reference program
-        return _diag.loop_iter(self._r, self.kind)
+        it = _diag.loop_iter(self._r, self.kind)
+        # affine / sequential bodies are traced once: their placements are made once (memory.traced_loop)
+        return it if self.kind == "static" else _memory.traced_loop(it)
 
     def __len__(self):
         return len(self._r)

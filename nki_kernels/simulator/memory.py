@@ -144,7 +144,8 @@ class ProgramMemory:
     """The memory state of one program (``Program.mem``)."""
 
     __slots__ = ("prog", "ic", "fresh", "recs", "ws_c", "rsum", "rmax", "wsum", "ws_recs", "ws_bad",
-                 "storage", "placed", "flags", "curve", "peak", "peak_at", "last_result", "last_alloc")
+                 "storage", "placed", "flags", "curve", "peak", "peak_at", "last_result", "last_alloc",
+                 "loops", "entries", "traced")
 
     def __init__(self, prog):
         self.prog = prog
@@ -165,6 +166,9 @@ class ProgramMemory:
         self.peak_at = [0, 0]
         self.last_result = None  # the tile the last instruction produced (may be moved into another)
         self.last_alloc = None
+        self.loops = []  # active traced (affine / sequential) loops, outermost first
+        self.entries = 0  # entries of outermost traced loops so far
+        self.traced = {}  # trace key -> placement made the first time that allocation was traced
 
     # -- working set of the current instruction ---------------------------------
     def close(self, c: int) -> None:
@@ -513,22 +517,98 @@ def view(m, buf, part, lo, pdim_size, fshape, dtype):
 def place(shape, pdim, dtype, placement, prog):
     """Storage for a placed tensor: ``((data, (partition, byte)), None)`` for a tensor without block
     dimensions (``data`` views the program's byte storage), ``(None, blocks)`` with block index ->
-    ``(partition, byte)`` for a block-dimension tensor."""
+    ``(partition, byte)`` for a block-dimension tensor.
+
+    Inside an ``affine_range`` / ``sequential_range`` body the placement is the one the compiler
+    traced (:func:`traced_loop`): made the first time, reused by later iterations."""
     m = prog.mem
     buf = buffer_index(placement.buffer)
     m.placed[buf] = True
     dtype = np.dtype(dtype)
     bshape, pdim_size, fshape = shape[:pdim], shape[pdim], shape[pdim + 1:]
     fbytes = int(np.prod(fshape, dtype=np.int64)) * dtype.itemsize
-    if not pdim:
+    key = _trace_key(m)
+    hit = m.traced.get(key) if key is not None else None
+    if hit is not None and hit[0] == (buf, tuple(shape), pdim, dtype):
+        blocks = hit[1]
+    elif not pdim:
         loc = _call_alloc(placement.func, (), pdim_size, fbytes)
-        part, lo = _check_place(buf, loc, pdim_size, fbytes, placement.what)
+        blocks = {(): _check_place(buf, loc, pdim_size, fbytes, placement.what)}
+    else:
+        blocks = {}
+        for idx in np.ndindex(*bshape):
+            loc = _call_alloc(placement.func, tuple(idx), pdim_size, fbytes)
+            blocks[tuple(idx)] = _check_place(buf, loc, pdim_size, fbytes, f"{placement.what} block {tuple(idx)}")
+    if key is not None and hit is None:
+        m.traced[key] = ((buf, tuple(shape), pdim, dtype), blocks)
+    if not pdim:
+        part, lo = blocks[()]
         return (view(m, buf, part, lo, pdim_size, fshape, dtype), (part, lo)), None
-    blocks = {}
-    for idx in np.ndindex(*bshape):
-        loc = _call_alloc(placement.func, tuple(idx), pdim_size, fbytes)
-        blocks[tuple(idx)] = _check_place(buf, loc, pdim_size, fbytes, f"{placement.what} block {tuple(idx)}")
     return None, blocks
+
+
+# ---------------------------------------------------------------------------
+# trace-once placement in non-unrolled loops
+# ---------------------------------------------------------------------------
+class _TracedLoop:
+    """One entry of an ``affine_range`` / ``sequential_range`` loop: ``key`` names it in the
+    compiler's trace; ``counts`` numbers what the current iteration met (nested loop entries under
+    ``None``, allocation call sites under their source location)."""
+
+    __slots__ = ("key", "counts")
+
+    def __init__(self, key):
+        self.key = key
+        self.counts = {}
+
+
+def traced_loop(iterations):
+    """Iterate ``iterations`` (an ``affine_range`` / ``sequential_range``) as one traced loop.
+
+    The compiler traces such a body once ("Unlike affine_range or sequential_range, Neuron compiler
+    will fully unroll the loop [static_range] during NKI kernel tracing", nki.language.static_range),
+    so Python run in the body -- an allocation function, ``base_addr=cur_addr`` with ``cur_addr +=
+    ...`` -- is evaluated once and every iteration uses the same physical tiles (the Direct
+    Allocation guide's ``mod_alloc`` declared inside ``nl.affine_range(4)``: "t[i] are dead after
+    iteration, thus no error"). The simulator runs the body per iteration; this frame lets
+    :func:`place` give later iterations the placement the first one made. A loop nested in a traced
+    loop is named by its parent and its rank among the loops the parent's iteration entered, so a
+    ``static_range`` (unrolled: no frame) inside a traced body keeps one placement per unrolled copy."""
+    from .core import current_or_none
+
+    prog = current_or_none()
+    if prog is None:
+        yield from iterations
+        return
+    stack = prog.mem.loops
+    if stack:
+        parent = stack[-1]
+        n = parent.counts.get(None, 0)
+        parent.counts[None] = n + 1
+        key = (parent.key, n)
+    else:
+        prog.mem.entries += 1
+        key = (prog.mem.entries,)
+    fr = _TracedLoop(key)
+    stack.append(fr)
+    try:
+        for i in iterations:
+            fr.counts = {}
+            yield i
+    finally:
+        stack.remove(fr)
+
+
+def _trace_key(m):
+    """The trace key of a placement made now (loop, source line, rank at that line in the loop's
+    current iteration), or None outside traced loops."""
+    if not m.loops:
+        return None
+    fr = m.loops[-1]
+    site = _diag.where(2)[:2]
+    n = fr.counts.get(site, 0)
+    fr.counts[site] = n + 1
+    return fr.key, site, n
 
 
 def _call_alloc(func, idx, pdim_size, fdim_size):
