@@ -209,3 +209,31 @@ def test_matmul_accumulation_in_place_is_fp32_sequential_sums_bit_for_bit():
     got = k2_view(lhsT, rhs)
     np.testing.assert_array_equal(got[:, 512:], want)
     np.testing.assert_array_equal(got[:, :512], lhsT[384:].T @ rhs[384:])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, "bfloat16"])
+def test_tensor_tensor_rounds_fp32_math_once_to_dst_dtype(dtype):
+    """Standalone nisa.tensor_tensor: fp32 arithmetic rounded once to dst's dtype, data2 of another
+    shape with the same elements per partition read in data1's layout; exactly NumPy's values."""
+    import ml_dtypes
+
+    dtype = np.dtype(ml_dtypes.bfloat16 if dtype == "bfloat16" else dtype)
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((128, 64)).astype(dtype)
+    y = rng.standard_normal((128, 2, 32)).astype(dtype)
+
+    @nki2.jit
+    def k(x, y):
+        out = nl2.ndarray((128, 64), dtype=x.dtype, buffer=nl2.shared_hbm)
+        a = nl2.ndarray((128, 64), dtype=x.dtype, buffer=nl2.sbuf)
+        b = nl2.ndarray((128, 2, 32), dtype=y.dtype, buffer=nl2.sbuf)
+        r = nl2.ndarray((128, 64), dtype=x.dtype, buffer=nl2.sbuf)
+        nisa2.dma_copy(dst=a, src=x)
+        nisa2.dma_copy(dst=b, src=y)
+        for _ in nl2.affine_range(2):
+            nisa2.tensor_tensor(dst=r, data1=a, data2=b, op=nl2.subtract)
+        nisa2.dma_copy(dst=out, src=r)
+        return out
+
+    want = (x.astype(np.float32) - y.reshape(128, 64).astype(np.float32)).astype(dtype)
+    np.testing.assert_array_equal(k(x, y).view(np.uint8), want.view(np.uint8))

@@ -318,14 +318,16 @@ class Tile(NkiTensor):
         self._review = None  # for a view: parent data -> this view's data (re-derived on copy-on-write)
         self._written = None  # for an instruction's result under mask=: the elements it wrote
         self._mem = parent._mem if parent is not None else None  # live-range record (memory.Rec)
-        prog = current_or_none()
+        prog = getattr(_tls, "program", None)
         self.nb = nb = prog.nb if prog is not None else 0
+        full = thunk[2] if thunk is not None else data.shape
         if nb:
-            full = thunk[2] if thunk is not None else data.shape
             if full[:nb] != prog.bshape:
                 raise NotBatchable(f"a tile of shape {full} lacks the batch axes {prog.bshape}")
+            shape = tuple(full[nb:])
+        else:
+            shape = tuple(full)
         self._diag = _diag.on_new_tile(self) if _diag.loops else None  # diagnostics state (TileInfo)
-        shape = self.shape
         if len(shape) > pdim and shape[pdim] > PMAX:
             raise NKIError(
                 "partition dimension",
@@ -373,8 +375,8 @@ class Tile(NkiTensor):
     @property
     def shape(self):
         """Shape of the tile (block dims, partition dim, free dims) in one program."""
-        full = self._thunk[2] if self._thunk is not None else self._data.shape
-        return tuple(full[self.nb:]) if self.nb else tuple(full)
+        full = self._data.shape if self._thunk is None else self._thunk[2]
+        return full[self.nb:] if self.nb else full
 
     @property
     def dtype(self):

@@ -435,7 +435,7 @@ def _gen1():
 
 def _compute_dtype(dst, *tiles):
     """Native integer math when every tile is an integer tile, else fp32 (rounded once, on write)."""
-    if all(np.issubdtype(t.dtype, np.integer) for t in (dst, *tiles)):
+    if all(t.dtype.kind in "iu" for t in (dst, *tiles)):  # (np.issubdtype(., np.integer), cheaper)
         return None
     return dt.float32
 
@@ -486,8 +486,17 @@ def tensor_tensor(dst, data1, data2, op, engine=_engine.unknown, name=None):
         raise NKIError("operand shapes", f"nisa.tensor_tensor: data1 {a.shape} and data2 {b.shape} need the same "
                        "partition size and the same number of elements per partition (use nisa.tensor_scalar "
                        "to broadcast a [P, 1] operand)")
-    if alu(op) is np.power or engine_name(engine) == "GpSimd":
+    fn = alu(op)
+    if fn is np.power or engine_name(engine) == "GpSimd":
         no_gpsimd_psum("GpSimd", "tensor_tensor", a, b, d)
+    cdt = _compute_dtype(d, a, b)
+    if cdt is not None and (a.buffer is not psum or b.buffer is not psum):
+        # fp32 math, as the first generation's nisa.tensor_tensor computes it, without its result tile
+        bv = dt.compute_view(b.data)
+        vals = dt.cast(fn(dt.compute_view(a.data), bv if b.shape == a.shape else bv.reshape(a.shape)), cdt)
+        _prof.instruction("Vector", vals)
+        write(d, vals, "tensor_tensor")
+        return
     with scratch():
         if b.shape != a.shape:
             b = Tile(b.data.reshape(a.shape), b.buffer)
