@@ -393,7 +393,6 @@ def test_sbuf_placement_rules():
         assert "does not fit below 212992" in run(ncc.sbuf.mod_alloc(base_addr=208 * 1024))
     assert "start partition 32" in run(ncc.sbuf.alloc(lambda idx, p, f: (32, 0)))
     assert "start partition 32" in run(ncc.sbuf.alloc(lambda idx, p, f: (32, 0)), shape=(64, 512))
-    assert "crosses the 2048 B bank" in run(ncc.psum.alloc(lambda idx, p, f: (0, 0, 1024)))
 
     @jit
     def ok(a):  # 32 partitions may start at 96
@@ -498,3 +497,70 @@ def test_broadcast_view_assigned_into_a_placed_tensor_is_no_tile_of_its_own():
     np.testing.assert_array_equal(k(A), np.repeat(A[0, :, 0:1], 128, axis=1))
     rep = profile(k, A)
     assert rep.sbuf_peak == 4 + 512  # v and w only
+
+
+# ----------------------------------------------------------------------------- PSUM placement rules
+def _placement_error(buf, shape=(128, 512), dtype=nl.float32, address=None):
+    @jit
+    def k(a):
+        nl.ndarray(shape, dtype=dtype, buffer=buf, address=address)
+        return a
+
+    with pytest.raises(NKIError) as e:
+        k(A)
+    assert e.value.rule == "placement"
+    return str(e.value)
+
+
+def test_psum_alloc_tiles_start_at_partition_0_byte_0():
+    # nki.compiler.psum.alloc: "In current release, start_partition and byte_addr must both be 0."
+    msg = _placement_error(ncc.psum.alloc(lambda idx, p, f: (0, 0, 1024)), shape=(128, 128))
+    assert "(0, 0, 1024)" in msg and "must both be 0" in msg
+    msg = _placement_error(ncc.psum.alloc(lambda idx, p, f: (3, 32, 0)), shape=(32, 128))
+    assert "(3, 32, 0)" in msg and "start_partition" in msg
+    # a standalone address= is not this API: a PSUM tile may sit inside a bank, but not across one
+    assert "crosses the 2048 B bank" in _placement_error(nl.psum, address=(0, 1024))
+
+
+def test_psum_mod_alloc_arguments_that_must_be_0_or_1():
+    # nki.compiler.psum.mod_alloc: base_addr and base_partition "Must be 0 in the current version";
+    # num_par_tiles / num_free_tiles "Currently must be an empty tuple or (1, 1, ...)"
+    for kwargs, named in [({"base_addr": 512}, "base_addr=512"), ({"base_partition": 32}, "base_partition=32"),
+                          ({"num_free_tiles": (2,)}, "num_free_tiles=(2,)"),
+                          ({"num_par_tiles": (1, 2)}, "num_par_tiles=(1, 2)")]:
+        with pytest.raises(NKIError) as e:
+            ncc.psum.mod_alloc(base_bank=0, **kwargs)
+        assert e.value.rule == "placement" and named in str(e.value)
+
+
+def test_psum_placements_at_the_documented_edges_run():
+    @jit
+    def k(a):
+        out = nl.ndarray((2, 128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+        s = nl.ndarray((128, 128), dtype=nl.float32, buffer=ncc.sbuf.mod_alloc(base_addr=0))
+        m = nl.ndarray((2, nl.par_dim(128), 512), dtype=nl.float32,
+                       buffer=ncc.sbuf.mod_alloc(base_addr=512, num_free_tiles=(2,)))
+        r = nl.ndarray((128, 512), dtype=nl.float32, buffer=ncc.sbuf.mod_alloc(base_addr=8192))
+        p = nl.ndarray((2, nl.par_dim(128), 512), dtype=nl.float32,  # the last bank, 2 KiB: a whole bank
+                       buffer=ncc.psum.alloc(lambda idx, pdim, fdim: (7 - idx[0], 0, 0)))
+        q = nl.ndarray((1, nl.par_dim(128), 512), dtype=nl.float32,
+                       buffer=ncc.psum.mod_alloc(base_bank=0, num_par_tiles=(1,), num_free_tiles=(1,)))
+        s[...] = nl.load(a[0, :, 0:128])
+        for i in nl.affine_range(2):
+            m[i] = nl.load(a[i + 1])
+            p[i] = nisa.nc_matmul(s, m[i])
+            q[0] = nisa.nc_matmul(s, m[i])
+            r[...] = nl.add(p[i], q[0])
+            nl.store(out[i], r)
+        return out
+
+    s = A[0, :, :128].astype(np.float64)
+    np.testing.assert_allclose(k(A), [2 * s.T @ A[1], 2 * s.T @ A[2]], rtol=1e-5)
+
+
+def test_modulo_tile_counts_have_one_entry_per_block_dimension():
+    # "The length of the tuple must be empty or equal to the length of block dimension for the tensor"
+    msg = _placement_error(ncc.sbuf.mod_alloc(base_addr=0, num_free_tiles=(2, 2)), shape=(4, nl.par_dim(128), 512))
+    assert "num_free_tiles=(2, 2)" in msg and "1 block dimension" in msg
+    msg = _placement_error(ncc.psum.mod_alloc(base_bank=0, num_bank_tiles=(2,)), shape=(2, 2, nl.par_dim(128), 512))
+    assert "num_bank_tiles=(2,)" in msg and "2 block dimension" in msg

@@ -23,6 +23,7 @@ import math
 import types
 
 from . import core as _core
+from .errors import NKIError
 from .memory import AutoAlloc, Placement
 
 
@@ -34,9 +35,14 @@ def _linearize(shape, indices):
     return sum(i * _num_elems(shape[dim + 1:]) for dim, i in enumerate(indices))
 
 
-def _modulo(base, allocate_shape, scale):
+def _modulo(base, allocate_shape, scale, what=""):
     """The reference pages' ``modulo_allocate_func``: ``idx -> base + linearize(idx % shape) * scale``."""
     def func(indices):
+        if allocate_shape and len(allocate_shape) != len(indices):
+            # "The length of the tuple must be empty or equal to the length of block dimension"
+            raise NKIError("placement", f"{what}={tuple(allocate_shape)!r} has {len(allocate_shape)} entries but the "
+                           f"tensor has {len(indices)} block dimension(s) (block index {tuple(indices)!r}); give "
+                           "one entry per block dimension, or ()")
         shape = tuple(allocate_shape) if allocate_shape else (1,) * len(indices)
         mod_idx = tuple(i % s for i, s in zip(indices, shape))
         return _linearize(shape, mod_idx) * scale + base
@@ -81,8 +87,8 @@ def _sbuf_mod_alloc(*, base_addr, base_partition=0, num_par_tiles=(), num_free_t
     num_free_tiles = _tiles(num_free_tiles, "num_free_tiles", api)
 
     def sbuf_modulo_alloc_func(idx, pdim_size, fdim_size):
-        return (_modulo(base_partition, num_par_tiles, pdim_size)(idx),
-                _modulo(base_addr, num_free_tiles, fdim_size)(idx))
+        return (_modulo(base_partition, num_par_tiles, pdim_size, f"{api}: num_par_tiles")(idx),
+                _modulo(base_addr, num_free_tiles, fdim_size, f"{api}: num_free_tiles")(idx))
 
     return Placement(_core.sbuf, sbuf_modulo_alloc_func,
                      f"ncc.sbuf.mod_alloc(base_addr={base_addr}, base_partition={base_partition}, "
@@ -101,7 +107,8 @@ def _psum_alloc(func):
     """Place each logical block of a PSUM tensor where ``func(idx, pdim_size, fdim_size)`` says:
     it returns ``(bank_id, start_partition, byte_addr)`` (``nki.compiler.psum.alloc``)."""
     _check_func(func, "ncc.psum.alloc")
-    return Placement(_core.psum, func, f"ncc.psum.alloc({getattr(func, '__name__', 'func')})")
+    return Placement(_core.psum, func, f"ncc.psum.alloc({getattr(func, '__name__', 'func')})",
+                     psum_origin_only=True)
 
 
 def _psum_mod_alloc(*, base_bank, base_addr=0, base_partition=0, num_bank_tiles=(), num_par_tiles=(),
@@ -114,14 +121,25 @@ def _psum_mod_alloc(*, base_bank, base_addr=0, base_partition=0, num_bank_tiles=
     num_bank_tiles = _tiles(num_bank_tiles, "num_bank_tiles", api)
     num_par_tiles = _tiles(num_par_tiles, "num_par_tiles", api)
     num_free_tiles = _tiles(num_free_tiles, "num_free_tiles", api)
+    # "base_addr ... Must be 0 in the current version", likewise base_partition; num_par_tiles and
+    # num_free_tiles "Currently must be an empty tuple or (1, 1, ...)" (one tile per bank, partition 0)
+    bad = [f"{n}={v!r}" for n, v, ok in (("base_addr", base_addr, base_addr == 0),
+                                          ("base_partition", base_partition, base_partition == 0),
+                                          ("num_par_tiles", num_par_tiles, set(num_par_tiles) <= {1}),
+                                          ("num_free_tiles", num_free_tiles, set(num_free_tiles) <= {1})) if not ok]
+    if bad:
+        raise NKIError("placement", f"{api}: {', '.join(bad)}: base_addr and base_partition must be 0 and "
+                       "num_par_tiles / num_free_tiles empty or all 1 (nki.compiler.psum.mod_alloc: a PSUM bank "
+                       "holds one physical tile, from partition 0; multiple buffers use num_bank_tiles)")
 
     def psum_modulo_alloc_func(idx, pdim_size, fdim_size):
-        return (_modulo(base_bank, num_bank_tiles, 1)(idx),
-                _modulo(base_partition, num_par_tiles, pdim_size)(idx),
-                _modulo(base_addr, num_free_tiles, fdim_size)(idx))
+        return (_modulo(base_bank, num_bank_tiles, 1, f"{api}: num_bank_tiles")(idx),
+                _modulo(base_partition, num_par_tiles, pdim_size, f"{api}: num_par_tiles")(idx),
+                _modulo(base_addr, num_free_tiles, fdim_size, f"{api}: num_free_tiles")(idx))
 
     return Placement(_core.psum, psum_modulo_alloc_func,
-                     f"ncc.psum.mod_alloc(base_bank={base_bank}, num_bank_tiles={num_bank_tiles})")
+                     f"ncc.psum.mod_alloc(base_bank={base_bank}, num_bank_tiles={num_bank_tiles})",
+                     psum_origin_only=True)
 
 
 def _psum_auto_alloc():

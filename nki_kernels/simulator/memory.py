@@ -421,10 +421,12 @@ class Placement:
     """A ``buffer=`` that places each logical tile: ``func(idx, pdim_size, fdim_size)`` returns
     ``(start_partition, byte_addr)`` (SBUF) or ``(bank, start_partition, byte_addr)`` (PSUM)."""
 
-    def __init__(self, buffer, func, what):
+    def __init__(self, buffer, func, what, psum_origin_only=False):
         self.buffer = buffer
         self.func = func
         self.what = what
+        # ncc.psum.alloc / mod_alloc: "start_partition and byte_addr must both be 0" (one tile per bank)
+        self.psum_origin_only = psum_origin_only
 
     def __repr__(self):
         return self.what
@@ -475,7 +477,7 @@ def _storage(m, buf):
     return s
 
 
-def _check_place(buf, loc, pdim_size, fbytes, what):
+def _check_place(buf, loc, pdim_size, fbytes, what, psum_origin_only=False):
     if buf == PSUM:
         if len(loc) != 3:
             raise NKIError("placement", f"{what}: a PSUM allocation function returns (bank_id, start_partition, "
@@ -483,6 +485,10 @@ def _check_place(buf, loc, pdim_size, fbytes, what):
         bank, part, addr = (int(v) for v in loc)
         if not 0 <= bank < PSUM_BANKS:
             raise NKIError("placement", f"{what}: PSUM bank {bank} is not one of the {PSUM_BANKS} banks (0..7)")
+        if psum_origin_only and (part or addr):
+            raise NKIError("placement", f"{what}: returned (bank_id, start_partition, byte_addr) = {loc!r} for a "
+                           f"PSUM tile of {pdim_size} partitions x {fbytes} B; start_partition and byte_addr must "
+                           "both be 0 (nki.compiler.psum.alloc: one physical tile per PSUM bank, from partition 0)")
         if addr < 0 or addr + fbytes > PSUM_BANK:
             raise NKIError("placement", f"{what}: a PSUM tile of {fbytes} B/partition at byte {addr} of bank "
                            f"{bank} crosses the {PSUM_BANK} B bank (a PSUM tile cannot span banks)")
@@ -533,12 +539,13 @@ def place(shape, pdim, dtype, placement, prog):
         blocks = hit[1]
     elif not pdim:
         loc = _call_alloc(placement.func, (), pdim_size, fbytes)
-        blocks = {(): _check_place(buf, loc, pdim_size, fbytes, placement.what)}
+        blocks = {(): _check_place(buf, loc, pdim_size, fbytes, placement.what, placement.psum_origin_only)}
     else:
         blocks = {}
         for idx in np.ndindex(*bshape):
             loc = _call_alloc(placement.func, tuple(idx), pdim_size, fbytes)
-            blocks[tuple(idx)] = _check_place(buf, loc, pdim_size, fbytes, f"{placement.what} block {tuple(idx)}")
+            blocks[tuple(idx)] = _check_place(buf, loc, pdim_size, fbytes, f"{placement.what} block {tuple(idx)}",
+                                              placement.psum_origin_only)
     if key is not None and hit is None:
         m.traced[key] = ((buf, tuple(shape), pdim, dtype), blocks)
     if not pdim:
