@@ -580,3 +580,45 @@ def test_deferred_op_on_one_core_is_computed_before_the_other_core_writes_its_in
     expect = np.exp(x.astype(np.float64))
     # First generation: LNC=2 is an nl.nc grid; k[2] is two SPMD programs.
     np.testing.assert_allclose(k[nl1.nc(2)](x), expect, rtol=1e-6)
+
+
+def test_interrupting_the_launching_thread_stops_the_cores():
+    """A test timeout or Ctrl-C in the launching thread (a signal while it waits for the cores)
+    stops the cores at their next turn: the core waiting for its turn never starts, the core
+    blocked at the barrier unwinds, and no core thread outlives the launch."""
+    import signal
+    import threading
+
+    class Interrupted(Exception):
+        pass
+
+    def handler(signum, frame):
+        raise Interrupted
+
+    started = []
+
+    @nki.jit
+    def k(x):
+        out = nl.ndarray((128, 8), dtype=x.dtype, buffer=nl.shared_hbm)
+        c = nl.program_id(0)
+        started.append(c)
+        if c == 0:
+            signal.pthread_kill(threading.main_thread().ident, signal.SIGUSR1)
+            time.sleep(0.5)  # the launching thread takes the signal while this core still runs
+        nisa.core_barrier(out, (0, 1))
+        t = nl.ndarray((128, 8), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        nisa.dma_copy(dst=out, src=t)
+        return out
+
+    old = signal.signal(signal.SIGUSR1, handler)
+    try:
+        with pytest.raises(Interrupted):
+            nki.simulate(k[2])(np.zeros((128, 8), np.float32))
+    finally:
+        signal.signal(signal.SIGUSR1, old)
+    deadline = time.monotonic() + 10
+    while any(t.name.startswith("nki core") for t in threading.enumerate()) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not any(t.name.startswith("nki core") for t in threading.enumerate())
+    assert started == [0]

@@ -199,11 +199,22 @@ class Group:
         self.version = _target.get_nc_version()  # the target is per thread; workers simulate the caller's
         for t in threads:
             t.start()
-        with self.cv:
-            self._pass_turn(None)
-            while self.failure is None and any(w.status != "done" for w in self.workers):
-                self.cv.wait()
-            self.cv.notify_all()
+        try:
+            with self.cv:
+                self._pass_turn(None)
+                while self.failure is None and any(w.status != "done" for w in self.workers):
+                    self.cv.wait()
+                self.cv.notify_all()
+        except BaseException as e:
+            # The launching thread was interrupted (Ctrl-C, a test timeout): stop the workers at
+            # their next turn instead of leaving them waiting for ever (a pytest-timeout left
+            # them blocked and the interpreter aborted at exit), and do not wait for the running one.
+            with self.cv:
+                if self.failure is None:
+                    self.failure = e
+                self.cv.notify_all()
+            _diag.loops.clear()
+            raise
         for t in threads:
             t.join()
         _diag.loops.clear()
