@@ -85,14 +85,32 @@ class Layout:
         return [[s, n] for s, n in zip(self.strides, self.shape)]
 
 
-def _storage_bytes(root) -> np.ndarray:
-    """The root's memory as a flat byte array (the storage every view addresses)."""
-    data = root.data
+def _rows(root, data=None) -> np.ndarray:
+    """The root's memory (``data``: its array, default ``root.data``) as a 2-D byte array: one row per
+    partition on chip (the row stride is the storage's partition stride, which for a tensor placed in
+    SBUF / PSUM is the whole partition, not the tensor's free size), a single row for HBM (device
+    memory is flat)."""
+    data = root.data if data is None else data
+    if root.buffer.on_chip and data.ndim:
+        try:
+            rows = np.reshape(data, (data.shape[0], -1), copy=False)
+        except ValueError:
+            rows = None
+        if rows is not None and (rows.shape[1] <= 1 or rows.strides[1] == data.itemsize):
+            return rows.view(np.uint8)
+        raise NKIError("storage layout", f"{_label(root)} of shape {tuple(data.shape)} (byte strides "
+                       f"{data.strides}) does not hold each partition's free elements contiguously, so it has no "
+                       "partition storage to address with an access pattern")
     if not data.flags.c_contiguous:
         raise NKIError("storage layout", f"{_label(root)} of shape {tuple(data.shape)} is not a row-major "
                        "(C-contiguous) array, so it has no flat storage to address with an access pattern; pass "
                        "np.ascontiguousarray(...) as the kernel argument")
-    return data.reshape(-1).view(np.uint8)
+    return data.reshape(1, -1).view(np.uint8)
+
+
+def _storage_bytes(root) -> np.ndarray:
+    """An HBM root's memory as a flat byte array (the storage every view of it addresses)."""
+    return _rows(root)[0]
 
 
 def _label(t) -> str:
@@ -136,10 +154,14 @@ def layout_of(t) -> Layout:
         if root.pdim:
             raise NKIError("partition dimension", f"NkiTensor views need the partition dimension first; this "
                            f"{root.buffer.name} tile {root.shape} has {root.pdim} leading block dimension(s)")
+        root.own()  # views write into the root's memory: it must be private and writeable
         if t is root:
-            root.own()  # views write into the root's memory: it must be private and writeable
-            if not root.data.flags.c_contiguous:
+            try:
+                _rows(root)
+            except NKIError:  # a private array without per-partition storage (no other view sees it yet)
                 root.data = np.ascontiguousarray(root.data)
+        elif not t._raw().flags.writeable:
+            t.own()  # a view made before its root took its private copy: derived again from the copy
         arr = t.data
     elif isinstance(t, HBMTensor):
         root = getattr(t, "_storage_root", t)
@@ -155,14 +177,48 @@ def layout_of(t) -> Layout:
     return _geometry(root, arr, t)
 
 
-def _geometry(root, arr, source) -> Layout:
-    base = _storage_bytes(root)
+def _geometry(root, arr, source, data=None) -> Layout:
+    """The logical layout of ``arr``, a NumPy view of ``root``'s memory: element offset and strides in
+    the root's row-major element order (on chip, partition ``p`` starts at ``p * free size``)."""
+    rows = _rows(root, data)
     isz = arr.dtype.itemsize
-    ptr = arr.__array_interface__["data"][0] - base.__array_interface__["data"][0]
-    if not np.may_share_memory(arr, base) and arr.size > 0 or ptr % isz or any(s % isz for s in arr.strides):
+    row_bytes = rows.shape[1]
+    pstride = rows.strides[0] if rows.shape[0] > 1 else 0
+    ptr = arr.__array_interface__["data"][0] - rows.__array_interface__["data"][0]
+    part, byte = divmod(ptr, pstride) if pstride else (0, ptr)
+
+    def logical(s):  # a byte stride of arr -> an element stride of the layout
+        if pstride and s and s % pstride == 0:
+            return s // pstride * row_bytes // isz
+        return s // isz
+
+    if (not np.may_share_memory(arr, rows) and arr.size > 0 or byte % isz or row_bytes % isz
+            or any(s % isz for s in arr.strides) or not 0 <= byte < max(row_bytes, 1)):
         raise NKIError("view of a copy", f"this {root.buffer.name} tensor of shape {tuple(arr.shape)} is a copy, "
                        "not a view of its storage (it was made by a gather); NkiTensor views need a strided view")
-    return Layout(root, arr.dtype, ptr // isz, arr.shape, tuple(s // isz for s in arr.strides), None, source)
+    return Layout(root, arr.dtype, (part * row_bytes + byte) // isz, arr.shape,
+                  tuple(logical(s) for s in arr.strides), None, source)
+
+
+def position_in_root(arr, root):
+    """``(offset, strides)`` of ``arr``, a NumPy view of an on-chip ``root`` tile's memory of the root's
+    dtype, in elements of the root's row-major order (what a root-shaped mask indexes); ``None`` when
+    ``arr`` is not a strided view of it. A placed root's partitions lie a whole SBUF / PSUM partition
+    apart in memory, but count ``free size`` elements apart here."""
+    data = root._raw()
+    if arr.dtype != data.dtype or root.pdim or not np.may_share_memory(data, arr):
+        return None
+    isz = data.itemsize
+    if data.flags.c_contiguous:
+        off = arr.__array_interface__["data"][0] - data.__array_interface__["data"][0]
+        if off % isz or any(s % isz for s in arr.strides):
+            return None
+        return off // isz, tuple(s // isz for s in arr.strides)
+    try:
+        lay = _geometry(root, arr, None, data)
+    except NKIError:
+        return None
+    return lay.offset, lay.strides
 
 
 # ---------------------------------------------------------------------------
@@ -208,13 +264,19 @@ def check_layout(lay: Layout, what: str, extra_offset: int = 0) -> None:
 
 
 def strided_array(lay: Layout, extra_offset: int = 0) -> np.ndarray:
-    """The NumPy view of ``lay`` (checked first)."""
-    base = _storage_bytes(lay.root)
+    """The NumPy view of ``lay`` (checked first): logical element addresses mapped onto the root's
+    memory, partition steps becoming the storage's partition stride."""
+    rows = _rows(lay.root)
     isz = lay.dtype.itemsize
-    flat = base[: base.size - base.size % isz].view(lay.dtype)
+    per_row = rows.shape[1] // isz
     start = lay.offset + extra_offset
-    return as_strided(flat[start:], lay.shape, tuple(s * isz for s in lay.strides),
-                      writeable=bool(lay.root.data.flags.writeable))
+    part, elem = divmod(start, per_row) if lay.on_chip else (0, start)
+    head = rows[part, elem * isz:(elem + 1) * isz].view(lay.dtype)
+    strides = [s * isz for s in lay.strides]
+    if lay.on_chip and lay.shape:
+        strides[0] = lay.strides[0] // per_row * rows.strides[0] if lay.strides[0] % per_row == 0 else \
+            lay.strides[0] * isz
+    return as_strided(head, lay.shape, tuple(strides), writeable=bool(lay.root.data.flags.writeable))
 
 
 def addresses(lay: Layout) -> np.ndarray:
@@ -261,7 +323,7 @@ def resolve_now(lay: Layout, what="dynamic view") -> np.ndarray:
         check_layout(lay, what, shift)
         return strided_array(lay, shift)
     addr = vector_addresses(lay, what)
-    base = _storage_bytes(lay.root)
+    base = _storage_bytes(lay.root)  # vector offsets address HBM (flat) only
     isz = lay.dtype.itemsize
     return base[: base.size - base.size % isz].view(lay.dtype)[addr]
 

@@ -25,6 +25,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from .. import core
+from ..access_pattern import position_in_root
 from .. import diagnostics as _diag
 from .. import memory as _memory
 from .. import dtypes as dt
@@ -188,24 +189,18 @@ def root_of(tile):
 
 def _offset_in_root(view, root):
     """Element offset of ``view``'s first element in ``root`` (``None`` if not a view of it)."""
-    rd, vd = root._raw(), view._raw()
-    if not rd.flags.c_contiguous or vd.dtype != rd.dtype or not np.may_share_memory(rd, vd):
-        return None
-    off = vd.__array_interface__["data"][0] - rd.__array_interface__["data"][0]
-    if off % rd.itemsize or any(s % rd.itemsize for s in vd.strides):
-        return None
-    return off // rd.itemsize
+    pos = position_in_root(view._raw(), root)
+    return None if pos is None else pos[0]
 
 
 def _region_mask(mask, root, dst):
     """The part of a root-shaped bool ``mask`` that the view ``dst`` covers (``None`` if unknown)."""
     if dst is root:
         return mask
-    off = _offset_in_root(dst, root)
-    if off is None:
+    pos = position_in_root(dst._raw(), root)  # (a placed root's partitions are not adjacent in memory)
+    if pos is None:
         return None
-    item = root._raw().itemsize
-    return as_strided(mask.reshape(-1)[off:], dst._raw().shape, tuple(s // item for s in dst._raw().strides))
+    return as_strided(mask.reshape(-1)[pos[0]:], dst._raw().shape, pos[1])
 
 
 def partition_range(tile):
