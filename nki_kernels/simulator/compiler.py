@@ -38,11 +38,14 @@ def _linearize(shape, indices):
 def _modulo(base, allocate_shape, scale, what=""):
     """The reference pages' ``modulo_allocate_func``: ``idx -> base + linearize(idx % shape) * scale``."""
     def func(indices):
-        if allocate_shape and len(allocate_shape) != len(indices):
-            # "The length of the tuple must be empty or equal to the length of block dimension"
+        if any(n != 1 for n in allocate_shape[len(indices):]):
+            # "The length of the tuple must be empty or equal to the length of block dimension"; the
+            # reference function zips the two (the official attention tutorial v9 passes (1,) for a
+            # tensor without block dimensions), so only tiles beyond the block dimensions, which no
+            # block could ever use, are an error.
             raise NKIError("placement", f"{what}={tuple(allocate_shape)!r} has {len(allocate_shape)} entries but the "
-                           f"tensor has {len(indices)} block dimension(s) (block index {tuple(indices)!r}); give "
-                           "one entry per block dimension, or ()")
+                           f"tensor has {len(indices)} block dimension(s) (block index {tuple(indices)!r}); the "
+                           "tiles asked for beyond them are never used: give one entry per block dimension, or ()")
         shape = tuple(allocate_shape) if allocate_shape else (1,) * len(indices)
         mod_idx = tuple(i % s for i, s in zip(indices, shape))
         return _linearize(shape, mod_idx) * scale + base

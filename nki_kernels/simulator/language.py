@@ -1089,9 +1089,13 @@ def _inplace(opname):
             # overwrites them (an nl.ndarray PSUM tile holds garbage, or NaN here, before).
             res = np.where(fresh, vals, np.add(dt.compute_view(cur), vals))
             _prof.instruction("Tensor", cur)
+            if self._mem is not None:
+                _memory.in_place(self._mem)
             cur[...] = dt.cast(res, cur.dtype)
             return self
         _prof.instruction("Vector" if self.buffer is sbuf else "Tensor", cur)
+        if self._mem is not None:
+            _memory.in_place(self._mem)
         if cur.dtype == np.float32 and isinstance(fn, np.ufunc) and np.result_type(cur, vals) == np.float32 \
                 and np.shape(vals) == cur.shape:
             fn(cur, vals, out=cur)  # fp32 in, fp32 out: the same values as computing then copying

@@ -349,7 +349,9 @@ def accumulated(dest_rec, value) -> bool:
     the producing instruction accumulates into ``dest``; the add itself takes no working set."""
     m = dest_rec.mem
     v = getattr(value, "_mem", None)
-    if v is None or v is not m.last_result or getattr(value, "_parent", 1) is not None:
+    # Only the PE array accumulates into its destination (a PSUM accumulation group); `sbuf_t += x`
+    # is a Vector instruction reading both tiles, even when x was just loaded.
+    if v is None or v is not m.last_result or getattr(value, "_parent", 1) is not None or dest_rec.buf != PSUM:
         return False
     c = v.first
     v.moved = m.ic
@@ -368,6 +370,12 @@ def accumulated(dest_rec, value) -> bool:
     v.last = m.ic
     dest_rec.last = max(dest_rec.last, m.ic)
     return True
+
+
+def in_place(rec) -> None:
+    """The instruction just counted updated ``rec``'s tile in place (``t += x``): it has no result
+    tile, so the next tile allocated is not its output."""
+    rec.mem.fresh = False
 
 
 def instruction(prog) -> None:
