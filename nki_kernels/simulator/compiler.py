@@ -35,17 +35,12 @@ def _linearize(shape, indices):
     return sum(i * _num_elems(shape[dim + 1:]) for dim, i in enumerate(indices))
 
 
-def _modulo(base, allocate_shape, scale, what=""):
+def _modulo(base, allocate_shape, scale):
     """The reference pages' ``modulo_allocate_func``: ``idx -> base + linearize(idx % shape) * scale``."""
     def func(indices):
-        if any(n != 1 for n in allocate_shape[len(indices):]):
-            # "The length of the tuple must be empty or equal to the length of block dimension"; the
-            # reference function zips the two (the official attention tutorial v9 passes (1,) for a
-            # tensor without block dimensions), so only tiles beyond the block dimensions, which no
-            # block could ever use, are an error.
-            raise NKIError("placement", f"{what}={tuple(allocate_shape)!r} has {len(allocate_shape)} entries but the "
-                           f"tensor has {len(indices)} block dimension(s) (block index {tuple(indices)!r}); the "
-                           "tiles asked for beyond them are never used: give one entry per block dimension, or ()")
+        # The pages say the tuple is empty or one entry per block dimension, but their reference
+        # function zips the two and official kernels rely on it (the attention tutorial v9 passes
+        # num_free_tiles=(32,) for a tensor without block dimensions): zipped here too.
         shape = tuple(allocate_shape) if allocate_shape else (1,) * len(indices)
         mod_idx = tuple(i % s for i, s in zip(indices, shape))
         return _linearize(shape, mod_idx) * scale + base
@@ -90,8 +85,8 @@ def _sbuf_mod_alloc(*, base_addr, base_partition=0, num_par_tiles=(), num_free_t
     num_free_tiles = _tiles(num_free_tiles, "num_free_tiles", api)
 
     def sbuf_modulo_alloc_func(idx, pdim_size, fdim_size):
-        return (_modulo(base_partition, num_par_tiles, pdim_size, f"{api}: num_par_tiles")(idx),
-                _modulo(base_addr, num_free_tiles, fdim_size, f"{api}: num_free_tiles")(idx))
+        return (_modulo(base_partition, num_par_tiles, pdim_size)(idx),
+                _modulo(base_addr, num_free_tiles, fdim_size)(idx))
 
     return Placement(_core.sbuf, sbuf_modulo_alloc_func,
                      f"ncc.sbuf.mod_alloc(base_addr={base_addr}, base_partition={base_partition}, "
@@ -136,9 +131,9 @@ def _psum_mod_alloc(*, base_bank, base_addr=0, base_partition=0, num_bank_tiles=
                        "holds one physical tile, from partition 0; multiple buffers use num_bank_tiles)")
 
     def psum_modulo_alloc_func(idx, pdim_size, fdim_size):
-        return (_modulo(base_bank, num_bank_tiles, 1, f"{api}: num_bank_tiles")(idx),
-                _modulo(base_partition, num_par_tiles, pdim_size, f"{api}: num_par_tiles")(idx),
-                _modulo(base_addr, num_free_tiles, fdim_size, f"{api}: num_free_tiles")(idx))
+        return (_modulo(base_bank, num_bank_tiles, 1)(idx),
+                _modulo(base_partition, num_par_tiles, pdim_size)(idx),
+                _modulo(base_addr, num_free_tiles, fdim_size)(idx))
 
     return Placement(_core.psum, psum_modulo_alloc_func,
                      f"ncc.psum.mod_alloc(base_bank={base_bank}, num_bank_tiles={num_bank_tiles})",
