@@ -286,6 +286,43 @@ def test_identical_writes_by_both_cores_are_not_a_race_different_ones_are():
         both_cores_write_own_id[2](np.zeros((1, 1), np.float32))
 
 
+def _zero_then_fill(core1_fills):
+    """Both cores zero rows 0..63 of ``out``, then write ``x`` into rows 0..31 (core 1 only when
+    ``core1_fills``): the pattern of nki-library's router top-k (zero the rows, then scatter), with no
+    barrier between the cores."""
+
+    @nki.jit
+    def k(x):
+        out = nl.ndarray((64, 8), dtype=x.dtype, buffer=nl.shared_hbm)
+        c = nl.program_id(0)
+        z = nl.ndarray((64, 8), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.memset(dst=z, value=0.0)
+        nisa.dma_copy(dst=out, src=z)
+        if c == 0 or core1_fills:
+            t = nl.ndarray((32, 8), dtype=x.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=x)
+            nisa.dma_copy(dst=out[0:32, :], src=t)
+        return out
+
+    return k
+
+
+def test_both_cores_zeroing_then_writing_the_same_values_is_not_a_race():
+    # Each core's last write to every element stores the same value, so any interleaving of the
+    # two cores' DMAs ends with that value.
+    x = rng.standard_normal((32, 8)).astype(np.float32)
+    got = _zero_then_fill(True)[2](x)
+    np.testing.assert_array_equal(got[:32], x)
+    np.testing.assert_array_equal(got[32:], 0)
+
+
+def test_a_core_zeroing_rows_the_other_core_filled_is_a_race():
+    # Core 1 leaves zeros in rows 0..31 where core 0 leaves x: the result depends on which core's
+    # DMA lands last.
+    with pytest.raises(NKIError, match=r"\[race\].*logical cores 0 and 1"):
+        _zero_then_fill(False)[2](rng.standard_normal((32, 8)).astype(np.float32))
+
+
 # ---------------------------------------------------------------------------
 # operand rules of sendrecv / core_barrier
 # ---------------------------------------------------------------------------

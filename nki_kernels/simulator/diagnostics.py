@@ -302,6 +302,7 @@ class LaunchLog:
         self.repeats = {}
         self.extent = {}  # key -> (lo, hi) box around all writes so far, None once unknown
         self.writers = {}  # key -> program ids that wrote it
+        self.finals = {}  # (key, core) -> (values, written) each core of a multi-core launch left (cores.py)
 
     def add(self, tensor, access, mask, write, prog, wh=None, values=None):
         """Log one access of ``tensor`` by ``prog`` (``write`` or read) made at ``wh`` (file, line, fn);
@@ -394,6 +395,15 @@ def _barrier_ordered(ra, rb) -> bool:
     from .cores import barrier_ordered
 
     return barrier_ordered(ra[4], rb[4])
+
+
+def _same_final_values(tensor, state, ra, rb, rec_a, rec_b) -> bool:
+    """Whether two cores' overlapping writes left the same final values (see cores.same_final_values)."""
+    if rec_a[4] is None or rec_b[4] is None:
+        return False
+    from .cores import same_final_values
+
+    return same_final_values(_tensor_key(tensor), state.diag, ra, rb, rec_a[4], rec_b[4])
 
 
 def _mark_written(tensor, index, mask):
@@ -589,6 +599,8 @@ def _check_races(tensor, reads, writes, state, repeats=()):
         if is_w[a] and is_w[b]:
             writes_disjoint = False
         if same or (is_w[a] and is_w[b] and max(a, b) in repeats) or _barrier_ordered(recs[a][0], recs[b][0]):
+            continue
+        if is_w[a] and is_w[b] and _same_final_values(tensor, state, regions[a], regions[b], recs[a][0], recs[b][0]):
             continue
         if not is_w[a]:
             a, b = b, a
