@@ -1168,6 +1168,7 @@ def _guard_module(namespace, safe, prefix):
 
 # Dynamic control flow: loops whose bounds live in registers (nisa.register_*), read at run time.
 from .instructions.control import dynamic_range, fori_loop, while_loop  # noqa: E402,F401
+from .spmd_reduce import all_reduce  # noqa: E402,F401 - a reduction over the programs of the SPMD grid
 
 _guard_module(globals(), BATCH_SAFE, "nl")
 

@@ -26,6 +26,7 @@ import numpy as np
 from . import cores as _cores
 from . import diagnostics as _diag
 from . import memory as _memory
+from . import spmd_reduce as _spmd
 from . import vectorize as _vec
 from . import dtypes as dt
 from .core import HBMTensor, Program, set_current, current_or_none, shared_hbm
@@ -304,6 +305,8 @@ def _run_programs(kernel, grid, args, kwargs, pids, outputs):
         with np.errstate(all="ignore"):
             if _cores.runs_on_cores(grid, _vec.enabled(), kernel):  # cores meet at sendrecv / barriers: run in turns
                 result = _cores.run_launch(kernel, grid, args, kwargs, state)
+            elif pids is None and math.prod(grid) > 1 and _spmd.names_all_reduce(kernel):  # programs meet there
+                result = _spmd.run_programs_together(kernel, grid, args, kwargs, state)
             elif pids is None and math.prod(grid) > 1 and _vec.enabled():
                 result = _vec.GridRunner(kernel, grid, args, kwargs, state).run()
             else:
