@@ -567,8 +567,8 @@ def test_modulo_tile_counts_are_zipped_with_the_block_index():
     def k(a):
         out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
         t = nl.ndarray((128, 512), dtype=nl.float32, buffer=ncc.sbuf.mod_alloc(base_addr=4096, num_free_tiles=(32,)))
-        u = nl.ndarray((128, 512), dtype=nl.float32, buffer=ncc.sbuf.mod_alloc(base_addr=4096))
         t[...] = nl.load(a[0])
+        u = nl.ndarray((128, 512), dtype=nl.float32, buffer=ncc.sbuf.mod_alloc(base_addr=4096))
         nl.store(out, u)  # the same bytes
         return out
 
