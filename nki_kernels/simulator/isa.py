@@ -332,15 +332,19 @@ def affine_select(pred, on_true_tile, on_false_value, *, dtype=None, mask=None, 
 
 def tensor_tensor_scan(data0, data1, initial, op0, op1, reverse0=False, reverse1=False, *, dtype=None,
                        mask=None, name=None):
-    """Inclusive scan along the free axis: ``r[i] = (data0[i] op0 r[i-1]) op1 data1[i]``."""
-    a = _nl._values(_tile(data0, "data0", "tensor_tensor_scan"), "data0").astype(_np.float32)
-    b = _nl._values(_tile(data1, "data1", "tensor_tensor_scan"), "data1").astype(_np.float32)
+    """Inclusive scan along the free axis: ``r[i] = (data0[i] op0 r[i-1]) op1 data1[i]``
+    (``reverse0``: ``r[i-1] op0 data0[i]``; ``reverse1``: ``data1[i] op1 ...``)."""
+    t0, t1 = _tile(data0, "data0", "tensor_tensor_scan"), _tile(data1, "data1", "tensor_tensor_scan")
+    if t0.buffer is _psum and t1.buffer is _psum:
+        raise _NKIError("operand memory", "nisa.tensor_tensor_scan: data0 and data1 cannot both be in PSUM")
+    a = _nl._values(t0, "data0").astype(_np.float32)
+    b = _nl._values(t1, "data1").astype(_np.float32)
     f0, f1 = _ops.alu(op0), _ops.alu(op1)
     init = _per_partition(initial, data0, "initial", "tensor_tensor_scan")
     prev = _np.broadcast_to(_np.asarray(init, _np.float32), a.shape[:1] + (1,) * (a.ndim - 1))[..., 0]
     out = _np.empty_like(a)
     for i in range(a.shape[-1]):
-        t = f0(prev, a[..., i]) if not reverse0 else f0(a[..., i], prev)
+        t = f0(a[..., i], prev) if not reverse0 else f0(prev, a[..., i])  # the page: op0(data0[:, i], result[:, i-1])
         prev = f1(t, b[..., i]) if not reverse1 else f1(b[..., i], t)
         out[..., i] = prev
     return _nl._result(out, _nl._out_dtype(dtype, data0, data1), mask)
