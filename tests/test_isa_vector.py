@@ -282,3 +282,38 @@ def test_gen1_max8_find_index8_match_replace8():
     want = x.copy()
     np.put_along_axis(want, i.astype(np.int64), 0.0, axis=1)
     np.testing.assert_array_equal(r, want)
+
+
+# ---------------------------------------------------------------------------
+# tensor_tensor (first generation): same elements per partition, no free-axis broadcasting
+# ---------------------------------------------------------------------------
+def test_gen1_tensor_tensor_pairs_a_partition_vector_with_a_p_by_1_tile():
+    # The contributed pipelined attention: running_max[ip, g] (ip from nl.mgrid[0:128, 0:1]) is a
+    # [128] vector, final_reduce_max[g] a [128, 1] tile; element p pairs with element p.
+    a = RNG.standard_normal((128, 6)).astype(np.float32)
+    b = RNG.standard_normal((128, 1)).astype(np.float32)
+
+    @nki1.jit
+    def k(x, y):
+        t = nl1.load(x)
+        ip, _ = nl1.mgrid[0:128, 0:1]
+        t[ip, 2] = nisa1.tensor_tensor(t[ip, 2], nl1.load(y), op=nl1.minimum)
+        out = nl1.ndarray((128, 6), nl1.float32, buffer=nl1.shared_hbm)
+        nl1.store(out, t)
+        return out
+
+    want = a.astype(np.float64).copy()
+    want[:, 2] = np.minimum(want[:, 2], b[:, 0])
+    np.testing.assert_array_equal(k(a, b), want)
+
+
+def test_gen1_tensor_tensor_rejects_free_axis_broadcasting():
+    @nki1.jit
+    def k(x, y):
+        r = nisa1.tensor_tensor(nl1.load(x), nl1.load(y), op=np.add)  # planted bug: [128, 8] + [128, 1]
+        out = nl1.ndarray((128, 8), nl1.float32, buffer=nl1.shared_hbm)
+        nl1.store(out, r)
+        return out
+
+    with pytest.raises(NKIError, match=r"tensor_tensor.*\(128, 8\).*\(128, 1\).*same number of elements per partition"):
+        k(np.ones((128, 8), np.float32), np.ones((128, 1), np.float32))

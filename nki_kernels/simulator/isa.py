@@ -222,10 +222,16 @@ def tensor_tensor(data1, data2, op, *, dtype=None, mask=None, engine=engine.unkn
         raise _NKIError("operand shapes", f"nisa.tensor_tensor: partition sizes differ: {a.shape} vs {b.shape}")
     if a.buffer is _psum and b.buffer is _psum:
         raise _NKIError("operand memory", "nisa.tensor_tensor: data1 and data2 cannot both be in PSUM")
-    _nl._broadcast_check("tensor_tensor", a, b)
+    if _ops.per_partition(a.shape) != _ops.per_partition(b.shape):
+        raise _NKIError("operand shapes", f"nisa.tensor_tensor: data1 {a.shape} and data2 {b.shape} need the same "
+                        "number of elements per partition (the page: no broadcasting along the free axes; use "
+                        "nisa.tensor_scalar to broadcast a [P, 1] operand)")
     _ops.no_gpsimd_psum(engine, "tensor_tensor", a, b)
     fn = _ops.alu(op)
-    return _nl._result(fn(_nl._values(a, "data1"), _nl._values(b, "data2")), _nl._out_dtype(dtype, a, b), mask)
+    va, vb = _nl._values(a, "data1"), _nl._values(b, "data2")
+    if b.shape != a.shape:  # element k of a partition pairs with element k: a [P] vector with a [P, 1] tile
+        vb = _np.reshape(vb, _np.shape(va))
+    return _nl._result(fn(va, vb), _nl._out_dtype(dtype, a, b), mask)
 
 
 def tensor_scalar(data, op0, operand0, reverse0=False, *, op1=None, operand1=None, reverse1=False,
