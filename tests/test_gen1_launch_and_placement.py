@@ -69,3 +69,43 @@ def test_reading_a_rotating_block_that_nothing_wrote_is_reported():
     x = RNG.standard_normal((5, 128, 1)).astype(np.float32)
     with pytest.raises(NKIError, match=r"uninit.*\(128, 1\)"):
         _running_rescale(x, True)
+
+
+def _pipelined(x, precise_schedule):
+    """A software-pipelined loop, as the contributed pipelined attention writes it: iteration ``g``
+    produces stage 1 of group ``g + 1`` into a 2-slot rotating buffer and finishes group ``g`` from
+    what iteration ``g - 1`` produced; ``out[g] = 3 * x[g] + 1``."""
+    n = x.shape[0]
+
+    @nki.jit
+    def k(a):
+        def rotating(base):
+            return nl.ndarray((n, nl.par_dim(128), 4), nl.float32,
+                              buffer=ncc.sbuf.mod_alloc(base_addr=base, num_free_tiles=(2,)))
+
+        stage, res, inp = rotating(0), rotating(32), rotating(64)
+        out = nl.ndarray((n, 128, 4), nl.float32, buffer=nl.shared_hbm)
+        inp[0] = nl.load(a[0])
+        stage[0] = nisa.tensor_scalar(inp[0], np.multiply, 3.0)
+        loop = nl.affine_range(n - 1, precise_schedule=True) if precise_schedule else nl.affine_range(n - 1)
+        for g in loop:
+            inp[g + 1] = nl.load(a[g + 1])
+            stage[g + 1] = nisa.tensor_scalar(inp[g + 1], np.multiply, 3.0)
+            res[g] = nisa.tensor_scalar(stage[g], np.add, 1.0)
+            nl.store(out[g], res[g])
+        res[n - 1] = nisa.tensor_scalar(stage[n - 1], np.add, 1.0)
+        nl.store(out[n - 1], res[n - 1])
+        return out
+
+    return k(x)
+
+
+def test_precise_schedule_keeps_a_software_pipelined_affine_range_in_order():
+    x = RNG.standard_normal((6, 128, 4)).astype(np.float32)
+    np.testing.assert_allclose(_pipelined(x, True), 3 * x.astype(np.float64) + 1, rtol=1e-6, atol=1e-6)
+
+
+def test_the_same_pipeline_without_precise_schedule_is_a_loop_carried_dependency():
+    x = RNG.standard_normal((6, 128, 4)).astype(np.float32)
+    with pytest.raises(NKIError, match="loop_carried"):  # planted bug: plain affine_range iterations are independent
+        _pipelined(x, False)

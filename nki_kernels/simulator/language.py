@@ -994,10 +994,12 @@ def program_ndim():
 
 def _loop(kind):
     def make(start, stop=None, step=1, *, directives=None, precise_schedule=False):
-        # directives= (nki.compiler.no_reorder() ...) and precise_schedule= (the official pipelined
-        # attention passes it) steer scheduling only: same iterations.
+        # directives= (nki.compiler.no_reorder() ...) steer scheduling only: same iterations.
+        # precise_schedule=True (undocumented; the official contributed pipelined attention passes it to a
+        # software-pipelined affine_range whose iteration i+1 reads what iteration i wrote) keeps the
+        # iterations in program order, so they run as a sequential_range would.
         r = range(start) if stop is None else range(start, stop, step)
-        return _KINDS[kind](r.start, r.stop, r.step)
+        return _KINDS["sequential" if kind == "affine" and precise_schedule else kind](r.start, r.stop, r.step)
 
     make.__name__ = f"{kind}_range"
     make.__doc__ = {
