@@ -210,10 +210,11 @@ def iota(dst, pattern, offset=0, channel_multiplier=0, name=None):
 
 
 @instruction
-def affine_select(dst, pattern, channel_multiplier, on_true_tile, on_false_value, cmp_op=None, offset=0,
+def affine_select(dst, pattern, offset, channel_multiplier, on_true_tile, on_false_value, cmp_op=np.equal,
                   name=None):
     """``dst = where(cmp_op(offset + p * channel_multiplier + pattern, 0), on_true_tile, on_false_value)``
-    (GpSimd engine, SBUF only; ``cmp_op`` defaults to equality)."""
+    (GpSimd engine, SBUF only; ``cmp_op`` defaults to equality). Positional order as the reference page:
+    ``(dst, pattern, offset, channel_multiplier, on_true_tile, on_false_value, cmp_op, name)``."""
     from .operands import alu
 
     d = check_dst(dst, "affine_select", _SB)
