@@ -239,3 +239,44 @@ def test_peaks_are_per_program_of_a_grid():
         np.testing.assert_allclose(k[4](A[:4]), np.exp(A[:4].astype(np.float64)), rtol=1e-5)
     rep = profile(k[4], A[:4])
     assert (rep.sbuf_peak, rep.psum_peak) == (2 * F32_TILE, 0)
+
+
+def test_a_grid_program_other_than_the_first_that_overflows_is_rejected():
+    """Vectorised launches run the first program alone with every check and batch the rest only
+    where they do the same thing; a program that branches on its id runs alone and is checked."""
+
+    @jit
+    def k(a):
+        out = nl.ndarray((4, 128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+        i = nl.program_id(0)
+        x = nl.load(a[i])
+        if i == 2:  # only program 2 reads two 100 KiB tiles in one instruction
+            t1 = nl.zeros((128, 100 * 256), dtype=nl.float32)
+            t2 = nl.zeros((128, 100 * 256), dtype=nl.float32)
+            nl.add(t1, t2)
+        nl.store(out[i], x)
+        return out
+
+    assert config.vectorize
+    with pytest.raises(NKIError) as e:
+        k[4](A[:4])
+    assert e.value.rule == "SBUF capacity" and "program (2,)" in str(e.value)
+
+
+def test_profile_script_plots_the_occupancy_of_any_kernel(tmp_path):
+    """scripts/profile_kernel.py --kernel FILE:NAME profiles a kernel it did not know about."""
+    import importlib.util
+    import pathlib
+
+    script = pathlib.Path(__file__).resolve().parents[1] / "scripts" / "profile_kernel.py"
+    spec = importlib.util.spec_from_file_location("profile_kernel_script", script)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    reports = mod.main(["--kernel", f"{__file__}:rebinding_in_a_loop", "--arg", "4x128x512:float32",
+                        "--out", str(tmp_path)])
+    rep = reports["rebinding_in_a_loop"]
+    assert rep.sbuf_peak == 2 * F32_TILE  # as test_rebinding_in_a_loop works out
+    png = tmp_path / "rebinding_in_a_loop.memory.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with pytest.raises(ValueError, match="SHAPE"):
+        mod.random_input("4 by 128", np.random.default_rng(0))
