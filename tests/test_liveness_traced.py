@@ -78,15 +78,16 @@ def test_allocation_function_is_evaluated_once_per_traced_allocation():
     assert calls == [(0,), (1,)]
 
 
-def _two_iterations_kept(loop):
-    """Iteration 0's tile is still read after iteration 1 wrote its own tile."""
+def _two_iterations_kept(iterations):
+    """Iteration 0's tile is still read after iteration 1 wrote its own tile; ``iterations()``
+    yields the two iteration indices."""
 
     @jit
     def k(a):
         out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
         cur = 0
         kept = []
-        for i in loop(2):
+        for i in iterations():
             t = nl.ndarray((128, 512), dtype=nl.float32, buffer=ncc.sbuf.mod_alloc(base_addr=cur))
             cur += 512 * 4
             t[...] = nl.load(a[i])
@@ -101,14 +102,14 @@ def _two_iterations_kept(loop):
 
 def test_tiles_of_two_iterations_live_together_on_the_same_bytes_conflict():
     with pytest.raises(NKIError) as e:
-        _two_iterations_kept(nl.affine_range)(A)
+        _two_iterations_kept(lambda: nl.affine_range(2))(A)
     msg = str(e.value)
     assert e.value.rule == "allocation conflict" and msg.count("bytes 0..2047") == 2
 
 
 def test_unrolled_iterations_get_their_own_bytes():
     ref = A[0].astype(np.float64) + A[1]
-    np.testing.assert_allclose(_two_iterations_kept(nl.static_range)(A), ref, rtol=1e-6)
+    np.testing.assert_allclose(_two_iterations_kept(lambda: nl.static_range(2))(A), ref, rtol=1e-6)
 
 
 def test_static_range_inside_a_traced_loop_keeps_one_placement_per_unrolled_copy():
@@ -140,20 +141,10 @@ def test_a_new_entry_of_a_traced_loop_is_traced_again():
     """Two loops (or one loop entered twice from an unrolled Python loop) are traced separately:
     the second does not reuse the first one's addresses."""
 
-    @jit
-    def k(a):
-        out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
-        cur = 0
-        kept = []
+    def two_entries():
         for rep in range(2):  # Python loop: unrolled, each entry of the inner loop is traced anew
-            for i in nl.affine_range(1):
-                t = nl.ndarray((128, 512), dtype=nl.float32, buffer=ncc.sbuf.mod_alloc(base_addr=cur))
-                cur += 512 * 4
-                t[...] = nl.load(a[rep])
-                kept.append(t)
-        r = nl.ndarray((128, 512), dtype=nl.float32, buffer=ncc.sbuf.mod_alloc(base_addr=16384))
-        r[...] = nl.add(kept[0], kept[1])
-        nl.store(out, r)
-        return out
+            for _ in nl.affine_range(1):
+                yield rep
 
-    np.testing.assert_allclose(k(A), A[0].astype(np.float64) + A[1], rtol=1e-6)
+    ref = A[0].astype(np.float64) + A[1]
+    np.testing.assert_allclose(_two_iterations_kept(two_entries)(A), ref, rtol=1e-6)
