@@ -401,6 +401,8 @@ def _functional(shape, dtype, mask, run, buffer=_sbuf):
     run(tmp)
     keep = _full_mask(mask, tuple(shape))
     out.data[...] = tmp.data if keep is None else _np.where(keep, tmp.data, out.data)
+    if keep is not None:  # assigned into a destination, it writes only the selected elements (as nl ops do)
+        out._written = _np.broadcast_to(keep, out.shape)
     return out
 
 
