@@ -39,6 +39,7 @@ _SIM_DIR = os.path.dirname(os.path.abspath(__file__))
 _is_sim_file = {}
 
 loops = []  # active affine_range frames, innermost last
+_rule_modes = config._modes  # (config.enabled(rule) without the call, on the per-access path)
 
 
 # ---------------------------------------------------------------------------
@@ -870,7 +871,7 @@ class _Loop:
 
 
 def _loop_log(obj, region, kind, hbm=False):
-    if not config.enabled("loop_carried"):
+    if _rule_modes["loop_carried"] == "off":
         return
     info = None if hbm else obj._diag
     created = info.created if info is not None else ()
@@ -889,24 +890,26 @@ def _loop_log(obj, region, kind, hbm=False):
             frames = frames[k:]
     key = _tensor_key(obj) if hbm else id(obj)
     wh = None
+    read = kind == "r"
     for fr in frames:
         ent = fr.log.get(key)
         if ent is None:
             ent = fr.log[key] = []
             fr.keep[key] = (obj, hbm)
-        elif kind == "r":
+        elif read:
             last = ent[-1]
-            if last[0] == "r" and last[1] == fr.iter and _same_region(last[2], region):
+            if last[0] == "r" and last[1] == fr.iter and (last[2] is region or _same_region(last[2], region)):
                 # The same read again with nothing of this object logged in between: _analyse
                 # would give it the verdict of the logged one, so the log stays one entry long.
                 continue
         fr.seq += 1
-        if kind != "r":
+        if not read:
             fr.written.add(key)
-            _changed()
         if wh is None:
             wh = where()
         ent.append((kind, fr.iter, region, wh, fr.seq))
+    if not read:
+        _changed()
 
 
 def _same_region(a, b) -> bool:

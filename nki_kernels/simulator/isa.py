@@ -58,6 +58,13 @@ def nc_matmul(stationary, moving, *, is_stationary_onezero=False, is_moving_onez
     M <= 128 (``gemm_stationary_fmax``), N <= 512 (``gemm_moving_fmax``). ``tile_position`` /
     ``tile_size`` (PE-array tiling), ``perf_mode`` and ``name`` do not change results.
     """
+    return _nl._result(_matmul_product(stationary, moving, perf_mode), _dt.float32, mask, buffer=_psum,
+                       engine="Tensor")
+
+
+def _matmul_product(stationary, moving, perf_mode=None):
+    """The checked operands' product ``stationary.T @ moving`` in fp32 (an array; the standalone
+    ``nc_matmul`` writes it into its ``dst``)."""
     # The first generation's compiler places tiles: a PSUM result fed to nc_matmul (the official
     # flash-attention backward transposes dy on the Tensor engine and multiplies it) is copied to
     # SBUF for it, so PSUM operands are accepted here; the standalone API (dst=) has no such copies.
@@ -82,7 +89,7 @@ def nc_matmul(stationary, moving, *, is_stationary_onezero=False, is_moving_onez
                        f"{_nl.tile_size.gemm_moving_fmax} (gemm_moving_fmax)")
     a = _dt.compute_view(s.data).astype(_np.float32, copy=False)
     b = _dt.compute_view(m.data).astype(_np.float32, copy=False)
-    return _nl._result(_np.swapaxes(a, -1, -2) @ b, _dt.float32, mask, buffer=_psum, engine="Tensor")
+    return _np.swapaxes(a, -1, -2) @ b
 
 
 def _perf_mode_rule(perf_mode, stationary, moving):

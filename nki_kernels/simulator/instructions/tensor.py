@@ -9,6 +9,7 @@ rules of the current reference and PSUM accumulation. ``nc_matmul_mx`` is in
 from __future__ import annotations
 
 from .. import dtypes as dt
+from .. import profile as _prof
 from ..access_pattern import layout_of
 from ..core import PSUM_BANK_BYTES, Tile, psum, sbuf
 from ..errors import NKIError
@@ -17,10 +18,14 @@ from .target import engine as _engine
 from .target import get_nc_version, matmul_perf_mode, nc_version
 
 
-def _gen1():
-    from .. import isa
+_isa = None  # nki_kernels.simulator.isa, imported on first use (it imports this module)
 
-    return isa
+
+def _gen1():
+    global _isa
+    if _isa is None:
+        from .. import isa as _isa
+    return _isa
 
 
 def one_bank(d, op):
@@ -76,9 +81,9 @@ def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_on
                            "input is float32/tfloat32 the other must be too")
     gen1._perf_mode_rule(perf_mode, stationary, moving)
     one_bank(d, "nc_matmul")
-    with scratch():
-        res = gen1.nc_matmul(stationary, moving, is_transpose=is_transpose)
-    vals = fit_dst(d, res.data, "nc_matmul", f"product stationary.T @ moving ({stationary.shape[1]}x"
+    prod = gen1._matmul_product(stationary, moving)
+    _prof.instruction("Tensor", prod)
+    vals = fit_dst(d, prod, "nc_matmul", f"product stationary.T @ moving ({stationary.shape[1]}x"
                    f"{moving.shape[1]})")
     write_accumulating(d, vals, accumulate, "nc_matmul")
 
