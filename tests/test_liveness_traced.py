@@ -148,3 +148,29 @@ def test_a_new_entry_of_a_traced_loop_is_traced_again():
 
     ref = A[0].astype(np.float64) + A[1]
     np.testing.assert_allclose(_two_iterations_kept(two_entries)(A), ref, rtol=1e-6)
+
+
+def test_standalone_api_ranges_are_python_ranges():
+    """NKI 0.7+ (the standalone ``nki`` package): "affine_range(), sequential_range(), and
+    static_range() are deprecated and default to Python range" (NKI Loops guide), so each
+    iteration is traced and Python address arithmetic gives each its own bytes."""
+    from nki_kernels.simulator import standalone as nki
+
+    snl, sisa = nki.language, nki.isa
+
+    @nki.jit
+    def k(a):
+        out = snl.ndarray((128, 512), dtype=snl.float32, buffer=snl.shared_hbm)
+        cur = 0
+        kept = []
+        for i in snl.affine_range(2):
+            t = snl.ndarray((128, 512), dtype=snl.float32, buffer=snl.sbuf, address=(0, cur))
+            cur += 512 * 4
+            sisa.dma_copy(dst=t, src=a[i])
+            kept.append(t)
+        r = snl.ndarray((128, 512), dtype=snl.float32, buffer=snl.sbuf, address=(0, 16384))
+        sisa.tensor_tensor(dst=r, data1=kept[0], data2=kept[1], op=snl.add)
+        sisa.dma_copy(dst=out, src=r)
+        return out
+
+    np.testing.assert_allclose(k(A), A[0].astype(np.float64) + A[1], rtol=1e-6)

@@ -145,7 +145,7 @@ class ProgramMemory:
 
     __slots__ = ("prog", "ic", "fresh", "recs", "ws_c", "rsum", "rmax", "wsum", "ws_recs", "ws_bad",
                  "storage", "placed", "flags", "curve", "peak", "peak_at", "last_result", "last_alloc",
-                 "loops", "entries", "traced")
+                 "loops", "entries", "traced", "traces_loops")
 
     def __init__(self, prog):
         self.prog = prog
@@ -169,6 +169,10 @@ class ProgramMemory:
         self.loops = []  # active traced (affine / sequential) loops, outermost first
         self.entries = 0  # entries of outermost traced loops so far
         self.traced = {}  # trace key -> placement made the first time that allocation was traced
+        # In the standalone API (NKI 0.7+) affine_range / sequential_range "are deprecated and
+        # default to Python range" (NKI Loops guide): unrolled, so every iteration is traced.
+        kernel = getattr(getattr(prog, "launch", None), "kernel", None)
+        self.traces_loops = not getattr(kernel, "options", {}).get("lnc_brackets", False)
 
     # -- working set of the current instruction ---------------------------------
     def close(self, c: int) -> None:
@@ -592,7 +596,7 @@ def traced_loop(iterations):
     from .core import current_or_none
 
     prog = current_or_none()
-    if prog is None:
+    if prog is None or not prog.mem.traces_loops:
         yield from iterations
         return
     stack = prog.mem.loops
