@@ -346,51 +346,26 @@ def affine_select(pred, on_true_tile, on_false_value, *, dtype=None, mask=None, 
 def tensor_tensor_scan(data0, data1, initial, op0, op1, reverse0=False, reverse1=False, *, dtype=None,
                        mask=None, name=None):
     """Inclusive scan along the free axis: ``r[i] = (data0[i] op0 r[i-1]) op1 data1[i]``
-    (``reverse0``: ``r[i-1] op0 data0[i]``; ``reverse1``: ``data1[i] op1 ...``)."""
-    t0, t1 = _tile(data0, "data0", "tensor_tensor_scan"), _tile(data1, "data1", "tensor_tensor_scan")
-    if t0.buffer is _psum and t1.buffer is _psum:
-        raise _NKIError("operand memory", "nisa.tensor_tensor_scan: data0 and data1 cannot both be in PSUM")
-    a = _nl._values(t0, "data0").astype(_np.float32)
-    b = _nl._values(t1, "data1").astype(_np.float32)
-    f0, f1 = _ops.alu(op0), _ops.alu(op1)
-    init = _per_partition(initial, data0, "initial", "tensor_tensor_scan")
-    prev = _np.broadcast_to(_np.asarray(init, _np.float32), a.shape[:1] + (1,) * (a.ndim - 1))[..., 0]
-    out = _np.empty_like(a)
-    for i in range(a.shape[-1]):
-        t = f0(a[..., i], prev) if not reverse0 else f0(prev, a[..., i])  # the page: op0(data0[:, i], result[:, i-1])
-        prev = f1(t, b[..., i]) if not reverse1 else f1(b[..., i], t)
-        out[..., i] = prev
-    return _nl._result(out, _nl._out_dtype(dtype, data0, data1), mask)
+    (``reverse0``: ``r[i-1] op0 data0[i]``; ``reverse1``: ``data1[i] op1 ...``); a new tile
+    (see :func:`nki_kernels.simulator.instructions.vector.tensor_tensor_scan`)."""
+    t0 = _tile(data0, "data0", "tensor_tensor_scan")
+    return _functional(t0.shape, _nl._out_dtype(dtype, data0, data1), mask, lambda d: _vector.tensor_tensor_scan(
+        d, data0, data1, initial, op0, op1, reverse0, reverse1))
 
 
 def bn_stats(data, *, mask=None, dtype=None, name=None):
-    """Per-partition batch-norm statistics of <= 512 free elements (Vector engine).
-
-    Returns a [P, 6] tile: ``(count, mean, var * count)`` of the even-indexed and
-    then of the odd-indexed elements, to be combined by :func:`bn_aggr`.
-    """
+    """Per-partition batch-norm statistics of <= 512 free elements (Vector engine): a new [P, 6] tile,
+    ``(count, mean, var * count)`` of the even-indexed and then of the odd-indexed elements, to be
+    combined by :func:`bn_aggr` (see :func:`nki_kernels.simulator.instructions.vector.bn_stats`)."""
     x = _tile(data, "data", "bn_stats")
-    v = _nl._values(x, "data").reshape(x.shape[0], -1).astype(_np.float32)
-    if v.shape[1] > _nl.tile_size.bn_stats_fmax:
-        raise _NKIError("bn_stats", f"free size {v.shape[1]} > {_nl.tile_size.bn_stats_fmax} (bn_stats_fmax)")
-    cols = []
-    for half in (v[:, 0::2], v[:, 1::2]):
-        n = half.shape[1]
-        mean = half.mean(1, keepdims=True) if n else _np.zeros((v.shape[0], 1), _np.float32)
-        m2 = ((half - mean) ** 2).sum(1, keepdims=True) if n else _np.zeros_like(mean)
-        cols += [_np.full_like(mean, n), mean, m2]
-    return _nl._result(_np.concatenate(cols, 1), _nl._out_dtype(dtype, x), mask)
+    return _functional((x.shape[0], 6), _nl._out_dtype(dtype, x), mask, lambda d: _vector.bn_stats(d, x))
 
 
 def bn_aggr(data, *, mask=None, dtype=None, name=None):
-    """Combine :func:`bn_stats` outputs (concatenated along the free axis) into [P, 2] (mean, variance)."""
+    """Combine :func:`bn_stats` outputs (concatenated along the free axis) into a new [P, 2] tile (mean,
+    variance) (see :func:`nki_kernels.simulator.instructions.vector.bn_aggr`)."""
     x = _tile(data, "data", "bn_aggr")
-    s = _nl._values(x, "data").reshape(x.shape[0], -1, 3).astype(_np.float64)
-    n, mean, m2 = s[..., 0], s[..., 1], s[..., 2]
-    tot = n.sum(1, keepdims=True)
-    m = (n * mean).sum(1, keepdims=True) / tot
-    var = (m2 + n * (mean - m) ** 2).sum(1, keepdims=True) / tot
-    return _nl._result(_np.concatenate([m, var], 1), _nl._out_dtype(dtype, x), mask)
+    return _functional((x.shape[0], 2), _nl._out_dtype(dtype, x), mask, lambda d: _vector.bn_aggr(d, x))
 
 
 # ---------------------------------------------------------------------------

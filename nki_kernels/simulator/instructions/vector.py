@@ -575,9 +575,22 @@ def tensor_tensor_scan(dst, data0, data1, initial, op0, op1, reverse0=False, rev
     """Scan along the free axis: ``r[i] = op1(op0(data0[i], r[i-1]), data1[i])`` into ``dst``."""
 
     d = check_dst(dst, "tensor_tensor_scan")
-    with scratch():
-        res = _gen1().tensor_tensor_scan(data0, data1, initial, op0, op1, reverse0, reverse1, dtype=dt.float32)
-    write(d, res.data, "tensor_tensor_scan")
+    gen1 = _gen1()
+    t0, t1 = gen1._tile(data0, "data0", "tensor_tensor_scan"), gen1._tile(data1, "data1", "tensor_tensor_scan")
+    if t0.buffer is psum and t1.buffer is psum:
+        raise NKIError("operand memory", "nisa.tensor_tensor_scan: data0 and data1 cannot both be in PSUM")
+    a = dt.compute_view(t0.data).astype(np.float32)
+    b = dt.compute_view(t1.data).astype(np.float32)
+    f0, f1 = alu(op0), alu(op1)
+    init = gen1._per_partition(initial, t0, "initial", "tensor_tensor_scan")
+    prev = np.broadcast_to(np.asarray(init, np.float32), a.shape[:1] + (1,) * (a.ndim - 1))[..., 0]
+    out = np.empty_like(a)
+    for i in range(a.shape[-1]):
+        t = f0(a[..., i], prev) if not reverse0 else f0(prev, a[..., i])  # the page: op0(data0[:, i], result[:, i-1])
+        prev = f1(t, b[..., i]) if not reverse1 else f1(b[..., i], t)
+        out[..., i] = prev
+    _prof.instruction("Vector", out)
+    write(d, out, "tensor_tensor_scan")
 
 
 @instruction
@@ -596,9 +609,22 @@ def bn_stats(dst, data, name=None):
     """Per-partition mean/variance statistics of ``data`` (<= 512 elements) into ``dst`` (Vector engine)."""
 
     d = check_dst(dst, "bn_stats")
-    with scratch():
-        res = _gen1().bn_stats(data, dtype=dt.float32)
-    write(d, res.data, "bn_stats")
+    x = _gen1()._tile(data, "data", "bn_stats")
+    v = dt.compute_view(x.data).reshape(x.shape[0], -1).astype(np.float32)
+    from .. import language as _nl1
+
+    fmax = _nl1.tile_size.bn_stats_fmax
+    if v.shape[1] > fmax:
+        raise NKIError("bn_stats", f"free size {v.shape[1]} > {fmax} (bn_stats_fmax)")
+    cols = []
+    for half in (v[:, 0::2], v[:, 1::2]):  # (count, mean, var * count) of the even, then the odd elements
+        n = half.shape[1]
+        mean = half.mean(1, keepdims=True) if n else np.zeros((v.shape[0], 1), np.float32)
+        m2 = ((half - mean) ** 2).sum(1, keepdims=True) if n else np.zeros_like(mean)
+        cols += [np.full_like(mean, n), mean, m2]
+    out = np.concatenate(cols, 1)
+    _prof.instruction("Vector", out)
+    write(d, out, "bn_stats")
 
 
 @instruction
@@ -606,6 +632,12 @@ def bn_aggr(dst, data, name=None):
     """Combine ``bn_stats`` outputs into [P, 2] mean and variance in ``dst``."""
 
     d = check_dst(dst, "bn_aggr")
-    with scratch():
-        res = _gen1().bn_aggr(data, dtype=dt.float32)
-    write(d, res.data, "bn_aggr")
+    x = _gen1()._tile(data, "data", "bn_aggr")
+    s = dt.compute_view(x.data).reshape(x.shape[0], -1, 3).astype(np.float64)
+    n, mean, m2 = s[..., 0], s[..., 1], s[..., 2]
+    tot = n.sum(1, keepdims=True)
+    m = (n * mean).sum(1, keepdims=True) / tot
+    var = (m2 + n * (mean - m) ** 2).sum(1, keepdims=True) / tot
+    out = np.concatenate([m, var], 1).astype(np.float32)  # the engine's fp32 result, then dst's dtype
+    _prof.instruction("Vector", out)
+    write(d, out, "bn_aggr")
