@@ -33,6 +33,12 @@ def test_a_grid_dimension_of_size_zero_launches_nothing_and_is_an_error():
         copy_rows[0](np.zeros((1, 128, 16), np.float32))
 
 
+def _rotating(n, free, base):
+    """``n`` blocks of [128, free] fp32 on two rotating SBUF slots from byte ``base`` (block i and i + 2 alias)."""
+    return nl.ndarray((n, nl.par_dim(128), free), nl.float32,
+                      buffer=ncc.sbuf.mod_alloc(base_addr=base, num_free_tiles=(2,)))
+
+
 def _running_rescale(x, scale_only_after_first):
     """Blocks of ``x`` through a 2-slot rotating SBUF tensor ``f`` (``mod_alloc(num_free_tiles=(2,))``),
     as a pipelined kernel keeps per-group state: ``out[g] = x[g] * f[g]`` with ``f[g] = 2 * x[g]``
@@ -41,11 +47,7 @@ def _running_rescale(x, scale_only_after_first):
 
     @nki.jit
     def k(a):
-        def rotating(base):
-            return nl.ndarray((n, nl.par_dim(128), 1), nl.float32,
-                              buffer=ncc.sbuf.mod_alloc(base_addr=base, num_free_tiles=(2,)))
-
-        f, t, r = rotating(0), rotating(8), rotating(16)
+        f, t, r = (_rotating(n, 1, base) for base in (0, 8, 16))
         out = nl.ndarray((n, 128, 1), nl.float32, buffer=nl.shared_hbm)
         for g in nl.sequential_range(n):
             t[g] = nl.load(a[g])
@@ -79,11 +81,7 @@ def _pipelined(x, precise_schedule):
 
     @nki.jit
     def k(a):
-        def rotating(base):
-            return nl.ndarray((n, nl.par_dim(128), 4), nl.float32,
-                              buffer=ncc.sbuf.mod_alloc(base_addr=base, num_free_tiles=(2,)))
-
-        stage, res, inp = rotating(0), rotating(32), rotating(64)
+        stage, res, inp = (_rotating(n, 4, base) for base in (0, 32, 64))
         out = nl.ndarray((n, 128, 4), nl.float32, buffer=nl.shared_hbm)
         inp[0] = nl.load(a[0])
         stage[0] = nisa.tensor_scalar(inp[0], np.multiply, 3.0)
