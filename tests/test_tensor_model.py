@@ -504,6 +504,38 @@ def test_nkiobject_is_the_base_of_config_dataclasses():
         nl.NKIObject(a=1)
 
 
+def test_nkiobject_dataclass_reads_plain_class_assignments_as_fields():
+    # nki-library attention_cte: `@dataclass class SectionParams(nl.NKIObject): section_idx = None ...`
+    # (no annotations), built as SectionParams(section_idx=..., ...)
+    from dataclasses import FrozenInstanceError, dataclass, fields
+
+    @dataclass
+    class Section(nl.NKIObject):
+        idx = None
+        offset = 0
+        scratch = []  # a mutable default stays a class attribute, not a shared field default
+
+        def end(self, n):
+            return self.offset + n
+
+    s = Section(idx=3, offset=128)
+    assert (s.idx, s.offset, s.end(2)) == (3, 128, 130) and Section() == Section(None, 0)
+    assert [f.name for f in fields(Section)] == ["idx", "offset"]
+    with pytest.raises(TypeError, match="scratch"):
+        Section(scratch=[1])
+
+    @dataclass(frozen=True)
+    class Mixed(nl.NKIObject):
+        k: int
+        sorted: bool = False
+        io_type = None  # unannotated ones follow the annotated fields
+
+    m = Mixed(4, io_type=nl.bfloat16)
+    assert (m.k, m.sorted, m.io_type) == (4, False, nl.bfloat16) and Mixed(4, True, None) == Mixed(k=4, sorted=True)
+    with pytest.raises(FrozenInstanceError):
+        m.io_type = None
+
+
 def test_every_tensor_is_an_nkitensor():
     t, h = _sbuf((4, 8)), _hbm((4, 8))
     for x in (t, t[0:2, :], t.slice(1, 0, 4), h, h[1], h.ap([[8, 2], [1, 8]])):
