@@ -237,3 +237,76 @@ def test_tensor_tensor_rounds_fp32_math_once_to_dst_dtype(dtype):
 
     want = (x.astype(np.float32) - y.reshape(128, 64).astype(np.float32)).astype(dtype)
     np.testing.assert_array_equal(k(x, y).view(np.uint8), want.view(np.uint8))
+
+
+def test_deferred_nan_fill_shows_where_a_tile_was_never_written():
+    """An nl.ndarray tile's NaN fill is deferred until something reads it or writes only part of it:
+    with the uninit check off, the never-written half of a tile reads back as NaN (int tiles: 4),
+    the written half as the data, and a tile written whole holds exactly the data."""
+    from nki_kernels.simulator import config
+
+    x = np.arange(128 * 64, dtype=np.float32).reshape(128, 64)
+
+    @nki2.jit
+    def k(x):
+        out = nl2.ndarray((3, 128, 64), dtype=nl2.float32, buffer=nl2.shared_hbm)
+        half = nl2.ndarray((128, 64), dtype=nl2.float32, buffer=nl2.sbuf)
+        nisa2.dma_copy(dst=half[:, 0:32], src=x[:, 0:32])
+        whole = nl2.ndarray((128, 64), dtype=nl2.float32, buffer=nl2.sbuf)
+        nisa2.dma_copy(dst=whole, src=x)
+        ints = nl2.ndarray((128, 64), dtype=nl2.int32, buffer=nl2.sbuf)
+        r = nl2.ndarray((128, 64), dtype=nl2.float32, buffer=nl2.sbuf)
+        for i, t in enumerate((half, whole, ints)):
+            nisa2.tensor_copy(dst=r, src=t)
+            nisa2.dma_copy(dst=out[i], src=r)
+        return out
+
+    with config.override(uninit="off"):
+        got = k(x)
+    np.testing.assert_array_equal(got[0][:, :32], x[:, :32])
+    assert np.isnan(got[0][:, 32:]).all()
+    np.testing.assert_array_equal(got[1], x)
+    np.testing.assert_array_equal(got[2], np.full((128, 64), 4.0, np.float32))
+
+
+def test_storing_a_never_written_tile_keeps_a_pending_op_exact():
+    """Storing an uninitialised tile (uninit check off) writes its NaN sentinel to HBM and leaves the
+    element-wise op still waiting to be computed alone: it sees its operands as they were."""
+    from nki_kernels.simulator import config
+
+    a = np.arange(128 * 32, dtype=np.float32).reshape(128, 32)
+
+    @nki.jit
+    def k(a):
+        out = nl.ndarray((2, 128, 32), dtype=nl.float32, buffer=nl.shared_hbm)
+        t = nl.ndarray((128, 32), dtype=nl.float32, buffer=nl.sbuf)
+        t[...] = nl.load(a)
+        s = nl.add(t, t)  # deferred until something needs it
+        junk = nl.ndarray((128, 32), dtype=nl.float32, buffer=nl.sbuf)
+        nl.store(out[0], value=junk)
+        t[...] = nl.multiply(t, 0.0)  # the operand changes after the add was issued
+        nl.store(out[1], value=s)
+        return out
+
+    with config.override(uninit="off"):
+        got = k(a)
+    assert np.isnan(got[0]).all()
+    np.testing.assert_array_equal(got[1], a + a)
+
+
+def test_reading_a_never_written_tile_is_still_reported():
+    """The deferred fill changes nothing for the uninit rule: reading an nl.ndarray tile nothing
+    wrote is an error naming the rule."""
+
+    @nki2.jit
+    def k(x):
+        out = nl2.ndarray((128, 64), dtype=nl2.float32, buffer=nl2.shared_hbm)
+        t = nl2.ndarray((128, 64), dtype=nl2.float32, buffer=nl2.sbuf)
+        r = nl2.ndarray((128, 64), dtype=nl2.float32, buffer=nl2.sbuf)
+        nisa2.tensor_copy(dst=r, src=t)
+        nisa2.dma_copy(dst=out, src=r)
+        return out
+
+    with pytest.raises(NKIError) as e:
+        k(A[:128, :64])
+    assert e.value.rule == "uninit"

@@ -55,6 +55,8 @@ class Buffer:
     def __init__(self, name: str, on_chip: bool):
         self.name = name
         self.on_chip = on_chip
+        self.tile_label = f"{name} tile"  # what error messages call a tile of this memory
+        self.region_label = f"{name} tile[...]"
 
     def __repr__(self):
         return f"nl.{self.name}"
@@ -295,6 +297,25 @@ class Access(_InHBM, NkiTensor):
 # --------------------------------------------------------------------------
 # On-chip tiles
 # --------------------------------------------------------------------------
+def fill_sentinel(data, out=None):
+    """The deferred fill of never-written on-chip memory (see :func:`uninitialised_tile`): ``data``
+    (or ``out``, when the tile is computed straight into a destination) filled with the sentinel."""
+    target = data if out is None else out
+    target[...] = _memory.sentinel(target.dtype)
+    return target
+
+
+def uninitialised_tile(shape, dtype, buffer, pdim=0) -> "Tile":
+    """A new ``nl.ndarray`` tile (not placed, one program). Its NaN (sentinel) fill is deferred like
+    an element-wise op: the first read fills it, and an instruction writing the whole tile first
+    (a DMA into a fresh tile, a matmul's first result) skips the fill it would overwrite."""
+    data = np.empty(shape, dtype) if _config.nan_fill else _memory.uninitialised(shape, dtype)
+    tile = Tile(data, buffer, pdim)
+    if _config.nan_fill:
+        tile._thunk = (fill_sentinel, (data,), data.shape, data.dtype)  # (not the program's pending op)
+    return tile
+
+
 class Tile(NkiTensor):
     """An SBUF or PSUM tensor; the first dimension after ``pdim`` block dims is the partition.
 
@@ -457,7 +478,7 @@ class Tile(NkiTensor):
             view = Tile(col, self.buffer, 0, parent=self)
             view._review = lambda d: d.reshape(d.shape + (1,))
             if self._diag is not None or _diag.loops:
-                _diag.on_view(self, view, resolve(self.shape, ..., f"{self.buffer.name} tile"))
+                _diag.on_view(self, view, resolve(self.shape, ..., self.buffer.tile_label))
             return view
         return None
 
@@ -469,7 +490,7 @@ class Tile(NkiTensor):
         col = self._as_column(key)
         if col is not None:
             return col[key]
-        idx = resolve(self.shape, key, f"{self.buffer.name} tile")
+        idx = resolve(self.shape, key, self.buffer.tile_label)
         block_ints = isinstance(key, tuple) and self.pdim and len(key) <= self.pdim
         data = self._raw()  # making a view reads nothing; the view's readers are counted
         if self.nb:
@@ -479,7 +500,7 @@ class Tile(NkiTensor):
             view = Tile(idx.view(data), self.buffer, 0, parent=self)
             view._review = idx.view
         else:
-            view = Tile(idx.read(data, what=f"{self.buffer.name} tile"), self.buffer, 0, parent=self)
+            view = Tile(idx.read(data, what=self.buffer.tile_label), self.buffer, 0, parent=self)
         if block_ints:
             view.pdim = 0
         m = self._mem
@@ -509,7 +530,7 @@ class Tile(NkiTensor):
             col[key] = value
             return
         self.own()
-        idx = resolve(self.shape, key, f"{self.buffer.name} tile")
+        idx = resolve(self.shape, key, self.buffer.tile_label)
         m = self._mem
         if m is not None:
             if m.blocks is not None:
@@ -529,18 +550,18 @@ class Tile(NkiTensor):
         if wrote is not None and wrote.size == math.prod(idx.out_shape) and not self.nb:
             # An instruction under mask= writes only the elements its mask selects: the rest of the
             # destination keeps its values (not the zeros the functional result holds there).
-            vals = _fit(_values(src, "value"), idx.out_shape, "tile assignment", f"{self.buffer.name} tile[...]")
+            vals = _fit(_values(src, "value"), idx.out_shape, "tile assignment", self.buffer.region_label)
             idx.write(data, dt.cast(np.broadcast_to(vals, idx.out_shape), data.dtype),
-                      np.reshape(wrote, idx.out_shape), what=f"{self.buffer.name} tile")
+                      np.reshape(wrote, idx.out_shape), what=self.buffer.tile_label)
         elif wrote is not None and self.nb:
             raise NotBatchable("a masked instruction's result assigned in a batch of programs")
         elif self.nb:
             full = data.shape[:self.nb] + idx.out_shape
-            vals = _fit(_values(src, "value"), full, "tile assignment", f"{self.buffer.name} tile[...]")
+            vals = _fit(_values(src, "value"), full, "tile assignment", self.buffer.region_label)
             tile_write(idx, data, dt.cast(vals, data.dtype), self.nb)
         else:
-            vals = _fit(_values(src, "value"), idx.out_shape, "tile assignment", f"{self.buffer.name} tile[...]")
-            idx.write(data, dt.cast(vals, data.dtype), what=f"{self.buffer.name} tile")
+            vals = _fit(_values(src, "value"), idx.out_shape, "tile assignment", self.buffer.region_label)
+            idx.write(data, dt.cast(vals, data.dtype), what=self.buffer.tile_label)
         if self._diag is not None or _diag.loops:
             _diag.on_write(self, idx, value)
 
@@ -555,6 +576,9 @@ class Tile(NkiTensor):
                 values = dt.compute_view(self._raw()) + values
             self[...] = values  # batched, or a placed block tensor (an error there): the general path
             return
+        thunk = self._thunk
+        if thunk is not None and thunk[0] is fill_sentinel and not add and self._parent is None:
+            self._thunk = None  # the whole tile is written: its deferred fill would be overwritten
         self.own()
         if m is not None:
             _memory.assigned(m, values)
@@ -565,7 +589,7 @@ class Tile(NkiTensor):
         else:
             np.copyto(data, values)
         if self._diag is not None or _diag.loops:
-            _diag.on_write(self, resolve(self.shape, ..., f"{self.buffer.name} tile"), values)
+            _diag.on_write(self, resolve(self.shape, ..., self.buffer.tile_label), values)
 
     def broadcast_to(self, shape):
         """This tile broadcast to ``shape`` (size-1 dims repeat); same as ``nl.broadcast_to``."""
@@ -591,7 +615,7 @@ class Tile(NkiTensor):
         view = Tile(data, self.buffer, 0, parent=self)
         view._review = lambda d, full=self.data.shape[:self.nb] + shape: np.reshape(d, full, copy=False)
         if self._diag is not None or _diag.loops:
-            _diag.on_view(self, view, resolve(self.shape, ..., f"{self.buffer.name} tile"))
+            _diag.on_view(self, view, resolve(self.shape, ..., self.buffer.tile_label))
         return view
 
     def __repr__(self):

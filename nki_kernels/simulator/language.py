@@ -20,6 +20,7 @@ from . import memory as _memory
 from . import profile as _prof
 from .core import (Access, Buffer, HBMTensor, PMAX, Tile, current, current_or_none, hbm, par_dim,
                    private_hbm, psum, sbuf, shared_hbm)
+from .core import fill_sentinel as _fill_sentinel, uninitialised_tile as _uninitialised_tile
 from .dtypes import (bfloat16, bool_, float8_e4m3, float8_e5m2, float16, float32, int8, int16, int32,
                      tfloat32, uint8, uint16, uint32)
 from .errors import NKIError, NotBatchable
@@ -422,10 +423,12 @@ def _allocate(shape, dtype, buffer, fill=None, name="", address=None):
         return Tile(data, buffer, pdim)
     if placement is not None and prog is not None:
         return _placed(shape, pdim, dtype, buffer, placement, fill, name, prog)
-    data = _memory.uninitialised(shape, dtype) if fill is None else np.full(shape, fill, dtype)
-    if fill is not None:
+    if fill is None:
+        tile = _uninitialised_tile(shape, dtype, buffer, pdim)
+    else:
+        data = np.full(shape, fill, dtype)
         _prof.instruction("GpSimd", data)
-    tile = Tile(data, buffer, pdim)
+        tile = Tile(data, buffer, pdim)
     if tile._mem is not None:
         _memory.declared(tile._mem, name)
     if fill is None:
@@ -579,7 +582,7 @@ def _store_deferred(acc, value: Tile, mask) -> bool:
     """Compute a deferred tile straight into its HBM destination when nothing else is needed."""
     t = acc.tensor
     idx = acc.index
-    if (value.dtype != t.dtype or value.shape != acc.shape or not idx.is_view
+    if (value._thunk[0] is _fill_sentinel or value.dtype != t.dtype or value.shape != acc.shape or not idx.is_view
             or _full_mask(mask, acc.shape) is not None or not t.data.flags.writeable):
         return False
     view = idx.view(t.data)
