@@ -118,6 +118,18 @@ def test_quantize_mx_rounds_to_nearest_even():
     assert [float(q[i, 0]) for i in range(4)] == [256.0, 16.0, 20.0, -16.0]
 
 
+def test_quantize_mx_small_values_become_element_subnormals_or_zero():
+    # Group maximum 1.0 -> scale 2**-8. e4m3's subnormals are multiples of 2**-9 below 2**-6:
+    # 2**-15 -> 2**-7, 3 * 2**-17 -> 3 * 2**-9, 2**-18 -> 2**-10 (a tie between 0 and 2**-9: even, 0),
+    # 2**-20 -> 2**-12 -> 0.
+    x = np.zeros((32, 8), np.float32)
+    x[0, :4] = [1.0, 2.0 ** -15, 3 * 2.0 ** -17, 2.0 ** -18]
+    x[1, 0] = 2.0 ** -20  # same group: partitions 0..7, columns 0..3
+    q, s = _check(x.astype(ml_dtypes.bfloat16))
+    assert s[0, 0] == 127 - 8
+    assert [float(v) for v in q[0, :4]] + [float(q[1, 0])] == [256.0, 2.0 ** -7, 3 * 2.0 ** -9, 0.0, 0.0]
+
+
 def test_quantize_mx_zero_and_tiny_groups_clamp_the_scale():
     # An all-zero group has scale byte 0 (2**-127) and zero data; a group of bf16 values near the
     # smallest normal has floor(log2(amax)) - 8 below -127, so its scale clamps to 2**-127 too and
