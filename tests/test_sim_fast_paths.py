@@ -310,3 +310,29 @@ def test_reading_a_never_written_tile_is_still_reported():
     with pytest.raises(NKIError) as e:
         k(A[:128, :64])
     assert e.value.rule == "uninit"
+
+
+def test_loop_carried_report_names_the_lines_of_the_dst_instructions():
+    """The kernel line of an access is looked up once per dst= instruction: a loop-carried read
+    through a tile names the line of the instruction that reads and of the one that wrote."""
+    import inspect
+
+    @nki2.jit
+    def k(x):
+        out = nl2.ndarray((128, 64), dtype=nl2.float32, buffer=nl2.shared_hbm)
+        r = nl2.ndarray((128, 64), dtype=nl2.float32, buffer=nl2.sbuf)
+        s = nl2.ndarray((128, 32), dtype=nl2.float32, buffer=nl2.sbuf)
+        nisa2.memset(dst=r, value=0.0)
+        for j in nl2.affine_range(2):
+            nisa2.tensor_copy(dst=s, src=r[:, 0:32])  # READ
+            nisa2.tensor_copy(dst=r[:, j * 32:(j + 1) * 32], src=s)  # WRITE
+        nisa2.dma_copy(dst=out, src=r)
+        return out
+
+    src, first = inspect.getsourcelines(k.func if hasattr(k, "func") else k)
+    lines = {tag: first + i for i, text in enumerate(src) for tag in ("READ", "WRITE") if f"# {tag}" in text}
+    with pytest.raises(NKIError) as e:
+        k(A[:128, :64])
+    msg = str(e.value)
+    assert e.value.rule == "loop_carried"
+    assert f":{lines['READ']} in k" in msg and f":{lines['WRITE']} in k" in msg

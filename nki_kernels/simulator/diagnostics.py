@@ -26,6 +26,7 @@ import itertools
 import math
 import os
 import sys
+import threading
 
 import numpy as np
 
@@ -57,6 +58,29 @@ def where(depth: int = 1):
             return (fn, f.f_lineno, f.f_code.co_name)
         f = f.f_back
     return ("<unknown>", 0, "?")
+
+
+class _InstructionWhere(threading.local):
+    """Per thread (the cores of a multi-core launch take turns in threads): how many ``dst=``
+    instructions are running (operands.instruction) and their kernel location once looked up. The
+    accesses of one instruction share one source line, so it is found once per instruction."""
+
+    depth = 0
+    where = None
+
+
+instruction_where = _InstructionWhere()
+
+
+def _access_where():
+    """:func:`where` of the access being logged (once per running ``dst=`` instruction)."""
+    iw = instruction_where
+    if iw.depth:
+        w = iw.where
+        if w is None:
+            w = iw.where = where()
+        return w
+    return where()
 
 
 def fmt_where(w) -> str:
@@ -906,7 +930,7 @@ def _loop_log(obj, region, kind, hbm=False):
         if not read:
             fr.written.add(key)
         if wh is None:
-            wh = where()
+            wh = _access_where()
         ent.append((kind, fr.iter, region, wh, fr.seq))
     if not read:
         _changed()

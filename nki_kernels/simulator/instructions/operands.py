@@ -45,7 +45,14 @@ def instruction(fn):
         prog = core.current_or_none()
         if prog is not None and prog.nb:
             raise NotBatchable(f"nisa.{fn.__name__} runs one program at a time")
-        return fn(*args, **kwargs)  # (its dst write ends the memory model's instruction slot)
+        iw = _diag.instruction_where
+        iw.depth += 1
+        try:
+            return fn(*args, **kwargs)  # (its dst write ends the memory model's instruction slot)
+        finally:
+            iw.depth -= 1
+            if not iw.depth:
+                iw.where = None
 
     return run
 
