@@ -390,6 +390,8 @@ def transpose(x, *, dtype=None, mask=None):
 # memory
 # ---------------------------------------------------------------------------
 def _parse_shape(shape):
+    if type(shape) is tuple and builtins.all(type(s) is int for s in shape):
+        return shape, 0  # (the common case: plain ints, no par_dim)
     if isinstance(shape, (int, np.integer, par_dim)):
         shape = (shape,)
     pdims = [i for i, s in enumerate(shape) if isinstance(s, par_dim)]
