@@ -292,3 +292,10 @@ def test_all_reduce_the_launcher_cannot_see_is_an_error_not_a_wrong_sum():
 
     with pytest.raises(NKIError, match="names all_reduce"):
         k[2](np.ones((2, 8, 4), np.float32))
+
+
+def test_all_reduce_kernel_shapes_by_tracing_one_program():
+    from nki_kernels.simulator import ShapeDtype, eval_shape
+
+    spec = eval_shape(all_reduce_kernel, (3, 4), ShapeDtype((3, 4, 16, 8), np.float32))
+    assert tuple(spec.shape) == (3, 4, 16, 8) and spec.dtype == np.float32

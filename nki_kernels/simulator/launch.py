@@ -297,6 +297,7 @@ _one_launch_at_a_time = threading.RLock()
 def _run_programs(kernel, grid, args, kwargs, pids, outputs):
     state = _LaunchState(kernel, grid)
     state.preallocated = tuple(outputs)
+    state.some_programs = pids is not None  # (eval_shape traces one program: no peers to meet)
     _diag.launch_begin(state)
     result = None
     outer = current_or_none()

@@ -99,6 +99,8 @@ def reduce_over_programs(values, op_fn, program_axes):
     if len(members) == 1:
         return values
     w = getattr(prog, "worker", None)
+    if w is None and getattr(prog.launch, "some_programs", False):
+        return values  # shape inference runs one program alone: the values are not used
     if w is None:
         raise NKIError("all_reduce", "nl.all_reduce runs in a launch whose programs meet; the launcher starts one "
                        "when the kernel's code or a function it calls by name names all_reduce (call it from the "
