@@ -98,6 +98,10 @@ def _result(values, dtype, mask=None, buffer=sbuf, engine="Vector") -> Tile:
 
 
 def _out_dtype(dtype, *operands):
+    if dtype is None and len(operands) == 2 and type(operands[0]) is Tile and type(operands[1]) is Tile:
+        a, b = operands[0].dtype, operands[1].dtype
+        if a == b:
+            return a  # (dt.promote of one dtype)
     d = dt.as_dtype(dtype)
     return d if d is not None else dt.promote(*(_dtype_of(o) for o in operands))
 
@@ -227,7 +231,7 @@ def _align_partitions(x, y, a, b):
 def _make_binary(name, fn):
     def op(x, y, *, dtype=None, mask=None):
         a, b = _values(x, "x"), _values(y, "y")
-        if np.shape(a) != np.shape(b):
+        if (a.shape != b.shape) if type(a) is np.ndarray and type(b) is np.ndarray else np.shape(a) != np.shape(b):
             a, b = _align_partitions(x, y, a, b)
             _broadcast_check(name, Tile(a, sbuf, parent=x) if isinstance(x, Tile) else x,
                              Tile(b, sbuf, parent=y) if isinstance(y, Tile) else y)
