@@ -335,8 +335,12 @@ def resolve(shape, key, what="tensor") -> Index:
 
     Keys of ints and int slices (a loop's ``t[k * 128:(k + 1) * 128, :]``) are resolved once per
     shape and key; invalid keys raise every time (errors are never cached)."""
-    shape = tuple(int(s) for s in shape)
     plain = _plain_key(key)
+    if plain is not None and type(shape) is tuple:
+        idx = _RESOLVED.get((shape, plain))  # (ints and NumPy ints of one value hash and compare alike)
+        if idx is not None:
+            return idx
+    shape = tuple(int(s) for s in shape)
     if plain is None:
         return _resolve(shape, key, what)
     ck = (shape, plain)

@@ -46,13 +46,15 @@ def instruction(fn):
         if prog is not None and prog.nb:
             raise NotBatchable(f"nisa.{fn.__name__} runs one program at a time")
         iw = _diag.instruction_where
+        if not iw.depth:
+            iw.op = fn.__name__  # (Tensor Indirection views group their offsets by the engine)
         iw.depth += 1
         try:
             return fn(*args, **kwargs)  # (its dst write ends the memory model's instruction slot)
         finally:
             iw.depth -= 1
             if not iw.depth:
-                iw.where = None
+                iw.where = iw.op = None
 
     return run
 
@@ -178,7 +180,8 @@ class scratch:
 
 def fit_dst(dst, values, op, what="result"):
     """``values`` in ``dst``'s shape: equal shapes, or the same partition size and elements per partition."""
-    vshape, dshape = tuple(np.shape(values)), tuple(dst.shape)
+    vshape = values.shape if type(values) is np.ndarray else tuple(np.shape(values))
+    dshape = tuple(dst.shape)
     if vshape == dshape:
         return values
     if vshape and dshape and vshape[0] == dshape[0] and per_partition(vshape) == per_partition(dshape):
@@ -238,7 +241,7 @@ def write(dst, values, op, what="result", mask=None, add=False):
     vals = fit_dst(dst, np.asarray(values), op, what)
     root = root_of(dst)
     core.flush_pending()  # a deferred op may still read the memory about to be written
-    if dst is not root:
+    if dst is not root and getattr(dst, "_layout", None) is None:  # (dynamic views write through their layout)
         data = dst._raw()
         if not data.flags.writeable or not np.may_share_memory(data, root._raw()):
             raise NKIError("dst view", f"nisa.{op}: dst (shape {dst.shape}) is a copy, not a view, of a "
