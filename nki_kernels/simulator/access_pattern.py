@@ -46,12 +46,14 @@ from .nki_object import NKIObject
 # ---------------------------------------------------------------------------
 class _Dynamic:
     """A runtime index of a view: ``kind`` "scalar" adds ``value * stride`` to every address;
-    "vector" adds ``value[p] * stride`` to the addresses of partition ``p`` (dimension 0)."""
+    "vector" adds ``value[p] * stride`` to the addresses of partition ``p`` (dimension 0);
+    "indirect" (``NkiTensor.indirect``) reads column ``i`` at free offset
+    ``index[i % G, i // G]`` of the viewed tensor, whose free geometry ``free`` keeps."""
 
-    __slots__ = ("kind", "index", "stride")
+    __slots__ = ("kind", "index", "stride", "free")
 
-    def __init__(self, kind, index, stride):
-        self.kind, self.index, self.stride = kind, index, int(stride)
+    def __init__(self, kind, index, stride, free=None):
+        self.kind, self.index, self.stride, self.free = kind, index, int(stride), free
 
 
 class Layout:
@@ -314,10 +316,73 @@ def _scalar_shift(lay: Layout, what) -> int:
     return int(value[0]) * lay.dynamic.stride
 
 
+# ---------------------------------------------------------------------------
+# Tensor Indirection (NkiTensor.indirect, NeuronCore-v4)
+# ---------------------------------------------------------------------------
+def indirect_group() -> int:
+    """Partitions per offset group of a Tensor Indirection view: 32 for the Tensor engine
+    (``nc_matmul``), 16 for the Vector / Scalar / GpSimd engines (``NkiTensor.indirect``)."""
+    from . import diagnostics as _diag
+
+    return 32 if getattr(_diag.instruction_where, "op", None) == "nc_matmul" else 16
+
+
+def _indirect_addresses(lay: Layout, what) -> np.ndarray:
+    """Storage addresses (``(P, num_elem)``) of an indirect view: element ``[p, i]`` is the viewed
+    tensor's partition ``p`` at free offset ``index[i % G, i // G]``."""
+    dyn = lay.dynamic
+    free_shape, free_strides, base, pstride = dyn.free
+    group = indirect_group()
+    idx = _index_value(dyn.index, what)
+    n = lay.shape[1]
+    i = np.arange(n)
+    rows, cols = i % group, i // group
+    if rows.max() >= idx.shape[0] or cols.max() >= idx.shape[1]:
+        raise NKIError("indirect index", f"{what}: offset {n - 1} of {n} comes from index[{n - 1} % {group}, "
+                       f"{n - 1} // {group}] (the engine's groups of {group} partitions), outside the index tensor "
+                       f"{tuple(idx.shape)}")
+    offs = idx[rows, cols]
+    nfree = math.prod(free_shape)
+    bad = (offs < 0) | (offs >= nfree)
+    if bad.any():
+        k = int(np.argmax(bad))
+        raise NKIError("out-of-bounds access", f"{what}: free offset {int(offs[k])} (column {k}) is outside the "
+                       f"{nfree} free elements of the viewed tensor (oob_mode.error)")
+    free_addr = sum(c * st for c, st in zip(np.unravel_index(offs, free_shape), free_strides)) if free_shape \
+        else np.zeros(n, np.int64)
+    return base + pstride * np.arange(lay.shape[0])[:, None] + np.asarray(free_addr, np.int64)[None, :]
+
+
+def _root_elements(lay: Layout) -> np.ndarray:
+    """The root's elements (in ``lay.dtype``) as a writable ``(partitions, free)`` view of its memory."""
+    per_part = _free_elems(lay.root, lay.dtype)
+    whole = Layout(lay.root, lay.dtype, 0, (lay.root.shape[0], per_part), (per_part, 1))
+    return strided_array(whole)
+
+
+def _indirect_gather(lay: Layout, what) -> np.ndarray:
+    addr = _indirect_addresses(lay, what)
+    elems = _root_elements(lay)
+    return elems[addr // elems.shape[1], addr % elems.shape[1]]
+
+
+def _indirect_scatter(lay: Layout, values, what, add=False) -> None:
+    addr = _indirect_addresses(lay, what)
+    elems = _root_elements(lay)
+    rows, cols = addr // elems.shape[1], addr % elems.shape[1]
+    vals = np.broadcast_to(np.asarray(values), addr.shape)
+    if add:
+        vals = elems[rows, cols] + vals
+    elems[rows, cols] = vals  # a repeated offset keeps the last column's value
+
+
 def resolve_now(lay: Layout, what="dynamic view") -> np.ndarray:
-    """The values a dynamic view addresses now: a strided view (scalar offset) or a gathered copy (vector)."""
+    """The values a dynamic view addresses now: a strided view (scalar offset) or a gathered copy
+    (vector offsets, Tensor Indirection)."""
     if lay.dynamic is None:
         return strided_array(lay)
+    if lay.dynamic.kind == "indirect":
+        return _indirect_gather(lay, what)
     if lay.dynamic.kind == "scalar":
         shift = _scalar_shift(lay, what)
         check_layout(lay, what, shift)
@@ -417,7 +482,7 @@ def _share_hbm(view, root) -> None:
 @functools.cache
 def _dynamic_classes():
     """The tile and HBM tensor classes of dynamic views (made on first use: they subclass core's)."""
-    from .core import Access, HBMTensor, Tile
+    from .core import Access, HBMTensor, Tile, flush_pending
     from .indexing import Index
 
     class DynamicTile(Tile):
@@ -433,6 +498,25 @@ def _dynamic_classes():
         @data.setter
         def data(self, value):
             self._data = value
+
+        def _raw(self):
+            return self.data
+
+        def write_whole(self, values, add=False):
+            """An instruction's ``dst=`` write, through the offsets read now (a scatter for an
+            indirect view)."""
+            lay = self._layout
+            what = f"dynamic view of {_label(lay.root)}"
+            flush_pending()
+            _root_tile(self).own()
+            if lay.dynamic.kind == "indirect":
+                _indirect_scatter(lay, values, what, add)
+            else:
+                arr = resolve_now(lay, what)
+                if add:
+                    np.add(arr, values, out=arr)
+                else:
+                    np.copyto(arr, values)
 
     class DynamicHBMTensor(HBMTensor):
         """An HBM view whose offset (or per-partition offsets) are read when an instruction uses it."""
@@ -860,9 +944,37 @@ class NkiTensor(NKIObject):
     reinterpret_cast = view
 
     def indirect(self, index, num_elem=None):
-        """Tensor Indirection (NeuronCore-v4): not modelled by the simulator yet."""
-        raise NKIError("not modelled", "NkiTensor.indirect (Tensor Indirection, NeuronCore-v4) is not modelled by "
-                       "the simulator; the gather/scatter group size depends on the consuming engine")
+        """A Tensor Indirection view (NeuronCore-v4 and later) of shape ``(P, num_elem)``: column ``i``
+        is this tensor's column at free-dimension offset ``index[i % G, i // G]`` in every partition,
+        where ``G`` is the consuming engine's group size (16 on the Vector / Scalar / GpSimd engines,
+        32 on the Tensor engine). ``index`` is an SBUF integer tensor ``(P, K)`` with ``P`` this
+        tensor's partition count, read when an instruction uses the view; ``num_elem`` defaults to
+        ``index.size``. As an instruction's input it gathers, as its output it scatters."""
+        from .core import Tile
+        from .instructions import target as _target
+
+        what = "NkiTensor.indirect"
+        lay = layout_of(self)
+        if not lay.on_chip:
+            raise NKIError("indirect", f"{what}: Tensor Indirection views SBUF / PSUM tensors; {_label(lay.root)} "
+                           "is in HBM (use .ap(vector_offset=...) for an indirect DMA)")
+        _no_dynamic(lay, what)
+        _target.require("NkiTensor.indirect (Tensor Indirection)", _target.nc_version.gen4)
+        if not isinstance(index, Tile) or index.buffer.name != "sbuf" or len(index.shape) != 2:
+            raise NKIError("indirect", f"{what}: index must be a 2-D SBUF tensor (P, K) of offsets, got "
+                           f"{type(index).__name__} {getattr(index, 'shape', '')}")
+        if not np.issubdtype(index.dtype, np.integer):
+            raise NKIError("indirect", f"{what}: index has dtype {index.dtype}; offsets are integers")
+        if index.shape[0] != lay.shape[0]:
+            raise NKIError("indirect", f"{what}: index has {index.shape[0]} partitions, the tensor {lay.shape[0]}")
+        size = math.prod(index.shape)
+        n = size if num_elem is None else int(num_elem)
+        if not 1 <= n <= size:
+            raise NKIError("indirect", f"{what}: num_elem {n} must be in 1..{size} (index.size)")
+        pstride = lay.strides[0] if lay.shape[0] > 1 else _free_elems(lay.root, lay.dtype)
+        dyn = _Dynamic("indirect", index, 0, (lay.shape[1:], lay.strides[1:], lay.offset, pstride))
+        view = lay.replace(shape=(lay.shape[0], n), strides=(lay.strides[0], 0), dynamic=dyn, source=self)
+        return materialize(view, what)
 
 
 def _reshape_strided_hbm(t, shape, what):
