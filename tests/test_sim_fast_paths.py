@@ -336,3 +336,30 @@ def test_loop_carried_report_names_the_lines_of_the_dst_instructions():
     msg = str(e.value)
     assert e.value.rule == "loop_carried"
     assert f":{lines['READ']} in k" in msg and f":{lines['WRITE']} in k" in msg
+
+
+def test_block_tile_fill_is_skipped_only_for_blocks_written_whole():
+    """A block-dimension nl.ndarray tile assigned block by block skips the NaN fill of those blocks:
+    blocks written whole hold the data, a block written under a mask keeps NaN where the mask is
+    off, and a block never written reads back as NaN (uninit check off)."""
+    from nki_kernels.simulator import config
+
+    x = np.arange(4 * 128 * 64, dtype=np.float32).reshape(4, 128, 64)
+
+    @nki.jit
+    def k(x):
+        out = nl.ndarray((4, 128, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+        t = nl.ndarray((4, nl.par_dim(128), 64), dtype=nl.float32, buffer=nl.sbuf)
+        for b in nl.affine_range(2):
+            t[b] = nl.load(x[b])
+        i_p, i_f = nl.mgrid[0:128, 0:64]
+        t[2] = nl.copy(nl.load(x[2]), mask=(i_f < 32))  # an instruction under mask= writes only part
+        for b in nl.affine_range(4):
+            nl.store(out[b], value=nl.copy(t[b]))
+        return out
+
+    with config.override(uninit="off"):
+        got = k(x)
+    np.testing.assert_array_equal(got[:2], x[:2])
+    np.testing.assert_array_equal(got[2][:, :32], x[2][:, :32])
+    assert np.isnan(got[2][:, 32:]).all() and np.isnan(got[3]).all()

@@ -297,22 +297,34 @@ class Access(_InHBM, NkiTensor):
 # --------------------------------------------------------------------------
 # On-chip tiles
 # --------------------------------------------------------------------------
-def fill_sentinel(data, out=None):
+def fill_sentinel(data, written=(), pdim=0, out=None):
     """The deferred fill of never-written on-chip memory (see :func:`uninitialised_tile`): ``data``
-    (or ``out``, when the tile is computed straight into a destination) filled with the sentinel."""
-    target = data if out is None else out
-    target[...] = _memory.sentinel(target.dtype)
-    return target
+    filled with the sentinel, except the blocks in ``written`` (block indices of a block-dimension
+    tile written whole already); copied into ``out`` when the tile is computed straight into a
+    destination."""
+    fill = _memory.sentinel(data.dtype)
+    if written:
+        for b in np.ndindex(data.shape[:pdim]):
+            if b not in written:
+                data[b] = fill
+    else:
+        data[...] = fill
+    if out is None:
+        return data
+    out[...] = data
+    return out
 
 
 def uninitialised_tile(shape, dtype, buffer, pdim=0) -> "Tile":
     """A new ``nl.ndarray`` tile (not placed, one program). Its NaN (sentinel) fill is deferred like
     an element-wise op: the first read fills it, and an instruction writing the whole tile first
-    (a DMA into a fresh tile, a matmul's first result) skips the fill it would overwrite."""
+    (a DMA into a fresh tile, a matmul's first result) skips the fill it would overwrite, as does
+    an assignment of a whole block of a block-dimension tile for that block."""
     data = np.empty(shape, dtype) if _config.nan_fill else _memory.uninitialised(shape, dtype)
     tile = Tile(data, buffer, pdim)
     if _config.nan_fill:
-        tile._thunk = (fill_sentinel, (data,), data.shape, data.dtype)  # (not the program's pending op)
+        # (not the program's pending op: nothing reads this thunk's operands)
+        tile._thunk = (fill_sentinel, (data, set(), pdim), data.shape, data.dtype)
     return tile
 
 
@@ -529,7 +541,11 @@ class Tile(NkiTensor):
             col = self._as_column(key)  # a view of the now-private data
             col[key] = value
             return
-        self.own()
+        unfilled = self._unfilled_block(key, value)
+        if unfilled is None:
+            self.own()
+        else:
+            flush_pending()  # (own() would fill the blocks this assignment and later ones write whole)
         idx = resolve(self.shape, key, self.buffer.tile_label)
         m = self._mem
         if m is not None:
@@ -545,7 +561,7 @@ class Tile(NkiTensor):
                 _diag.on_read(value)
             src = dt.compute_view(value._raw())
             wrote = value._written
-        data = self._raw()
+        data = self._raw() if unfilled is None else self._data
         self._written = None
         if wrote is not None and wrote.size == math.prod(idx.out_shape) and not self.nb:
             # An instruction under mask= writes only the elements its mask selects: the rest of the
@@ -562,8 +578,27 @@ class Tile(NkiTensor):
         else:
             vals = _fit(_values(src, "value"), idx.out_shape, "tile assignment", self.buffer.region_label)
             idx.write(data, dt.cast(vals, data.dtype), what=self.buffer.tile_label)
+        if unfilled is not None:
+            written = self._thunk[1][1]
+            written.add(unfilled)
+            if len(written) == self.blocks():
+                self._thunk = None  # every block written whole: nothing left to fill
         if self._diag is not None or _diag.loops:
             _diag.on_write(self, idx, value)
+
+    def _unfilled_block(self, key, value):
+        """The block ``self[key] = value`` writes whole when this is a block-dimension tile whose
+        deferred fill is pending (that block then needs no fill), else None."""
+        thunk = self._thunk
+        if thunk is None or thunk[0] is not fill_sentinel or not self.pdim or self._parent is not None or self.nb:
+            return None
+        if isinstance(value, Tile) and value._written is not None:
+            return None  # a masked result writes only part of the block
+        parts = key if type(key) is tuple else (key,)
+        if len(parts) < self.pdim or any(not (k is Ellipsis or (type(k) is slice and k == slice(None)))
+                                         for k in parts[self.pdim:]):
+            return None
+        return _memory.block_index(self, key)
 
     def write_whole(self, values: np.ndarray, add: bool = False) -> None:
         """``self[...] = values`` for an array already of this tile's shape and dtype (the
