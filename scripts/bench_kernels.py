@@ -15,8 +15,11 @@ Rows:
 * the cost of one small instruction (``nl.add`` / ``nisa.tensor_tensor`` on 128x64
   tiles inside an affine loop): microseconds per instruction, no NumPy ratio.
 
-Each time is the best of ``--repeat`` runs after a warm-up; the ratio is simulator /
-NumPy (> 1: the simulator is slower). ``--quick`` runs small shapes once (a smoke test).
+Each time is the best of ``--repeat`` runs after a warm-up, the simulator's and NumPy's runs
+alternating (so both see the same machine load); the ratio is simulator / NumPy (> 1: the
+simulator is slower). ``--clock cpu`` times this process's CPU time instead of wall time (steadier
+on a shared, loaded machine); the table's title gives the clock and the load average.
+``--quick`` runs small shapes once (a smoke test).
 """
 
 from __future__ import annotations
@@ -337,15 +340,31 @@ def attention_pair(seqlen, d, backward):
 # ---------------------------------------------------------------------------
 # Driver
 # ---------------------------------------------------------------------------
+CLOCK = time.perf_counter  # or time.process_time (--clock cpu)
+
+
 def best_of(fn, repeat):
-    """(best wall time of ``fn()`` over ``repeat`` runs after a warm-up, the warm-up's result)."""
+    """(best time of ``fn()`` over ``repeat`` runs after a warm-up, the warm-up's result)."""
     result = fn()
     times = []
     for _ in range(repeat):
-        t0 = time.perf_counter()
+        t0 = CLOCK()
         fn()
-        times.append(time.perf_counter() - t0)
+        times.append(CLOCK() - t0)
     return min(times), result
+
+
+def best_of_pair(fns, repeat):
+    """Best times of each of ``fns`` over ``repeat`` rounds that run them in turn (after a warm-up
+    of each), and the warm-ups' results."""
+    results = [fn() for fn in fns]
+    times = [[] for _ in fns]
+    for _ in range(repeat):
+        for fn, ts in zip(fns, times):
+            t0 = CLOCK()
+            fn()
+            ts.append(CLOCK() - t0)
+    return [min(ts) for ts in times], results
 
 
 def workloads(quick):
@@ -392,7 +411,12 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=None, help="timed runs per measurement (default 3; 1 with --quick)")
     ap.add_argument("--only", action="append", metavar="TEXT", help="only rows whose name contains TEXT")
     ap.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
+    ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                    help="wall time (default) or this process's CPU time (steadier on a loaded machine)")
     args = ap.parse_args(argv)
+    global CLOCK
+    CLOCK = time.process_time if args.clock == "cpu" else time.perf_counter
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     repeat = args.repeat or (1 if args.quick else 3)
     console = Console(width=max(120, Console().width))
     rows = [r for r in workloads(args.quick) if not args.only or any(s in r[0] for s in args.only)]
@@ -401,8 +425,7 @@ def main(argv=None) -> int:
         task = progress.add_task("benchmarking", total=len(rows) + 1)
         for name, group, workload, sim, ref in rows:
             progress.update(task, description=f"{name} {workload}")
-            t_sim, got = best_of(sim, repeat)
-            t_ref, want = best_of(ref, repeat)
+            (t_sim, t_ref), (got, want) = best_of_pair((sim, ref), repeat)
             err = float(np.max(np.abs(np.asarray(got, np.float64) - want)) / max(1.0, float(np.max(np.abs(want)))))
             results.append({"name": name, "group": group, "workload": workload, "sim_ms": t_sim * 1e3,
                             "numpy_ms": t_ref * 1e3, "ratio": t_sim / t_ref, "max_rel_err": err})
@@ -410,7 +433,9 @@ def main(argv=None) -> int:
         progress.update(task, description="per-instruction cost")
         instr = per_instruction(args.quick)
         progress.advance(task)
-    table = Table(title=f"Simulator vs NumPy, best of {repeat} (> 1: simulator slower)")
+    load_end = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    table = Table(title=f"Simulator vs NumPy, best of {repeat}, {args.clock} time, load average "
+                        f"{load:.1f} -> {load_end:.1f} on {os.cpu_count()} CPUs (> 1: simulator slower)")
     for col, just in (("kernel", "left"), ("workload", "left"), ("simulator ms", "right"),
                       ("numpy ms", "right"), ("ratio", "right"), ("max rel err", "right")):
         table.add_column(col, justify=just, no_wrap=True)
@@ -430,7 +455,8 @@ def main(argv=None) -> int:
         console.print(f"[red]wrong results: {', '.join(bad)}[/red]")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"kernels": results, "per_instruction": instr}, f, indent=1)
+            json.dump({"clock": args.clock, "load_average": [load, load_end], "kernels": results,
+                   "per_instruction": instr}, f, indent=1)
     return 1 if bad else 0
 
 

@@ -11,9 +11,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def test_bench_kernels_quick_matches_numpy(tmp_path):
     out = tmp_path / "bench.json"
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "bench_kernels.py"), "--quick",
-                           "--json", str(out)], capture_output=True, text=True, timeout=600)
+                           "--clock", "cpu", "--json", str(out)], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     data = json.loads(out.read_text())
+    assert data["clock"] == "cpu" and len(data["load_average"]) == 2
     names = {r["name"] for r in data["kernels"]}
     for style in ("tiled", "hoisted", "block_free", "optimised"):
         assert {f"matmul {style} gen1", f"matmul {style} standalone"} <= names
