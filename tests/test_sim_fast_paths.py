@@ -165,31 +165,22 @@ def test_matmul_accumulation_in_place_is_fp32_sequential_sums_bit_for_bit():
         want = want + lhsT[k * 128:(k + 1) * 128].T @ rhs[k * 128:(k + 1) * 128]
 
     @nki2.jit
-    def k2(lhsT, rhs):
-        out = nl2.ndarray((128, 512), dtype=nl2.float32, buffer=nl2.shared_hbm)
+    def k2(lhsT, rhs, view):
+        out = nl2.ndarray((128, 1024), dtype=nl2.float32, buffer=nl2.shared_hbm)
+        wide = nl2.ndarray((128, 1024), dtype=nl2.float32, buffer=nl2.psum)
         acc = nl2.ndarray((128, 512), dtype=nl2.float32, buffer=nl2.psum)
         for k in nl2.affine_range(4):
             a = nl2.ndarray((128, 128), dtype=nl2.float32, buffer=nl2.sbuf)
             b = nl2.ndarray((128, 512), dtype=nl2.float32, buffer=nl2.sbuf)
             nisa2.dma_copy(dst=a, src=lhsT[k * 128:(k + 1) * 128, :])
             nisa2.dma_copy(dst=b, src=rhs[k * 128:(k + 1) * 128, :])
-            nisa2.nc_matmul(dst=acc, stationary=a, moving=b)
-        res = nl2.ndarray((128, 512), dtype=nl2.float32, buffer=nl2.sbuf)
-        nisa2.tensor_copy(dst=res, src=acc)
-        nisa2.dma_copy(dst=out, src=res)
-        return out
-
-    @nki2.jit
-    def k2_view(lhsT, rhs):
-        out = nl2.ndarray((128, 1024), dtype=nl2.float32, buffer=nl2.shared_hbm)
-        wide = nl2.ndarray((128, 1024), dtype=nl2.float32, buffer=nl2.psum)
-        a = nl2.ndarray((128, 128), dtype=nl2.float32, buffer=nl2.sbuf)
-        b = nl2.ndarray((128, 512), dtype=nl2.float32, buffer=nl2.sbuf)
-        for k in nl2.sequential_range(4):
-            nisa2.dma_copy(dst=a, src=lhsT[k * 128:(k + 1) * 128, :])
-            nisa2.dma_copy(dst=b, src=rhs[k * 128:(k + 1) * 128, :])
-            nisa2.nc_matmul(dst=wide[:, 512:1024], stationary=a, moving=b)
-            nisa2.nc_matmul(dst=wide[:, 0:512], stationary=a, moving=b, accumulate=False)
+            nisa2.nc_matmul(dst=wide[:, 512:1024] if view else acc, stationary=a, moving=b)
+        last = nl2.ndarray((128, 128), dtype=nl2.float32, buffer=nl2.sbuf)
+        nisa2.dma_copy(dst=last, src=lhsT[384:512, :])
+        nisa2.dma_copy(dst=b, src=rhs[384:512, :])
+        nisa2.nc_matmul(dst=wide[:, 0:512], stationary=last, moving=b, accumulate=False)
+        if not view:
+            nisa2.tensor_copy(dst=wide[:, 512:1024], src=acc)
         res = nl2.ndarray((128, 1024), dtype=nl2.float32, buffer=nl2.sbuf)
         nisa2.tensor_copy(dst=res, src=wide)
         nisa2.dma_copy(dst=out, src=res)
@@ -204,11 +195,11 @@ def test_matmul_accumulation_in_place_is_fp32_sequential_sums_bit_for_bit():
         nl.store(out, value=nl.copy(acc))
         return out
 
-    np.testing.assert_array_equal(k2(lhsT, rhs), want)
     np.testing.assert_array_equal(k1(lhsT, rhs), want)
-    got = k2_view(lhsT, rhs)
-    np.testing.assert_array_equal(got[:, 512:], want)
-    np.testing.assert_array_equal(got[:, :512], lhsT[384:].T @ rhs[384:])
+    for view in (False, True):
+        got = k2(lhsT, rhs, view)
+        np.testing.assert_array_equal(got[:, 512:], want)
+        np.testing.assert_array_equal(got[:, :512], lhsT[384:].T @ rhs[384:])
 
 
 @pytest.mark.parametrize("dtype", [np.float32, "bfloat16"])
