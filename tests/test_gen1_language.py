@@ -457,27 +457,33 @@ def test_loop_reduce_accumulates_into_the_assigned_tile_across_iterations(op, re
     np.testing.assert_allclose(k(x), want, rtol=1e-5, atol=1e-5)
 
 
-def test_standalone_tensor_copy_takes_the_tutorials_dtype_keyword_when_it_matches_dst():
+def test_standalone_tensor_copy_casts_through_the_tutorials_dtype_keyword():
+    # The official matmul tutorial (hoist_load) copies PSUM into an fp32 SBUF tile with
+    # dtype=<bf16 output dtype>, then DMAs that tile into a bf16 output: dtype= is a cast on the
+    # way, dst keeps its own dtype.
     from nki_kernels.simulator.standalone import isa as nisa2
     from nki_kernels.simulator.standalone import language as nl2
 
     x = RNG.standard_normal((128, 64)).astype(np.float32)
 
-    def kernel(dtype_kw):
+    def kernel(dst_dtype, dtype_kw):
         @nki.jit
         def k(a):
             t = nl2.ndarray((128, 64), nl2.float32, buffer=nl2.sbuf)
             nisa2.dma_copy(dst=t, src=a)
-            d = nl2.ndarray((128, 64), nl2.bfloat16, buffer=nl2.sbuf)
+            d = nl2.ndarray((128, 64), dst_dtype, buffer=nl2.sbuf)
             nisa2.tensor_copy(dst=d, src=t, dtype=dtype_kw)
-            out = nl2.ndarray((128, 64), nl2.bfloat16, buffer=nl2.shared_hbm)
+            out = nl2.ndarray((128, 64), dst_dtype, buffer=nl2.shared_hbm)
             nisa2.dma_copy(dst=out, src=d)
             return out
         return k
 
-    np.testing.assert_array_equal(kernel(nl2.bfloat16)(x), x.astype(ml_dtypes.bfloat16))
-    with pytest.raises(NKIError, match="dtype"):
-        kernel(nl2.float16)(x)  # planted: dtype= contradicting dst
+    bf16 = x.astype(ml_dtypes.bfloat16)
+    np.testing.assert_array_equal(kernel(nl2.bfloat16, nl2.bfloat16)(x), bf16)
+    got = kernel(nl2.float32, nl2.bfloat16)(x)  # the tutorial's call: fp32 dst, bf16 dtype=
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got, bf16.astype(np.float32))
+    np.testing.assert_array_equal(kernel(nl2.float32, None)(x), x)  # without dtype=: bit-exact
 
 
 def test_a_masked_instruction_leaves_the_destinations_masked_off_elements_alone():

@@ -453,19 +453,17 @@ def tensor_copy(dst, src, engine=_engine.unknown, name=None, *, dtype=None):
 
     Same dtype: a bit-exact copy; different dtypes: through fp32. ``dst`` has
     ``src``'s partition size and elements per partition. GpSimd cannot access PSUM.
-    ``dtype=`` (the first generation's keyword, still passed by the official matmul tutorial)
-    must name ``dst``'s dtype: ``dst`` decides the result type.
+    ``dtype=`` is the first generation's keyword, still passed by the official matmul tutorial
+    (``tensor_copy(dst=fp32_tile, src=psum, dtype=bf16_output.dtype)``): the values are cast to it
+    on the way, then written as ``dst.dtype``, so ``dst`` decides the stored type.
     (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/generated/nki.isa.tensor_copy.html)
     """
 
     d = check_dst(dst, "tensor_copy")
-    if dtype is not None and dt.as_dtype(dtype) != d.dtype:
-        raise NKIError("dtype", f"nisa.tensor_copy: dtype={dt.as_dtype(dtype)} differs from dst's dtype {d.dtype}; "
-                       "the copy writes dst's dtype (drop dtype= or allocate dst with it)")
     no_gpsimd_psum(engine_name(engine), "tensor_copy", src, d)
     x = _gen1()._tile(src, "src", "tensor_copy")
     with scratch():
-        res = _gen1().tensor_copy(x, dtype=d.dtype)
+        res = _gen1().tensor_copy(x, dtype=d.dtype if dtype is None else dt.as_dtype(dtype))
     write(d, res.data, "tensor_copy", f"source (shape {x.shape})")
 
 
