@@ -172,3 +172,62 @@ def test_matmuls_into_column_groups_of_a_placed_psum_tensor_each_overwrite_their
     for b in range(2):
         want = np.concatenate([kt[b][:, i::groups].astype(np.float64).T @ q[b] for i in range(groups)], axis=1)
         np.testing.assert_allclose(got[b], want, rtol=1e-5, atol=1e-4)
+
+
+# ---------------------------------------------------------------------------
+# reusing the bytes of a dead placed tensor (nki-library's SbufManager stack after close_scope)
+# ---------------------------------------------------------------------------
+def _reuse_kernel(read_a_late):
+    @nki.jit
+    def k(x):
+        out = nl.ndarray((128, 20), dtype=nl.float32, buffer=nl.shared_hbm)
+        a = nl.ndarray((128, 20), dtype=nl.float32, buffer=nl.sbuf, address=(0, 0))
+        nisa.memset(a, 1.0)
+        b = nl.ndarray((128, 20), dtype=nl.float32, buffer=nl.sbuf, address=(0, 4096))
+        nisa.tensor_copy(b, a)  # a's last use unless read_a_late
+        c = nl.ndarray((128, 20), dtype=nl.float32, buffer=nl.sbuf, address=(0, 0))  # a's bytes
+        nisa.dma_copy(c, x)
+        nisa.tensor_tensor(b, b, a if read_a_late else c, nl.add)
+        nisa.dma_copy(out, b)
+        return out
+
+    return k
+
+
+def test_a_tensor_placed_over_a_dead_ones_bytes_is_no_conflict():
+    x = np.arange(2560, dtype=np.float32).reshape(128, 20)
+    np.testing.assert_array_equal(nki.simulate(_reuse_kernel(False))(x), x + 1)
+
+
+def test_a_tensor_placed_over_a_live_ones_bytes_is_a_conflict():
+    x = np.arange(2560, dtype=np.float32).reshape(128, 20)
+    with pytest.raises(NKIError, match="allocation conflict"):
+        nki.simulate(_reuse_kernel(True))(x)
+
+
+def _transpose_through_psum(x_hbm, dst_sb):
+    x_sb = nl.ndarray((20, 128), dtype=nl.bfloat16, buffer=nl.sbuf, address=(0, 0))
+    nisa.dma_copy(x_sb, x_hbm)
+    tp = nl.ndarray((128, 20), dtype=nl.bfloat16, buffer=nl.psum, address=(0, 0))
+    nisa.nc_transpose(tp, x_sb)
+    nisa.tensor_copy(dst_sb, tp)
+
+
+def test_psum_transposes_placed_at_one_address_one_after_another():
+    # nki-library attention_tkg _apply_rope: the same (0, 0) SBUF / PSUM addresses for q's and k's transposes
+    @nki.jit
+    def k(q, kk):
+        out = nl.ndarray((2, 128, 20), dtype=nl.float32, buffer=nl.shared_hbm)
+        a = nl.ndarray((128, 20), dtype=nl.float32, buffer=nl.sbuf, address=(0, 4096))
+        b = nl.ndarray((128, 20), dtype=nl.float32, buffer=nl.sbuf, address=(0, 8192))
+        _transpose_through_psum(q, a)
+        _transpose_through_psum(kk, b)
+        nisa.dma_copy(out[0], a)
+        nisa.dma_copy(out[1], b)
+        return out
+
+    rng = np.random.default_rng(5)
+    q, kk = (rng.standard_normal((20, 128)).astype(nl.bfloat16) for _ in range(2))
+    got = nki.simulate(k)(q, kk)
+    np.testing.assert_array_equal(got[0], q.T.astype(np.float32))
+    np.testing.assert_array_equal(got[1], kk.T.astype(np.float32))

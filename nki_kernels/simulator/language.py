@@ -458,8 +458,7 @@ def _placed(shape, pdim, dtype, buffer, placement, fill, name, prog):
         tile._thunk = (_memory.whole_block_tensor, (), shape, dtype)
         rec = tile._mem
         rec.place, rec.tiles = blocks, {}
-    if name:
-        rec.name = name
+    _memory.declared(rec, name)  # never taken for the result of the instruction counted just before
     if fill is not None:
         for b in (blocks or ((),)):
             tile[b + (...,)] = fill

@@ -399,7 +399,10 @@ def wrote_dst(rec, prog) -> None:
     m = prog.mem
     r = m.last_result
     if r is not None and r.first == m.ic - 1:
-        # the instruction just counted wrote its result r (or a side output such as reduce_res=)
+        # the instruction just counted wrote its result r (or a side output such as reduce_res=);
+        # once: the next dst= instruction is a new one (nki-library: a DMA into a fresh tensor, then
+        # instructions writing other tensors placed over dead ones' bytes)
+        m.last_result = None
         m.wrote(rec, m.ic - 1)
         return
     m.wrote(rec, m.ic)
@@ -410,6 +413,7 @@ def slot_done(prog) -> None:
     """An instruction that writes its ``dst=`` ended (its result is no new tile)."""
     _ended(prog.mem)
     prog.mem.fresh = False
+    prog.mem.last_result = None  # a dst= tensor allocated in the slot is no result a later write moves
 
 
 def _ended(m) -> None:
