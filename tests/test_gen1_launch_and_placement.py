@@ -107,3 +107,30 @@ def test_the_same_pipeline_without_precise_schedule_is_a_loop_carried_dependency
     x = RNG.standard_normal((6, 128, 4)).astype(np.float32)
     with pytest.raises(NKIError, match="loop_carried"):  # planted bug: plain affine_range iterations are independent
         _pipelined(x, False)
+
+
+def test_loop_reduce_into_a_placed_sbuf_tensor_needs_no_tile_of_its_own():
+    # The contributed pipelined attention: mm2_sbuf[g] = nl.loop_reduce(mm2_psum[g, i], np.add, [i]) in a
+    # kernel whose SBUF tensors are all placed by hand (no automatically allocated result tile allowed).
+    a = RNG.standard_normal((128, 3 * 128)).astype(np.float32)
+    b = RNG.standard_normal((128, 3 * 64)).astype(np.float32)
+
+    @nki.jit
+    def k(x, y):
+        xs = nl.ndarray((3, nl.par_dim(128), 128), nl.float32, buffer=ncc.sbuf.mod_alloc(base_addr=0, num_free_tiles=(2,)))
+        ys = nl.ndarray((3, nl.par_dim(128), 64), nl.float32, buffer=ncc.sbuf.mod_alloc(base_addr=1024, num_free_tiles=(2,)))
+        acc = nl.ndarray((nl.par_dim(128), 64), nl.float32, buffer=ncc.sbuf.mod_alloc(base_addr=2048))
+        ps = nl.ndarray((3, nl.par_dim(128), 64), nl.float32, buffer=ncc.psum.mod_alloc(base_bank=0, num_bank_tiles=(2,)))
+        out = nl.ndarray((128, 64), nl.float32, buffer=nl.shared_hbm)
+        acc[...] = 0.0
+        for i in nl.affine_range(3):
+            xs[i] = nl.load(x[:, i * 128:(i + 1) * 128])
+            ys[i] = nl.load(y[:, i * 64:(i + 1) * 64])
+            ps[i] = nisa.nc_matmul(xs[i], ys[i])
+            acc[...] = nl.loop_reduce(ps[i], np.add, loop_indices=[i], name="acc")
+        nl.store(out, acc)
+        return out
+
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    want = sum(a64[:, i * 128:(i + 1) * 128].T @ b64[:, i * 64:(i + 1) * 64] for i in range(3))
+    np.testing.assert_allclose(k(a, b), want, rtol=1e-4, atol=1e-4)

@@ -1052,7 +1052,14 @@ def loop_reduce(x, op, loop_indices, *, dtype=None, mask=None, name=""):
                        "nl.maximum, ...)")
     if not isinstance(loop_indices, (tuple, list)):
         loop_indices = (loop_indices,)
-    r = copy(x, dtype=dtype, mask=mask)
+    if dtype is None and mask is None:
+        # The reduction reads x and writes the tile it is assigned into: one instruction, no result tile
+        # of its own (a copy would be an automatically allocated SBUF tile, which a kernel placing its
+        # SBUF tensors by hand, as the contributed pipelined attention does, cannot have).
+        x = _need_tile(x, "x", "nl.loop_reduce")
+        r = Tile(np.array(x.data), x.buffer, parent=x)
+    else:
+        r = copy(x, dtype=dtype, mask=mask)
     r.__class__ = _loop_reduced(name)
     return r
 
