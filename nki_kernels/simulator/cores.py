@@ -17,7 +17,9 @@ and its kernel source line (or where a finished worker returned).
 
 Barriers order HBM accesses for the race checker: each core counts the barriers it has
 passed on a tensor's memory; two cores' accesses with different counts are ordered by a
-barrier, equal counts are concurrent.
+barrier, equal counts are concurrent. Two cores' concurrent writes to the same elements are
+still benign when each core's last write there stores the same value (any interleaving ends
+with it): at the end of each turn a core's final values are recorded for that comparison.
 """
 
 from __future__ import annotations
