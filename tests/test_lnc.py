@@ -659,3 +659,28 @@ def test_interrupting_the_launching_thread_stops_the_cores():
         time.sleep(0.01)
     assert not any(t.name.startswith("nki core") for t in threading.enumerate())
     assert started == [0]
+
+
+@nki.jit
+def two_cores_over_sbuf(x):
+    out = nl.ndarray((128, 8), dtype=x.dtype, buffer=nl.shared_hbm)
+    a = nl.ndarray((128, 30000), dtype=nl.float32, buffer=nl.sbuf)
+    b = nl.ndarray((128, 30000), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.memset(dst=a, value=1.0)
+    nisa.memset(dst=b, value=2.0)
+    nisa.tensor_tensor(dst=a, data1=a, data2=b, op=nl.add)
+    c = nl.ndarray((128, 8), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=c, src=a[:, 0:8])
+    h = nl.program_id(0) * 64
+    nisa.dma_copy(dst=out[h:h + 64, :], src=c[0:64, :])
+    return out  # RETURN
+
+
+def test_end_of_program_report_on_a_core_names_the_kernel_not_threading():
+    # 2 x 120000 B/partition of SBUF live at once: the capacity check runs after the kernel returned,
+    # in the core's thread; the report points at the kernel's return line.
+    with pytest.raises(NKIError, match=r"\[SBUF capacity\]") as e:
+        two_cores_over_sbuf[2](np.zeros((128, 8), np.float32))
+    msg = str(e.value)
+    assert "threading.py" not in msg
+    assert f"test_lnc.py:{line_of(two_cores_over_sbuf, '# RETURN')} in two_cores_over_sbuf" in msg

@@ -36,7 +36,7 @@ from . import dtypes as dt
 from . import profile as _prof
 from .core import (Access, HBMTensor, Program, Tile, current_or_none, flush_pending, private_hbm, sbuf,
                    set_current)
-from .errors import NKIError, NotBatchable
+from .errors import NKIError, NotBatchable, thread_where
 from .instructions import target as _target
 
 _worker_tls = threading.local()
@@ -244,6 +244,8 @@ class Group:
                     prog.worker = w
                     set_current(prog)
                     w.result = self.kernel.func(*w.args, **w.kwargs)
+                    # end-of-program reports (placement, capacity) run outside the kernel's frames
+                    thread_where.fallback = w.returned_at
                     # live ranges, capacity, placement; no rerun to name lines (it would repeat the
                     # program's sendrecv / barrier / collective calls without its peers)
                     prog.finish()
@@ -259,6 +261,7 @@ class Group:
         finally:
             sys.settrace(None)
             set_current(None)
+            thread_where.fallback = None
             with self.cv:
                 w.status = "done"
                 if self.failure is None:

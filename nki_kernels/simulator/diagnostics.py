@@ -31,7 +31,7 @@ import threading
 import numpy as np
 
 from . import config
-from .errors import NKIError
+from .errors import _THREADING_FILE, NKIError, thread_where
 from .index_expr import Mask
 
 _current_or_none = None  # core.current_or_none, bound on first use (core imports this module)
@@ -53,11 +53,11 @@ def where(depth: int = 1):
         fn = f.f_code.co_filename
         sim = _is_sim_file.get(fn)
         if sim is None:
-            sim = _is_sim_file[fn] = os.path.abspath(fn).startswith(_SIM_DIR)
+            sim = _is_sim_file[fn] = os.path.abspath(fn).startswith(_SIM_DIR) or fn == _THREADING_FILE
         if not sim:
             return (fn, f.f_lineno, f.f_code.co_name)
         f = f.f_back
-    return ("<unknown>", 0, "?")
+    return thread_where.fallback or ("<unknown>", 0, "?")  # (a core's thread: its kernel's return)
 
 
 class _InstructionWhere(threading.local):

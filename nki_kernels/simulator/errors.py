@@ -4,8 +4,21 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 
 _SIM_DIR = os.path.dirname(os.path.abspath(__file__))
+_THREADING_FILE = threading.__file__
+
+
+class _ThreadWhere(threading.local):
+    """Per thread: the ``(file, line, function)`` to report when no kernel frame is on the stack (a
+    simulated core's thread sets its kernel's return line once the kernel returned, so end-of-program
+    reports do not point into ``threading.py``)."""
+
+    fallback = None
+
+
+thread_where = _ThreadWhere()
 
 
 class NKIError(ValueError):
@@ -27,10 +40,11 @@ def kernel_location() -> str:
     frame = sys._getframe(1)
     while frame is not None:
         fname = os.path.abspath(frame.f_code.co_filename)
-        if not fname.startswith(_SIM_DIR):
+        if not fname.startswith(_SIM_DIR) and frame.f_code.co_filename != _THREADING_FILE:
             return f"{frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}"
         frame = frame.f_back
-    return "<unknown>"
+    fb = thread_where.fallback
+    return f"{fb[0]}:{fb[1]} in {fb[2]}" if fb else "<unknown>"
 
 
 class NotBatchable(Exception):
