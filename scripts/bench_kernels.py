@@ -1,6 +1,6 @@
 """Loop-heavy kernels on the simulator against the same computation in NumPy, in one process.
 
-    python scripts/bench_kernels.py [--quick] [--repeat N] [--only NAME] [--json PATH]
+    python scripts/bench_kernels.py [--quick] [--repeat N] [--only NAME] [--clock wall|cpu] [--json PATH]
 
 Rows:
 
