@@ -188,8 +188,14 @@ def _deferred(fn, args, dtype, mask, engine):
     if not isinstance(fn, np.ufunc) or _prof._recorder is not None:
         return None
     a0 = args[0]
-    if type(a0) is np.ndarray and builtins.all(type(a) is np.ndarray and a.shape == a0.shape and a.dtype == a0.dtype
-                                               for a in args):
+    if len(args) == 2:
+        a1 = args[1]
+        plain = (type(a0) is np.ndarray and type(a1) is np.ndarray and a1.shape == a0.shape
+                 and a1.dtype == a0.dtype)
+    else:
+        plain = type(a0) is np.ndarray and builtins.all(type(a) is np.ndarray and a.shape == a0.shape
+                                                         and a.dtype == a0.dtype for a in args)
+    if plain:
         shape, rtype = a0.shape, a0.dtype  # (the common case, without NumPy's general promotion)
     else:
         shape, rtype = np.broadcast_shapes(*(np.shape(a) for a in args)), np.result_type(*args)

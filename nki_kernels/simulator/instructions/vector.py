@@ -484,20 +484,22 @@ def tensor_tensor(dst, data1, data2, op, engine=_engine.unknown, name=None):
     """
 
     d = check_dst(dst, "tensor_tensor")
-    a = _gen1()._tile(data1, "data1", "tensor_tensor")
-    b = _gen1()._tile(data2, "data2", "tensor_tensor")
-    if a.shape[0] != b.shape[0] or per_partition(a.shape) != per_partition(b.shape):
+    gen1 = _gen1()
+    a = gen1._tile(data1, "data1", "tensor_tensor")
+    b = gen1._tile(data2, "data2", "tensor_tensor")
+    ash, bsh = a.shape, b.shape
+    if ash != bsh and (ash[0] != bsh[0] or per_partition(ash) != per_partition(bsh)):
         raise NKIError("operand shapes", f"nisa.tensor_tensor: data1 {a.shape} and data2 {b.shape} need the same "
                        "partition size and the same number of elements per partition (use nisa.tensor_scalar "
                        "to broadcast a [P, 1] operand)")
     fn = alu(op)
-    if fn is np.power or engine_name(engine) == "GpSimd":
+    if fn is np.power or (engine is not _engine.unknown and engine_name(engine) == "GpSimd"):
         no_gpsimd_psum("GpSimd", "tensor_tensor", a, b, d)
     cdt = _compute_dtype(d, a, b)
     if cdt is not None and (a.buffer is not psum or b.buffer is not psum):
         # fp32 math, as the first generation's nisa.tensor_tensor computes it, without its result tile
         bv = dt.compute_view(b.data)
-        vals = dt.cast(fn(dt.compute_view(a.data), bv if b.shape == a.shape else bv.reshape(a.shape)), cdt)
+        vals = dt.cast(fn(dt.compute_view(a.data), bv if bsh == ash else bv.reshape(ash)), cdt)
         _prof.instruction("Vector", vals)
         write(d, vals, "tensor_tensor")
         return
