@@ -7,7 +7,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from nki_kernels.simulator import NKIError
+from nki_kernels.simulator import NKIError, config
 from nki_kernels.simulator import dtypes as dt
 from nki_kernels.simulator import standalone as nki
 from nki_kernels.simulator.instructions import mx, target
@@ -267,3 +267,27 @@ def test_nc_matmul_mx_tiling_rules():
             nki.simulate(k)(a, pos=(16, 0), size=(32, 128))
         with pytest.raises(NKIError, match="even"):
             nki.simulate(k)(a, m=3)
+
+
+def test_quantize_mx_into_a_fresh_packed_tile_read_back_whole():
+    # A packed MX nl.ndarray tile gets the never-written fill (all-zero records; NaN cannot be
+    # assigned to a packed element) when only part of it is written before the whole is read.
+    @nki.jit
+    def half(x):
+        P, F = x.shape
+        t = nl.ndarray(x.shape, dtype=nl.bfloat16, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        q = nl.ndarray((P, F // 4), dtype=nl.float8_e4m3fn_x4, buffer=nl.sbuf)
+        s = nl.zeros((P, F // 4), dtype=nl.uint8, buffer=nl.sbuf)
+        nisa.quantize_mx(dst=q[:, 0:F // 8], src=t[:, 0:F // 2], dst_scale=s[:, 0:F // 8])
+        out = nl.ndarray((P, F // 4), dtype=nl.float8_e4m3fn_x4, buffer=nl.shared_hbm)
+        nisa.dma_copy(dst=out, src=q)
+        return out
+
+    x = _mixed(32, 64)
+    with target.use("gen4"), config.override(uninit="off"):
+        got = nki.simulate(half)(x)
+    want, _ = mx_reference(x[:, :32].astype(np.float32), *ELEM["e4m3"][:2])
+    np.testing.assert_array_equal(dt.unpack_x4(got[:, :8]).astype(ml_dtypes.float8_e4m3fn).view(np.uint8),
+                                  want.view(np.uint8))
+    assert (got[:, 8:].view(np.uint8) == 0).all()

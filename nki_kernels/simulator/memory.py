@@ -80,6 +80,8 @@ def uninitialised(shape, dtype) -> np.ndarray:
 def sentinel(dtype):
     """The fill value of never-written memory of ``dtype``."""
     dtype = np.dtype(dtype)
+    if dtype.fields is not None:  # packed MX elements: all-zero bytes (NaN does not assign to a record)
+        return np.zeros((), dtype)[()]
     if dtype == np.bool_:
         return True
     if np.issubdtype(dtype, np.integer):
