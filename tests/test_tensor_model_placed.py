@@ -231,3 +231,23 @@ def test_psum_transposes_placed_at_one_address_one_after_another():
     got = nki.simulate(k)(q, kk)
     np.testing.assert_array_equal(got[0], q.T.astype(np.float32))
     np.testing.assert_array_equal(got[1], kk.T.astype(np.float32))
+
+
+def test_views_of_a_broadcast_view_stay_views():
+    t = Tile(np.arange(8, dtype=np.float32).reshape(8, 1), sbuf)
+    b = nl.broadcast_to(t, (8, 4))
+    v = b.slice(1, 0, 2)
+    assert v.get_pattern() == [[1, 8], [0, 2]]
+    np.testing.assert_array_equal(v.data, np.repeat(t.data, 2, axis=1))
+
+
+def test_a_view_made_before_its_root_took_a_private_copy_writes_into_the_copy():
+    src = np.arange(4 * 6, dtype=np.float32).reshape(4, 6)
+    src.flags.writeable = False  # a tile that still views read-only memory (copy-on-write)
+    t = Tile(src, sbuf)
+    r = t.reshape((4, 2, 3))  # made while t has no private memory yet
+    nisa.memset(dst=r.ap([[6, 4], [3, 2], [1, 1]], offset=2), value=-1.0)
+    want = np.arange(24, dtype=np.float32).reshape(4, 6)
+    want[:, [2, 5]] = -1.0
+    np.testing.assert_array_equal(t.data, want)
+    np.testing.assert_array_equal(src, np.arange(24, dtype=np.float32).reshape(4, 6))  # the original untouched

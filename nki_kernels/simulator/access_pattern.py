@@ -162,7 +162,7 @@ def layout_of(t) -> Layout:
                 _rows(root)
             except NKIError:  # a private array without per-partition storage (no other view sees it yet)
                 root.data = np.ascontiguousarray(root.data)
-        elif not t._raw().flags.writeable:
+        elif getattr(t, "_review", None) is not None and not np.may_share_memory(t._raw(), root._raw()):
             t.own()  # a view made before its root took its private copy: derived again from the copy
         arr = t.data
     elif isinstance(t, HBMTensor):
