@@ -43,3 +43,33 @@ def test_a_masked_result_assigned_into_a_tile_leaves_the_masked_off_elements(nam
     want = ref(x.astype(np.float64))
     want = np.where(np.arange(128)[:, None] < 64, want, FILL)
     np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_a_functional_result_assigned_into_a_placed_tensor_is_written_there(masked):
+    # A kernel placing all its SBUF tensors by hand (the contributed pipelined attention:
+    # div_25_sbuf[ip, g] = nisa.reciprocal(running_sum[ip, g])) has no automatically allocated result tile.
+    from nki_kernels.simulator.nki import compiler as ncc
+
+    x = RNG.uniform(0.5, 2.0, (128, 8)).astype(np.float32)
+
+    @nki.jit
+    def k(a):
+        t = nl.ndarray((128, 8), nl.float32, buffer=ncc.sbuf.mod_alloc(base_addr=0))
+        d = nl.ndarray((128, 8), nl.float32, buffer=ncc.sbuf.mod_alloc(base_addr=64))
+        s = nl.ndarray((128, 8), nl.float32, buffer=ncc.sbuf.mod_alloc(base_addr=128))
+        out = nl.ndarray((2, 128, 8), nl.float32, buffer=nl.shared_hbm)
+        t[...] = nl.load(a)
+        d[...] = nisa.memset((128, 8), FILL, nl.float32)
+        ip = nl.arange(128)[:, None]
+        d[...] = nisa.reciprocal(t, mask=(ip < 64) if masked else None)
+        s[...] = nisa.scalar_tensor_tensor(data=t, op0=np.multiply, operand0=2.0, op1=np.add, operand1=d)
+        nl.store(out[0], d)
+        nl.store(out[1], s)
+        return out
+
+    rows = np.arange(128)[:, None] < (64 if masked else 128)
+    rec = np.where(rows, 1.0 / x.astype(np.float64), FILL)
+    got = k(x)
+    np.testing.assert_allclose(got[0], rec, rtol=1e-6)
+    np.testing.assert_allclose(got[1], 2.0 * x + rec, rtol=1e-6)

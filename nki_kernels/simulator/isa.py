@@ -12,6 +12,7 @@ import numpy as _np
 from . import diagnostics as _diag
 from . import dtypes as _dt
 from . import language as _nl
+from . import memory as _memory
 from . import profile as _prof
 from .core import PMAX as _PMAX, Access as _Access, HBMTensor as _HBMTensor, Tile as _Tile
 from .core import psum as _psum, sbuf as _sbuf
@@ -376,15 +377,14 @@ def _functional(shape, dtype, mask, run, buffer=_sbuf):
     """A new result tile of ``shape`` / ``dtype`` written by ``run(dst)``; elements outside the
     first generation's ``mask`` stay zero."""
     out = _ops.new_tile(shape, dtype, buffer)
-    if mask is None:
-        run(out)
-        return out
-    tmp = _ops.new_tile(shape, dtype, buffer)
-    run(tmp)
-    keep = _full_mask(mask, tuple(shape))
-    out.data[...] = tmp.data if keep is None else _np.where(keep, tmp.data, out.data)
-    if keep is not None:  # assigned into a destination, it writes only the selected elements (as nl ops do)
-        out._written = _np.broadcast_to(keep, out.shape)
+    run(out)
+    prog = _current_or_none()
+    if prog is not None and out._mem is not None:
+        _memory.functional_result(out._mem, prog)  # `t[...] = nisa.reciprocal(...)`: the instruction writes t
+    keep = None if mask is None else _full_mask(mask, tuple(shape))
+    if keep is not None:
+        out.data[...] = _np.where(keep, out.data, _np.zeros((), out.dtype))
+        out._written = _np.broadcast_to(keep, out.shape)  # assigned into a tile, it writes only these (as nl ops)
     return out
 
 

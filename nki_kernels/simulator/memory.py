@@ -411,6 +411,14 @@ def wrote_dst(rec, prog) -> None:
     slot_done(prog)
 
 
+def functional_result(rec, prog) -> None:
+    """A first-generation functional op allocated ``rec``'s tile and its instruction wrote it as
+    ``dst`` (the slot has ended): the tile is that instruction's result, so a following
+    ``t[...] = result`` moves it into ``t`` (as a slot's own new tile is, see :func:`_ended`)."""
+    if rec.blocks is None and not rec.declared:
+        prog.mem.last_result = rec
+
+
 def slot_done(prog) -> None:
     """An instruction that writes its ``dst=`` ended (its result is no new tile)."""
     _ended(prog.mem)
