@@ -69,7 +69,8 @@ def store(dst, vals, op, what="source"):
     if math.prod(d.shape) != vals.size:
         raise NKIError("dst shape", f"nisa.{op}: dst has shape {d.shape}, the {what} has {int(np.size(vals))} "
                        "elements; a DMA copies equal element counts")
-    write(d, np.reshape(vals, d.shape), op, what)
+    dshape = d.shape
+    write(d, vals if vals.shape == dshape else vals.reshape(dshape), op, what)
 
 
 def accumulate_into_hbm(acc, vals, mask, what):
@@ -125,7 +126,7 @@ def dma_copy(dst, src, priority=None, oob_mode=_oob_mode.error, dge_mode=_dge_mo
     (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/generated/nki.isa.dma_copy.html)
     """
     op = "dma_copy"
-    if getattr(oob_mode, "value", oob_mode) == "skip":
+    if oob_mode is not _oob_mode.error and getattr(oob_mode, "value", oob_mode) == "skip":
         if dst_rmw_op is not None:
             raise NKIError("oob_mode", f"nisa.{op}: dst_rmw_op allows only oob_mode=oob_mode.error")
         copy_skipping_oob(dst, src, op)
