@@ -1,6 +1,6 @@
 """Loop-heavy kernels on the simulator against the same computation in NumPy, in one process.
 
-    python scripts/bench_kernels.py [--quick] [--repeat N] [--only NAME] [--clock wall|cpu] [--json PATH]
+    python scripts/bench_kernels.py [--quick] [--repeat N] [--only TEXT] [--clock wall|cpu] [--json PATH]
 
 Rows:
 
@@ -409,7 +409,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="small shapes, one run each (smoke test)")
     ap.add_argument("--repeat", type=int, default=None, help="timed runs per measurement (default 3; 1 with --quick)")
-    ap.add_argument("--only", action="append", metavar="TEXT", help="only rows whose name contains TEXT")
+    ap.add_argument("--only", action="append", metavar="TEXT", help="only rows whose name or workload contains TEXT")
     ap.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
     ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                     help="wall time (default) or this process's CPU time (steadier on a loaded machine)")
@@ -419,7 +419,7 @@ def main(argv=None) -> int:
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     repeat = args.repeat or (1 if args.quick else 3)
     console = Console(width=max(120, Console().width))
-    rows = [r for r in workloads(args.quick) if not args.only or any(s in r[0] for s in args.only)]
+    rows = [r for r in workloads(args.quick) if not args.only or any(s in r[0] or s in r[2] for s in args.only)]
     results = []
     with Progress(console=console, transient=True) as progress:
         task = progress.add_task("benchmarking", total=len(rows) + 1)
