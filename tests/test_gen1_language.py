@@ -610,3 +610,25 @@ def test_an_all_integer_index_of_an_sbuf_tensor_is_a_writable_element():
     want = np.zeros((128, 1), np.float32)
     want[0, 0] = src[1, 0]
     np.testing.assert_array_equal(k(src), want)
+
+
+def test_a_masked_load_assigned_into_a_tile_leaves_the_masked_off_elements_alone():
+    # nl.load(..., mask=m) is a DMA of the elements m selects: assigned into an existing tile (or a
+    # block of one) the other elements keep their values, as they would on hardware.
+    x = RNG.standard_normal((128, 64)).astype(np.float32)
+
+    @nki.jit
+    def k(a):
+        t = nl.ndarray((2, nl.par_dim(128), 64), dtype=nl.float32, buffer=nl.sbuf)
+        for b in nl.affine_range(2):
+            t[b] = nl.full((128, 64), 7.0, dtype=nl.float32)
+        i_p = nl.arange(128)[:, None]
+        i_f = nl.arange(64)[None, :]
+        t[1, i_p, i_f] = nl.load(a[i_p, i_f], mask=(i_f < 16) & (i_p >= 8))
+        out = nl.ndarray((128, 64), nl.float32, buffer=nl.shared_hbm)
+        nl.store(out, t[1])
+        return out
+
+    want = np.full((128, 64), 7.0, np.float32)
+    want[8:, :16] = x[8:, :16]
+    np.testing.assert_array_equal(k(x), want)

@@ -544,6 +544,9 @@ def load(src, *, mask=None, dtype=None):
 
         return load_batched(prog, acc, mask, dtype)
     tile = _loaded_tile(acc.tensor, acc.index.read(acc.tensor.data, mask, what=acc.tensor.name), dtype)
+    if mask is not None:
+        # the DMA moves only the selected elements: assigned into a tile, the rest keep their values
+        tile._written = _full_mask(mask, tile.shape)
     _prof.dma(acc.tensor, tile.data, "read", acc, mask)
     return tile
 
