@@ -242,7 +242,7 @@ def test_ap_in_hbm_is_the_documented_loop_over_the_flat_storage(case):
     pattern = [[s, k] for s, k in dims]
     if hi - lo >= n:
         with pytest.raises(NKIError, match="out-of-bounds"):
-            t.ap(pattern, offset=-lo)
+            t.ap(pattern, offset=-lo).data  # noqa: B018 - made freely, refused where it is used
         return
     offset = -lo + np.random.default_rng(seed).integers(0, n - (hi - lo))
     v = t.ap(pattern, offset=int(offset))
@@ -262,7 +262,7 @@ def test_ap_on_chip_walks_whole_partitions_and_stays_inside_one(case):
     p0 = int(rng.integers(0, parts - nparts + 1))
     if hi - lo >= free:
         with pytest.raises(NKIError, match="out-of-bounds"):
-            t.ap(pattern, offset=p0 * free - lo)
+            t.ap(pattern, offset=p0 * free - lo).data  # noqa: B018 - made freely, refused where it is used
         return
     f0 = -lo + int(rng.integers(0, free - (hi - lo)))
     v = t.ap(pattern, offset=p0 * free + f0)
@@ -409,11 +409,11 @@ def test_vector_offset_out_of_bounds_is_an_error():
 # ---------------------------------------------------------------------------
 ILLEGAL = [
     ("every other partition", lambda: _sbuf((16, 32)).ap([[64, 8], [1, 32]], offset=0), "partition step"),
-    ("past the last partition", lambda: _sbuf((16, 32)).ap([[32, 16], [1, 32]], offset=32), "out-of-bounds"),
-    ("free pattern leaves its partition", lambda: _sbuf((16, 32)).ap([[32, 16], [1, 32]], offset=1),
+    ("past the last partition", lambda: _sbuf((16, 32)).ap([[32, 16], [1, 32]], offset=32).data, "out-of-bounds"),
+    ("free pattern leaves its partition", lambda: _sbuf((16, 32)).ap([[32, 16], [1, 32]], offset=1).data,
      "out-of-bounds"),
-    ("past the end of HBM", lambda: _hbm((4, 8)).ap([[8, 4], [1, 8]], offset=1), "out-of-bounds"),
-    ("negative address", lambda: _hbm((4, 8)).ap([[-1, 2]], offset=0), "out-of-bounds"),
+    ("past the end of HBM", lambda: _hbm((4, 8)).ap([[8, 4], [1, 8]], offset=1).data, "out-of-bounds"),
+    ("negative address", lambda: _hbm((4, 8)).ap([[-1, 2]], offset=0).data, "out-of-bounds"),
     ("num 0", lambda: _hbm((4, 8)).ap([[1, 0]]), "access pattern"),
     ("scalar and vector offset", lambda: _hbm((4, 8)).ap([[8, 4], [1, 8]], scalar_offset=_sbuf((1, 1), np.int32),
                                                           vector_offset=_sbuf((4, 1), np.int32)), "dynamic offset"),
@@ -457,6 +457,23 @@ ILLEGAL = [
 def test_illegal_views_are_rejected_with_their_rule(name, make, rule):
     with pytest.raises(NKIError, match=rule):
         make()
+
+
+def test_a_view_past_its_tensor_is_refused_where_an_instruction_uses_it():
+    # "calling .ap on a tensor does not do any computation": nki-library's output_projection_tkg builds
+    # such a view for a tile it then skips (output_projection_tkg.py:941 before `if h_2_idx < h_2_size`)
+    t = _sbuf((16, 32))
+    beyond = t.ap([[32, 16], [1, 32]], offset=1)
+    assert beyond.shape == (16, 32)
+    with pytest.raises(NKIError, match=r"out-of-bounds access.*the view was made at"):
+        nisa.tensor_copy(dst=_sbuf((16, 32)), src=beyond)
+    with pytest.raises(NKIError, match="out-of-bounds access"):
+        nisa.memset(dst=beyond, value=0.0)
+    with pytest.raises(NKIError, match="out-of-bounds access"):
+        beyond.slice(1, 0, 4)
+    with pytest.raises(NKIError, match="out-of-bounds access"):
+        nisa.dma_copy(dst=_sbuf((4, 8)), src=_hbm((4, 8)).ap([[8, 4], [1, 8]], offset=1))
+    np.testing.assert_array_equal(t.data, _sbuf((16, 32)).data)  # nothing was written
 
 
 def test_legal_edges_are_accepted():

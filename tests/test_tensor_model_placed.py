@@ -112,9 +112,9 @@ PLACED_ILLEGAL = [
     ("every other partition", lambda: _placed((16, 32))[0].ap([[64, 8], [1, 32]]), "partition step"),
     ("the memory's partition stride as step", lambda: _placed((4, 8))[0].ap([[8 + 16, 4], [1, 8]]),
      "partition step"),
-    ("free pattern leaves its partition", lambda: _placed((4, 8))[0].ap([[8, 4], [1, 8]], offset=1),
+    ("free pattern leaves its partition", lambda: _placed((4, 8))[0].ap([[8, 4], [1, 8]], offset=1).data,
      "out-of-bounds"),
-    ("past the last partition", lambda: _placed((4, 8))[0].ap([[8, 4], [1, 8]], offset=8), "out-of-bounds"),
+    ("past the last partition", lambda: _placed((4, 8))[0].ap([[8, 4], [1, 8]], offset=8).data, "out-of-bounds"),
 ]
 
 

@@ -12,7 +12,8 @@ is visible through every other.
 Rules (an :class:`NKIError` naming the rule where one is broken):
 
 * ``pattern`` entries are ``[step, num]`` with ``num >= 1``; every address the
-  pattern reaches lies inside the storage.
+  pattern reaches lies inside the storage -- checked where an instruction uses
+  the view (making one reads nothing).
 * SBUF / PSUM: the first entry walks the partitions, and its step must be the
   storage's number of free elements per partition (partition access is
   contiguous on NeuronCore v2-v4); the free pattern stays inside one partition.
@@ -150,6 +151,7 @@ def layout_of(t) -> Layout:
         raise NotBatchable("NkiTensor views of a batch of programs' tiles")
     lay = getattr(t, "_layout", None)
     if lay is not None:  # a dynamic view keeps its layout
+        _refuse_unusable(lay)
         return lay
     if isinstance(t, Tile):
         root = _root_tile(t)
@@ -376,11 +378,18 @@ def _indirect_scatter(lay: Layout, values, what, add=False) -> None:
     elems[rows, cols] = vals  # a repeated offset keeps the last column's value
 
 
+def _refuse_unusable(lay: Layout) -> None:
+    """A view that reaches outside its tensor raises where it is used (see :func:`materialize`)."""
+    if lay.dynamic is not None and lay.dynamic.kind == "unusable":
+        raise NKIError("out-of-bounds access", lay.dynamic.index)
+
+
 def resolve_now(lay: Layout, what="dynamic view") -> np.ndarray:
     """The values a dynamic view addresses now: a strided view (scalar offset) or a gathered copy
     (vector offsets, Tensor Indirection)."""
     if lay.dynamic is None:
         return strided_array(lay)
+    _refuse_unusable(lay)
     if lay.dynamic.kind == "indirect":
         return _indirect_gather(lay, what)
     if lay.dynamic.kind == "scalar":
@@ -397,6 +406,7 @@ def addresses_now(lay: Layout, what):
     """``(addr, in_bounds)``: the storage address (in ``lay.dtype``) of every element of a view with its
     dynamic offsets read now, and whether each lies inside the storage -- for instructions that
     skip out-of-bounds elements (``oob_mode.skip``)."""
+    _refuse_unusable(lay)
     if lay.dynamic is None:
         addr = addresses(lay)
     elif lay.dynamic.kind == "scalar":
@@ -438,7 +448,16 @@ def materialize(lay: Layout, what: str):
     from .core import HBMTensor, Tile
 
     if lay.dynamic is None:
-        check_layout(lay, what)
+        try:
+            check_layout(lay, what)
+        except NKIError as e:
+            if e.rule != "out-of-bounds access":
+                raise
+            # Making a view reads nothing ("calling .ap on a tensor does not do any computation"): one
+            # that reaches outside its tensor is an error where an instruction uses it (nki-library
+            # builds such views on paths it then skips).
+            lay = lay.replace(dynamic=_Dynamic("unusable", f"{e.detail} (the view was made at {e.where})", 0))
+            return materialize(lay, what)
         arr = strided_array(lay)
         if lay.on_chip:
             view = Tile(arr, lay.root.buffer, 0, parent=lay.source)
@@ -449,6 +468,14 @@ def materialize(lay: Layout, what: str):
         _share_hbm(view, lay.root)
         return view
     tile_cls, hbm_cls = _dynamic_classes()
+    if lay.dynamic.kind == "unusable":
+        cls = tile_cls if lay.on_chip else hbm_cls
+        view = cls(np.broadcast_to(np.zeros((), lay.dtype), lay.shape), lay.root.buffer,
+                   *((0,) if lay.on_chip else (lay.root.name,)), **({"parent": lay.source} if lay.on_chip else {}))
+        view._layout = lay
+        if not lay.on_chip:
+            _share_hbm(view, lay.root)
+        return view
     if lay.dynamic.kind == "scalar":
         # An HBM view's run-time offset is checked where a DMA uses it (oob_mode.error raises there,
         # oob_mode.skip skips); only the static part of the pattern is checked now.
