@@ -134,3 +134,33 @@ def test_loop_reduce_into_a_placed_sbuf_tensor_needs_no_tile_of_its_own():
     a64, b64 = a.astype(np.float64), b.astype(np.float64)
     want = sum(a64[:, i * 128:(i + 1) * 128].T @ b64[:, i * 64:(i + 1) * 64] for i in range(3))
     np.testing.assert_allclose(k(a, b), want, rtol=1e-4, atol=1e-4)
+
+
+def test_a_load_after_a_functional_op_in_a_placed_kernel_is_the_loads_own_result():
+    # The contributed pipelined attention's write_back: d[ip, g] = nisa.reciprocal(...), then
+    # prev[g] = nl.load(o[...]) (the load's tile moves into prev[g], it is no automatic tile), then
+    # res[g] = nisa.scalar_tensor_tensor(...).
+    n = 3
+    x = RNG.uniform(0.5, 2.0, (n * 128, 16)).astype(np.float32)
+
+    @nki.jit
+    def k(a):
+        o = nl.ndarray((n * 128, 16), nl.float32, buffer=nl.shared_hbm)
+        sums = nl.ndarray((128, n), nl.float32, buffer=ncc.sbuf.mod_alloc(base_addr=0))
+        inv = nl.ndarray((128, n), nl.float32, buffer=ncc.sbuf.mod_alloc(base_addr=16))
+        xs, prev, res = (_rotating(n, 16, base) for base in (32, 160, 288))
+        ip, _ = nl.mgrid[0:128, 0:1]
+        for g in nl.sequential_range(n):
+            xs[g] = nl.load(a[g * 128:(g + 1) * 128])
+            nl.store(o[g * 128:(g + 1) * 128], value=xs[g])
+            sums[ip, g] = nisa.tensor_reduce(np.add, xs[g], axis=(1,))
+            inv[ip, g] = nisa.reciprocal(sums[ip, g])
+            prev[g] = nl.load(o[g * 128:(g + 1) * 128])
+            res[g] = nisa.scalar_tensor_tensor(data=prev[g], op0=np.multiply, operand0=inv[ip, g], op1=np.add,
+                                               operand1=xs[g])
+            nl.store(o[g * 128:(g + 1) * 128], value=res[g])
+        return o
+
+    x64 = x.astype(np.float64).reshape(n, 128, 16)
+    want = (x64 / x64.sum(2, keepdims=True) + x64).reshape(n * 128, 16)
+    np.testing.assert_allclose(k(x), want, rtol=1e-5)

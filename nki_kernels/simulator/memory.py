@@ -414,7 +414,10 @@ def wrote_dst(rec, prog) -> None:
 def functional_result(rec, prog) -> None:
     """A first-generation functional op allocated ``rec``'s tile and its instruction wrote it as
     ``dst`` (the slot has ended): the tile is that instruction's result, so a following
-    ``t[...] = result`` moves it into ``t`` (as a slot's own new tile is, see :func:`_ended`)."""
+    ``t[...] = result`` moves it into ``t`` (as a slot's own new tile is, see :func:`_ended`), and no
+    tile allocated after it is that instruction's result (``fresh`` ends: the next ``nl.load`` tile is
+    the load's own)."""
+    prog.mem.fresh = False
     if rec.blocks is None and not rec.declared:
         prog.mem.last_result = rec
 
