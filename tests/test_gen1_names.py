@@ -299,3 +299,16 @@ def test_all_reduce_kernel_shapes_by_tracing_one_program():
 
     spec = eval_shape(all_reduce_kernel, (3, 4), ShapeDtype((3, 4, 16, 8), np.float32))
     assert tuple(spec.shape) == (3, 4, 16, 8) and spec.dtype == np.float32
+
+
+def test_signatures_follow_the_pages():
+    import inspect
+
+    pages = {  # neuronxcc.nki.language v2.26 (the page's **kwargs left out: unknown keywords are errors)
+        "atomic_rmw": ["dst", "value", "op", "mask"],
+        "all_reduce": ["x", "op", "program_axes", "dtype", "mask", "parallel_reduce", "asynchronous"],
+    }
+    for name, params in pages.items():
+        assert list(inspect.signature(getattr(nl, name)).parameters) == params, name
+    with pytest.raises(TypeError, match="progam_axes"):
+        nl.all_reduce(None, np.add, progam_axes=0)  # planted: a misspelt keyword
