@@ -52,6 +52,14 @@ def one_bank(d, op):
                        f"{PSUM_BANK_BYTES} B bank (nl.tile_size.psum_fmax fp32 elements)")
 
 
+def _row_pairs(perf_mode, stationary, moving) -> bool:
+    """``perf_mode=double_row`` with both operands ``[K, 2, free]`` (a pair of rows per partition)."""
+    name = getattr(perf_mode, "value", perf_mode)
+    return (name in ("double_row", "double_row_gen3") and isinstance(stationary, Tile) and isinstance(moving, Tile)
+            and len(stationary.shape) == 3 and len(moving.shape) == 3 and stationary.shape[1] == 2
+            and moving.shape[1] == 2)
+
+
 @instruction
 def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_onezero=False, is_transpose=False,
               accumulate=None, tile_position=(), tile_size=(), perf_mode=matmul_perf_mode.none, name=None):
@@ -81,7 +89,12 @@ def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_on
                            "input is float32/tfloat32 the other must be too")
     gen1._perf_mode_rule(perf_mode, stationary, moving)
     one_bank(d, "nc_matmul")
-    prod = gen1._matmul_product(stationary, moving)
+    if _row_pairs(perf_mode, stationary, moving):
+        # FP8 double-row mode packs two rows per PE: operands [K, 2, M] / [K, 2, N] contract over K and
+        # the pair (nki-library output_projection_tkg: heads 2p and 2p+1 in one matmul)
+        prod = sum(gen1._matmul_product(stationary.select(1, j), moving.select(1, j)) for j in range(2))
+    else:
+        prod = gen1._matmul_product(stationary, moving)
     _prof.instruction("Tensor", prod)
     vals = fit_dst(d, prod, "nc_matmul", f"product stationary.T @ moving ({stationary.shape[1]}x"
                    f"{moving.shape[1]})")

@@ -1,0 +1,44 @@
+"""``nisa.nc_matmul(perf_mode=double_row)`` on ``[K, 2, free]`` operand views: the FP8 double-row mode
+packs two rows per partition, and the product contracts over the partitions and the pair (nki-library's
+output_projection_tkg lays heads 2p and 2p+1 out as the pair) -- against NumPy float64."""
+
+import numpy as np
+import pytest
+
+from nki_kernels.simulator import NKIError
+from nki_kernels.simulator import standalone as nki
+from nki_kernels.simulator.core import Tile, psum, sbuf
+
+nl = nki.language
+nisa = nki.isa
+
+
+@pytest.mark.parametrize("k, m, n", [(128, 128, 512), (64, 96, 40), (1, 1, 1)])
+def test_double_row_contracts_over_partitions_and_the_pair(k, m, n):
+    rng = np.random.default_rng(k + m + n)
+    st = rng.uniform(-2, 2, (k, 2, m)).astype(nl.float8_e4m3)
+    mv = rng.uniform(-2, 2, (k, 2, n)).astype(nl.float8_e4m3)
+    dst = Tile(np.zeros((m, n), np.float32), psum)
+    nisa.nc_matmul(dst, Tile(st, sbuf), Tile(mv, sbuf), perf_mode=nisa.matmul_perf_mode.double_row)
+    want = np.einsum("kjm,kjn->mn", st.astype(np.float64), mv.astype(np.float64))
+    np.testing.assert_allclose(dst.data, want, rtol=1e-5, atol=1e-4)
+
+
+def test_double_row_pairs_of_views_of_a_wider_tile():
+    rng = np.random.default_rng(7)
+    a = Tile(rng.uniform(-1, 1, (32, 2, 64)).astype(nl.float8_e4m3), sbuf)
+    w = Tile(rng.uniform(-1, 1, (32, 2, 100)).astype(nl.float8_e4m3), sbuf)
+    dst = Tile(np.zeros((16, 50), np.float32), psum)
+    st, mv = a.slice(2, 16, 32), w.slice(2, 50, 100)
+    nisa.nc_matmul(dst, st, mv, perf_mode=nisa.matmul_perf_mode.double_row)
+    want = np.einsum("kjm,kjn->mn", a.data[:, :, 16:32].astype(np.float64), w.data[:, :, 50:].astype(np.float64))
+    np.testing.assert_allclose(dst.data, want, rtol=1e-5, atol=1e-4)
+
+
+def test_three_d_operands_without_double_row_are_rejected():
+    st = Tile(np.zeros((8, 2, 4), nl.float8_e4m3), sbuf)
+    with pytest.raises(NKIError, match="2-D"):
+        nisa.nc_matmul(Tile(np.zeros((4, 4), np.float32), psum), st, st)
+    with pytest.raises(NKIError, match="FP8"):  # double row is the FP8 mode
+        b = Tile(np.zeros((8, 2, 4), nl.bfloat16), sbuf)
+        nisa.nc_matmul(Tile(np.zeros((4, 4), np.float32), psum), b, b, perf_mode=nisa.matmul_perf_mode.double_row)
