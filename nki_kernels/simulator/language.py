@@ -688,9 +688,13 @@ def load_transpose2d(src, *, mask=None, dtype=None):
 
 
 def copy(x, *, dtype=None, mask=None):
-    """Copy a tile (SBUF or PSUM) into a new SBUF tile, optionally casting."""
-    x = _need_tile(x, "x", "nl.copy")
-    return _result(np.array(x.data), _out_dtype(dtype, x), mask)
+    """Copy a tile (SBUF or PSUM) into a new SBUF tile, optionally casting: the first generation's
+    ``nisa.tensor_copy`` (one implementation of the copy)."""
+    from .isa import tensor_copy
+
+    if not isinstance(x, Tile):
+        _need_tile(x, "x", "nl.copy")  # raises the HBM / type error naming nl.copy
+    return tensor_copy(x, dtype=dtype, mask=mask)
 
 
 def broadcast_to(x, shape):
