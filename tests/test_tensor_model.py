@@ -596,3 +596,30 @@ def test_compute_instructions_read_and_write_views():
     expect = np.ones((128, 128))
     expect[:, 32:64] = np.exp(x.astype(np.float64).T @ w[:, 32:64])
     np.testing.assert_allclose(nki.simulate(k)(x, w), expect, rtol=1e-5)
+
+
+def test_an_allocated_tensor_is_truthy_in_a_standalone_kernel_and_a_tile_value_is_not():
+    # nki-library mlp/moe tkg test an optional tensor for presence: `if params.expert_params.expert_index:`
+    from nki_kernels.simulator import language as gen1_nl
+    from nki_kernels.simulator import nki as gen1_nki
+
+    @nki.jit
+    def k(x):
+        out = nl.ndarray((8, 4), dtype=nl.float32, buffer=nl.shared_hbm)
+        t = nl.ndarray((8, 4), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        if t and t[0:4, :]:
+            nisa.dma_copy(dst=out, src=t)
+        return out
+
+    x = np.arange(32, dtype=np.float32).reshape(8, 4)
+    np.testing.assert_array_equal(nki.simulate(k)(x), x)
+
+    @gen1_nki.jit
+    def g(x):  # first generation: `if` on a tile's value is a compile error
+        t = gen1_nl.load(x)
+        if t > 1.0:
+            gen1_nl.store(x, t)
+
+    with pytest.raises(NKIError, match="control flow on tile"):
+        g(np.ones((8, 4), np.float32))

@@ -657,6 +657,15 @@ class Tile(NkiTensor):
         return f"Tile(shape={self.shape}, dtype={self.dtype}, buffer={self.buffer!r})"
 
     def __bool__(self):
+        # A standalone-API kernel tests an optional tensor for presence (nki-library mlp/moe tkg:
+        # `if params.expert_params.expert_index:`): an allocated tensor, or a view of one, is a Python
+        # object there, truthy like any other. A computed tile's value is only known on the device.
+        root = self
+        while root._parent is not None:
+            root = root._parent
+        kernel = getattr(getattr(current_or_none(), "launch", None), "kernel", None)
+        if root._mem is not None and root._mem.declared and getattr(kernel, "options", {}).get("lnc_brackets"):
+            return True
         raise NKIError("control flow on tile", "a tile's value is only known on the device; Python "
                        "`if`/`while` on a tile is not allowed (use nl.where or masks)")
 
