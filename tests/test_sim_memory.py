@@ -332,6 +332,31 @@ def test_standalone_address_aliases_tensors_on_the_same_bytes():
     np.testing.assert_array_equal(out[:, 0:256], A[0, :, 256:512])
 
 
+def test_standalone_address_placed_tensors_mix_with_compiler_placed_ones():
+    # nki.compiler's all-or-nothing rule (sbuf.auto_alloc page) is about ncc alloc / mod_alloc;
+    # standalone nl.ndarray(address=) tensors sit beside address-less ones (nki-library's MoE / MLP
+    # token-generation kernels place their SBUF tensors and keep a plain PSUM bias tile).
+    from nki_kernels.simulator.standalone import isa as nisa2
+    from nki_kernels.simulator.standalone import language as nl2
+
+    @jit
+    def k(a, b):
+        s = nl2.ndarray((128, 128), nl2.float32, buffer=nl2.sbuf, address=(0, 0))
+        m = nl2.ndarray((128, 512), nl2.float32, buffer=nl2.sbuf, address=(0, 512))
+        nisa2.dma_copy(dst=s, src=a)
+        nisa2.dma_copy(dst=m, src=b)
+        acc = nl2.ndarray((128, 512), nl2.float32, buffer=nl2.psum)  # automatic
+        nisa2.nc_matmul(dst=acc, stationary=s, moving=m)
+        res = nl2.ndarray((128, 512), nl2.float32, buffer=nl2.sbuf)  # automatic
+        nisa2.tensor_copy(dst=res, src=acc)
+        out = nl2.ndarray((128, 512), nl2.float32, buffer=nl2.shared_hbm)
+        nisa2.dma_copy(dst=out, src=res)
+        return out
+
+    s, m = A[0, :, :128], A[1]
+    np.testing.assert_allclose(k(s, m), s.astype(np.float64).T @ m, rtol=1e-5)
+
+
 def test_psum_mod_alloc_banks_alias():
     @jit
     def k(a):

@@ -450,10 +450,15 @@ class Placement:
     """A ``buffer=`` that places each logical tile: ``func(idx, pdim_size, fdim_size)`` returns
     ``(start_partition, byte_addr)`` (SBUF) or ``(bank, start_partition, byte_addr)`` (PSUM)."""
 
-    def __init__(self, buffer, func, what, psum_origin_only=False):
+    def __init__(self, buffer, func, what, psum_origin_only=False, all_or_nothing=True):
         self.buffer = buffer
         self.func = func
         self.what = what
+        # nki.compiler's alloc / mod_alloc: "All SBUF tensors in a kernel must either all be marked as
+        # auto_alloc(), or all be allocated with alloc or mod_alloc" (sbuf.auto_alloc page). The
+        # standalone nl.ndarray(address=) has no such rule: nki-library places some tensors and lets
+        # the compiler place others in one kernel.
+        self.all_or_nothing = all_or_nothing
         # ncc.psum.alloc / mod_alloc: "start_partition and byte_addr must both be 0" (one tile per bank)
         self.psum_origin_only = psum_origin_only
 
@@ -493,7 +498,8 @@ def resolve_buffer(buffer, address=None):
     if buffer.name == "psum":
         return buffer, Placement(buffer, lambda idx, pdim_size, fdim_size: (free // PSUM_BANK, part, free % PSUM_BANK),
                                  f"address={address!r}")
-    return buffer, Placement(buffer, lambda idx, pdim_size, fdim_size: (part, free), f"address={address!r}")
+    return buffer, Placement(buffer, lambda idx, pdim_size, fdim_size: (part, free), f"address={address!r}",
+                             all_or_nothing=False)
 
 
 def _storage(m, buf):
@@ -558,7 +564,8 @@ def place(shape, pdim, dtype, placement, prog):
     traced (:func:`traced_loop`): made the first time, reused by later iterations."""
     m = prog.mem
     buf = buffer_index(placement.buffer)
-    m.placed[buf] = True
+    if placement.all_or_nothing:
+        m.placed[buf] = True
     dtype = np.dtype(dtype)
     bshape, pdim_size, fshape = shape[:pdim], shape[pdim], shape[pdim + 1:]
     fbytes = int(np.prod(fshape, dtype=np.int64)) * dtype.itemsize
