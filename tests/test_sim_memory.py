@@ -349,12 +349,18 @@ def test_standalone_address_placed_tensors_mix_with_compiler_placed_ones():
         nisa2.nc_matmul(dst=acc, stationary=s, moving=m)
         res = nl2.ndarray((128, 512), nl2.float32, buffer=nl2.sbuf)  # automatic
         nisa2.tensor_copy(dst=res, src=acc)
+        acc2 = nl2.ndarray((128, 512), nl2.float32, buffer=nl2.psum, address=(0, 2048))  # placed
+        nisa2.nc_matmul(dst=acc2, stationary=s, moving=res)
+        ps = nl2.ndarray((128, 512), nl2.float32, buffer=nl2.psum)  # automatic beside a placed one
+        nisa2.tensor_copy(dst=ps, src=acc2)
+        nisa2.tensor_copy(dst=res, src=ps)
         out = nl2.ndarray((128, 512), nl2.float32, buffer=nl2.shared_hbm)
         nisa2.dma_copy(dst=out, src=res)
         return out
 
     s, m = A[0, :, :128], A[1]
-    np.testing.assert_allclose(k(s, m), s.astype(np.float64).T @ m, rtol=1e-5)
+    s64 = s.astype(np.float64)
+    np.testing.assert_allclose(k(s, m), s64.T @ (s64.T @ m), rtol=1e-5)
 
 
 def test_psum_mod_alloc_banks_alias():

@@ -497,7 +497,7 @@ def resolve_buffer(buffer, address=None):
                         f"got {address!r}") from None
     if buffer.name == "psum":
         return buffer, Placement(buffer, lambda idx, pdim_size, fdim_size: (free // PSUM_BANK, part, free % PSUM_BANK),
-                                 f"address={address!r}")
+                                 f"address={address!r}", all_or_nothing=False)
     return buffer, Placement(buffer, lambda idx, pdim_size, fdim_size: (part, free), f"address={address!r}",
                              all_or_nothing=False)
 
