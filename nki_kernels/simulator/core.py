@@ -36,6 +36,10 @@ PSUM_BANK_BYTES = 2 * 1024
 # fits one bank. The standalone allocators raise this with psum_tensors_span_banks().
 _psum_tensor_bytes = PSUM_BANK_BYTES
 
+# shape -> the resolved Index of ``t[...]``: a dst= instruction's whole-tile write logs it without
+# the key parse of resolve() (Index objects are never changed once resolved)
+_WHOLE_INDEX = {}
+
 
 class psum_tensors_span_banks:
     """``with``-context in which new PSUM tensors may span all PSUM banks of a partition."""
@@ -386,7 +390,7 @@ class Tile(NkiTensor):
         """The tile's values as a NumPy array (computing a deferred op now); an engine reading them
         (the tile is live at this instruction)."""
         m = self._mem
-        if m is not None:
+        if m is not None and m.last != m.mem.ic:  # (touch's own test: a tile read again in one instruction is no call)
             _memory.touch(m)
         if self._thunk is not None:
             self.force()
@@ -606,7 +610,8 @@ class Tile(NkiTensor):
         but no key to resolve. ``add=True`` adds ``values`` in place instead (fp32 tiles only: the
         same bits as computing ``self + values`` and writing that)."""
         m = self._mem
-        if self.nb or (m is not None and m.tiles is not None) or values.shape != self.shape:
+        shape = self.shape
+        if self.nb or (m is not None and m.tiles is not None) or values.shape != shape:
             if add:
                 values = dt.compute_view(self._raw()) + values
             self[...] = values  # batched, or a placed block tensor (an error there): the general path
@@ -624,7 +629,12 @@ class Tile(NkiTensor):
         else:
             np.copyto(data, values)
         if self._diag is not None or _diag.loops:
-            _diag.on_write(self, resolve(self.shape, ..., self.buffer.tile_label), values)
+            idx = _WHOLE_INDEX.get(shape)
+            if idx is None:
+                if len(_WHOLE_INDEX) >= 4096:
+                    _WHOLE_INDEX.clear()
+                idx = _WHOLE_INDEX[shape] = resolve(shape, ..., self.buffer.tile_label)
+            _diag.on_write(self, idx, values)
 
     def broadcast_to(self, shape):
         """This tile broadcast to ``shape`` (size-1 dims repeat); same as ``nl.broadcast_to``."""

@@ -462,10 +462,12 @@ def hbm_access(tensor, access, mask, write, values=None) -> None:
         # Reads of kernel inputs are logged only once the input has been written in this
         # launch (in-place kernels), or always in thorough mode: the common case, inputs
         # that are only read, then costs nothing. Launch outputs are always logged.
-        if "uninit" not in td and not config.thorough and _tensor_key(tensor) not in log.tensors:
-            if loops:
-                _loop_log(tensor, Region.of(access.index, mask), "r", hbm=True)
-            return
+        if "uninit" not in td and not config.thorough:
+            key = _tensor_key(tensor)
+            if key not in log.tensors:
+                if loops:
+                    _loop_log(tensor, Region.of(access.index, mask), "r", hbm=True, key=key)
+                return
     log.add(tensor, access, mask, write, prog, values=values if write else None)
     if loops:
         _loop_log(tensor, Region.of(access.index, mask), "w" if write else "r", hbm=True)
@@ -694,8 +696,9 @@ def _created_tag():
 
 def on_new_tile(tile):
     """Hook from ``Tile.__init__`` inside affine loops: remember the creating iterations."""
-    _changed()
-    return TileInfo(_created_tag())
+    global _state
+    _state += 1  # (_changed and _created_tag inlined: one call per new tile in a loop)
+    return TileInfo(loops[-1].tag if loops else ())
 
 
 def mark_uninitialised(tile) -> None:
@@ -770,7 +773,9 @@ def _read_once(tile) -> None:
         region = _region_of(tile, info)
         _check_tile_init(root, rinfo, region, "reads")
     if loops:
-        _loop_log(root, region or _region_of(tile, info), "r")
+        if region is None:  # (_region_of inlined)
+            region = Region.of(info.index) if info is not None and info.root is not None else Region.whole(tile.shape)
+        _loop_log(root, region, "r")
 
 
 def _region_of(tile, info):
@@ -817,7 +822,7 @@ def on_write(tile, index, value=None) -> None:
     if rinfo is not None and rinfo.written is not None:
         _set_written(root, rinfo, region)
     if loops:
-        vinfo = getattr(value, "_diag", None) if value is not None and hasattr(value, "_diag") else None
+        vinfo = getattr(value, "_diag", None)
         kind = "a" if (vinfo is not None and vinfo.accumulated and vinfo.root is root) else "w"
         _loop_log(root, region, kind)
 
@@ -894,7 +899,7 @@ class _Loop:
         self.written = set()  # keys logged with a write or an accumulation (only those are analysed)
 
 
-def _loop_log(obj, region, kind, hbm=False):
+def _loop_log(obj, region, kind, hbm=False, key=None):
     if _rule_modes["loop_carried"] == "off":
         return
     info = None if hbm else obj._diag
@@ -912,7 +917,8 @@ def _loop_log(obj, region, kind, hbm=False):
             k += 1
         if k:
             frames = frames[k:]
-    key = _tensor_key(obj) if hbm else id(obj)
+    if key is None:  # (an HBM caller may pass the _tensor_key it already has)
+        key = _tensor_key(obj) if hbm else id(obj)
     wh = None
     read = kind == "r"
     for fr in frames:
@@ -929,11 +935,18 @@ def _loop_log(obj, region, kind, hbm=False):
         fr.seq += 1
         if not read:
             fr.written.add(key)
-        if wh is None:
-            wh = _access_where()
+        if wh is None:  # (_access_where inlined: this runs for every access inside a loop)
+            iw = instruction_where
+            if iw.depth:
+                wh = iw.where
+                if wh is None:
+                    wh = iw.where = where()
+            else:
+                wh = where()
         ent.append((kind, fr.iter, region, wh, fr.seq))
     if not read:
-        _changed()
+        global _state
+        _state += 1  # (_changed inlined)
 
 
 def _same_region(a, b) -> bool:
@@ -957,7 +970,8 @@ def _affine(r):
         for i in r:
             fr.iter = i
             fr.tag = fr.outer + ((fr, i),)
-            _changed()
+            global _state
+            _state += 1  # (_changed inlined)
             yield i
         ok = True
     finally:
