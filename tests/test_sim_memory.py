@@ -605,3 +605,29 @@ def test_modulo_tile_counts_are_zipped_with_the_block_index():
 
     with config.override(uninit="off"):  # u itself was never written: its bytes were, through t
         np.testing.assert_array_equal(k(A), A[0])
+
+
+def test_activation_with_reduce_cmd_assigned_into_a_placed_tensor_is_no_automatic_tile():
+    # `t[...] = nisa.activation(..., reduce_res=r, reduce_cmd=...)` in an all-placed kernel (the
+    # official attention tutorial v9 / v10): the instruction writes t and the registers' reduce_res;
+    # its result is never a tile of its own.
+    x64 = A[0].astype(np.float64)
+
+    @jit
+    def k(a):
+        out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+        sums = nl.ndarray((128, 2), dtype=nl.float32, buffer=nl.shared_hbm)
+        x = nl.ndarray((128, 512), dtype=nl.float32, buffer=ncc.sbuf.mod_alloc(base_addr=0))
+        t = nl.ndarray((128, 2, 512), dtype=nl.float32, buffer=ncc.sbuf.mod_alloc(base_addr=2048))
+        r = nl.ndarray((128, 2), dtype=nl.float32, buffer=ncc.sbuf.mod_alloc(base_addr=6144))
+        x[...] = nl.load(a[0])
+        for i in nl.affine_range(2):
+            t[:, i, :] = nisa.activation(op=nl.exp, data=x, scale=float(i + 1), reduce_op=nl.add,
+                                         reduce_res=r[:, i], reduce_cmd=nisa.reduce_cmd.reset_reduce)
+        nl.store(out, t[:, 1, :])
+        nl.store(sums, r)
+        return out, sums
+
+    out, sums = k(A)
+    np.testing.assert_allclose(out, np.exp(2 * x64), rtol=1e-5)
+    np.testing.assert_allclose(sums, np.stack([np.exp(x64).sum(1), np.exp(2 * x64).sum(1)], 1), rtol=1e-5)

@@ -188,6 +188,11 @@ def activation(op, data, *, bias=None, scale=1.0, reduce_op=None, reduce_res=Non
             raise _NotBatchable("nisa.activation(reduce_cmd=...) keeps per-program registers")
         _regs.accumulate("activation", "Scalar", _dt.compute_view(out.data), x.shape[0], reduce_op, reduce_res,
                          reduce_cmd)
+        prog = _current_or_none()
+        if prog is not None and out._mem is not None:
+            # writing reduce_res is part of this instruction: `t[...] = nisa.activation(...)` still
+            # moves the result into t (official attention tutorial v9/v10, all SBUF hand-placed)
+            _memory.functional_result(out._mem, prog)
     elif reduce_res is not None:
         axes = tuple(range(1 + x.nb, x.ndim + x.nb))
         vals = _ops.reducer(reduce_op if reduce_op is not None else _np.add)(
