@@ -41,6 +41,14 @@ _psum_tensor_bytes = PSUM_BANK_BYTES
 _WHOLE_INDEX = {}
 
 
+def _whole_index(shape, label):
+    """The resolved Index of ``t[...]`` for a tile or tensor of ``shape`` (cached in ``_WHOLE_INDEX``)."""
+    if len(_WHOLE_INDEX) >= 4096:
+        _WHOLE_INDEX.clear()
+    idx = _WHOLE_INDEX[shape] = resolve(shape, ..., label)
+    return idx
+
+
 class psum_tensors_span_banks:
     """``with``-context in which new PSUM tensors may span all PSUM banks of a partition."""
 
@@ -231,6 +239,10 @@ class HBMTensor(_InHBM, NkiTensor):
             idx = resolve_batched(self.shape, key, self.name, prog.bshape)
             if idx is not None:
                 return Access(self, idx, prog.nb)
+        if key is Ellipsis:  # (a whole-tensor DMA operand: no key to parse)
+            shape = self.shape
+            idx = _WHOLE_INDEX.get(shape)
+            return Access(self, idx if idx is not None else _whole_index(shape, self.name))
         return Access(self, resolve(self.shape, key, self.name))
 
     def materialize_borrowers(self):
@@ -621,8 +633,11 @@ class Tile(NkiTensor):
             self._thunk = None  # the whole tile is written: its deferred fill would be overwritten
         self.own()
         if m is not None:
-            _memory.assigned(m, values)
-        data = self._raw()
+            if type(values) is np.ndarray:  # (no tile a last instruction produced: what assigned() finds)
+                _memory.copied(m)
+            else:
+                _memory.assigned(m, values)
+        data = self._data  # (own() computed a deferred value)
         self._written = None
         if add:
             np.add(data, values, out=data)
@@ -631,9 +646,7 @@ class Tile(NkiTensor):
         if self._diag is not None or _diag.loops:
             idx = _WHOLE_INDEX.get(shape)
             if idx is None:
-                if len(_WHOLE_INDEX) >= 4096:
-                    _WHOLE_INDEX.clear()
-                idx = _WHOLE_INDEX[shape] = resolve(shape, ..., self.buffer.tile_label)
+                idx = _whole_index(shape, self.buffer.tile_label)
             _diag.on_write(self, idx, values)
 
     def broadcast_to(self, shape):

@@ -72,17 +72,6 @@ class _InstructionWhere(threading.local):
 instruction_where = _InstructionWhere()
 
 
-def _access_where():
-    """:func:`where` of the access being logged (once per running ``dst=`` instruction)."""
-    iw = instruction_where
-    if iw.depth:
-        w = iw.where
-        if w is None:
-            w = iw.where = where()
-        return w
-    return where()
-
-
 def fmt_where(w) -> str:
     """``file:line in function`` for a :func:`where` tuple."""
     return f"{w[0]}:{w[1]} in {w[2]}"
@@ -753,14 +742,7 @@ def on_read(tile) -> None:
             _reads.clear()
             _reads_state = _state
         elif id(tile) in _reads:
-            return
-        _read_once(tile)
-        _reads.add(id(tile))
-        return
-    _read_once(tile)
-
-
-def _read_once(tile) -> None:
+            return  # (read again with nothing changed since: the same verdicts, the same log entry)
     info = tile._diag
     root, region = tile, None
     if info is not None:
@@ -776,6 +758,7 @@ def _read_once(tile) -> None:
         if region is None:  # (_region_of inlined)
             region = Region.of(info.index) if info is not None and info.root is not None else Region.whole(tile.shape)
         _loop_log(root, region, "r")
+        _reads.add(id(tile))
 
 
 def _region_of(tile, info):
@@ -935,7 +918,7 @@ def _loop_log(obj, region, kind, hbm=False, key=None):
         fr.seq += 1
         if not read:
             fr.written.add(key)
-        if wh is None:  # (_access_where inlined: this runs for every access inside a loop)
+        if wh is None:  # where() once per running dst= instruction (its accesses share a line)
             iw = instruction_where
             if iw.depth:
                 wh = iw.where

@@ -93,8 +93,9 @@ class Index:
                 if all(b.stop > b.start for b in box):
                     out[box] = sub.read(data, None, what)
                 return out
-        mask = full_mask(mask, self.out_shape)
-        if mask is None and self.is_view:
+        if mask is not None:
+            mask = full_mask(mask, self.out_shape)
+        if mask is None and (self.basic is not None or self.strided is not None):  # (is_view, inlined)
             return self.view(data)
         arrays = self.arrays()
         if mask is None:
