@@ -755,8 +755,14 @@ def on_read(tile) -> None:
         region = _region_of(tile, info)
         _check_tile_init(root, rinfo, region, "reads")
     if loops:
-        if region is None:  # (_region_of inlined)
-            region = Region.of(info.index) if info is not None and info.root is not None else Region.whole(tile.shape)
+        if region is None:  # (_region_of inlined, with Region.whole's cache hit)
+            if info is not None and info.root is not None:
+                region = Region.of(info.index)
+            else:
+                shape = tile.shape
+                region = _WHOLE.get(shape) if type(shape) is tuple else None
+                if region is None:
+                    region = Region.whole(shape)
         _loop_log(root, region, "r")
         _reads.add(id(tile))
 
