@@ -452,8 +452,12 @@ class Tile(NkiTensor):
 
         Called before every write to the tile; it also computes the program's
         pending deferred op, whose operands might include this tile."""
-        flush_pending()
-        if not self._raw().flags.writeable:
+        prog = getattr(_tls, "program", None)
+        if prog is not None and prog.pending is not None:  # (flush_pending's test: most writes find none)
+            flush_pending()
+        if self._thunk is not None:
+            self.force()
+        if not self._data.flags.writeable:
             if self._review is not None:
                 # A view of a copy-on-write tile: the parent takes its private copy and the view
                 # is derived again from it, so writes through the view reach the parent.
