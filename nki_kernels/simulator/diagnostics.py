@@ -806,7 +806,11 @@ def on_write(tile, index, value=None) -> None:
     """Hook for ``tile[index] = value``."""
     info = tile._diag
     root = tile if info is None or info.root is None else info.root
-    region = Region.of(index) if root is tile else _region_of(tile, info)
+    if root is tile:
+        hit = _REGION_OF.get(id(index))  # (Region.of's cache hit, without the call: every dst= write)
+        region = hit[1] if hit is not None and hit[0] is index else Region.of(index)
+    else:
+        region = _region_of(tile, info)
     rinfo = root._diag
     if rinfo is not None and rinfo.written is not None:
         _set_written(root, rinfo, region)
