@@ -629,7 +629,10 @@ def test_interrupting_the_launching_thread_stops_the_cores():
     class Interrupted(Exception):
         pass
 
+    handled = threading.Event()
+
     def handler(signum, frame):
+        handled.set()
         raise Interrupted
 
     started = []
@@ -641,7 +644,10 @@ def test_interrupting_the_launching_thread_stops_the_cores():
         started.append(c)
         if c == 0:
             signal.pthread_kill(threading.main_thread().ident, signal.SIGUSR1)
-            time.sleep(0.5)  # the launching thread takes the signal while this core still runs
+            # the launching thread takes the signal while this core still runs (on a loaded machine
+            # its handler can take a while to be scheduled: wait for it, then for its unwinding)
+            handled.wait(30)
+            time.sleep(0.5)
         nisa.core_barrier(out, (0, 1))
         t = nl.ndarray((128, 8), dtype=x.dtype, buffer=nl.sbuf)
         nisa.dma_copy(dst=t, src=x)
