@@ -623,3 +623,28 @@ def test_an_allocated_tensor_is_truthy_in_a_standalone_kernel_and_a_tile_value_i
 
     with pytest.raises(NKIError, match="control flow on tile"):
         g(np.ones((8, 4), np.float32))
+
+
+def test_oob_skip_gather_inside_a_loop_is_logged_like_any_dma():
+    # nki-library moe_cte: dma_copy(oob_mode=skip) of a vector_offset view inside a loop, where the
+    # diagnostics log every HBM access (it crashed on the skipped-access path: no access to log)
+    from nki_kernels.simulator.standalone.constants import oob_mode
+
+    @nki.jit
+    def k(x, idx):
+        out = nl.ndarray((4, 8), dtype=nl.float32, buffer=nl.shared_hbm)
+        i_sb = nl.ndarray((4, 1), dtype=nl.int32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=i_sb, src=idx)
+        g = nl.ndarray((4, 8), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.memset(g, -1.0)
+        for _ in nl.affine_range(1):
+            nisa.dma_copy(dst=g, src=x.ap([[8, 4], [1, 8]], vector_offset=i_sb, indirect_dim=0),
+                          oob_mode=oob_mode.skip)
+        nisa.dma_copy(dst=out, src=g)
+        return out
+
+    x = np.arange(48, dtype=np.float32).reshape(6, 8)
+    idx = np.array([[1], [7], [0], [5]], np.int32)  # row 7 is outside: that partition keeps -1
+    want = np.full((4, 8), -1.0, np.float32)
+    want[[0, 2, 3]] = x[[1, 0, 5]]
+    np.testing.assert_array_equal(nki.simulate(k)(x, idx), want)

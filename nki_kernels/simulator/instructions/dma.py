@@ -242,8 +242,9 @@ def copy_skipping_oob(dst, src, op):
         sel = np.flatnonzero(keep.reshape(-1))
         if sel.size:
             acc_addr = addr.reshape(-1)[sel]
-            got = Index(flat.shape, acc_addr.shape, [acc_addr]).read(flat.data, None, what=flat.name)
-            _prof.dma(flat, got, "read", None, None)
+            idx = Index(flat.shape, acc_addr.shape, [acc_addr])
+            got = idx.read(flat.data, None, what=flat.name)
+            _prof.dma(flat, got, "read", Access(flat, idx), None)  # (the HBM access log needs the access)
             out[sel] = dt.cast(dt.compute_view(got), d.dtype) if got.dtype != d.dtype else got
         write(d, out.reshape(d.shape), op, "gathered elements")
         return
