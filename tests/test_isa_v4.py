@@ -105,3 +105,28 @@ def test_topk_rules():
         nki.simulate(topk_kernel)(x, 100, 20)
     with pytest.raises(NKIError, match="bfloat16"):
         nki.simulate(topk_kernel)(np.zeros((16, 8), np.float32), 100, 16)
+
+
+@nki.jit
+def pe_transpose_kernel(x, ident, psum_dtype, transpose=True):
+    t, eq = _sb(x), _sb(ident)
+    res = nl.ndarray((x.shape[1], x.shape[0]), dtype=psum_dtype, buffer=nl.psum)
+    nisa.nc_matmul(dst=res, stationary=t, moving=eq, is_transpose=transpose)
+    sb = nl.ndarray(res.shape, dtype=psum_dtype, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=sb, src=res)
+    out = nl.ndarray(res.shape, dtype=psum_dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=sb)
+    return out
+
+
+def test_pe_transpose_writes_its_input_dtype_on_trn2():
+    # nc_matmul(is_transpose=True) is nc_transpose's Tensor-engine form: its dst has the data's dtype
+    # on every NeuronCore version (bf16 PSUM on Trn2), bit-exact; a real bf16 matmul result still
+    # needs NeuronCore-v4.
+    x = RNG.standard_normal((128, 64)).astype(ml_dtypes.bfloat16)
+    eye = np.eye(128, dtype=ml_dtypes.bfloat16)
+    with target.use("gen3"):
+        got = pe_transpose_kernel(x, eye, nl.bfloat16)
+        np.testing.assert_array_equal(got, x.T)
+        with pytest.raises(NKIError, match="NeuronCore-v4"):
+            pe_transpose_kernel(x, eye, nl.bfloat16, transpose=False)  # planted: a bf16 matmul result on Trn2

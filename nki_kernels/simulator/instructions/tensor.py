@@ -77,10 +77,16 @@ def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_on
     """
     gen1 = _gen1()
     d = check_dst(dst, "nc_matmul", (psum,))
-    if d.dtype not in (dt.float32, dt.bfloat16):
+    if is_transpose and isinstance(stationary, Tile) and d.dtype == stationary.dtype:
+        # a PE-array transpose (nc_transpose's Tensor-engine form, "equivalent to calling nisa.nc_matmul
+        # directly with is_transpose=True") moves data and may write its input's dtype on every
+        # NeuronCore version ("The output dst tile must have the same data type as that of data";
+        # nki-library moe_cte transposes bf16 into bf16 PSUM on Trn2)
+        pass
+    elif d.dtype not in (dt.float32, dt.bfloat16):
         raise NKIError("dst dtype", f"nisa.nc_matmul: dst dtype is {d.dtype}; the matmul result tile must be "
                        "float32 (bfloat16 is accepted from NeuronCore-v4)")
-    if d.dtype == dt.bfloat16 and get_nc_version() < nc_version.gen4:
+    elif d.dtype == dt.bfloat16 and get_nc_version() < nc_version.gen4:
         raise NKIError("dst dtype", f"nisa.nc_matmul: a bfloat16 result tile needs NeuronCore-v4; the target is "
                        f"{get_nc_version().name} (write float32 to PSUM)")
     for a, b, an, bn in ((stationary, moving, "stationary", "moving"), (moving, stationary, "moving", "stationary")):
