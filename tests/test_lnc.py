@@ -629,10 +629,9 @@ def test_interrupting_the_launching_thread_stops_the_cores():
     class Interrupted(Exception):
         pass
 
-    handled = threading.Event()
+    unwound = threading.Event()
 
     def handler(signum, frame):
-        handled.set()
         raise Interrupted
 
     started = []
@@ -644,10 +643,9 @@ def test_interrupting_the_launching_thread_stops_the_cores():
         started.append(c)
         if c == 0:
             signal.pthread_kill(threading.main_thread().ident, signal.SIGUSR1)
-            # the launching thread takes the signal while this core still runs (on a loaded machine
-            # its handler can take a while to be scheduled: wait for it, then for its unwinding)
-            handled.wait(30)
-            time.sleep(0.5)
+            # the launching thread takes the signal while this core still runs; go on only once it
+            # has left the launch (a fixed sleep was not enough on a loaded CI machine)
+            assert unwound.wait(30)
         nisa.core_barrier(out, (0, 1))
         t = nl.ndarray((128, 8), dtype=x.dtype, buffer=nl.sbuf)
         nisa.dma_copy(dst=t, src=x)
@@ -659,6 +657,7 @@ def test_interrupting_the_launching_thread_stops_the_cores():
         with pytest.raises(Interrupted):
             nki.simulate(k[2])(np.zeros((128, 8), np.float32))
     finally:
+        unwound.set()
         signal.signal(signal.SIGUSR1, old)
     deadline = time.monotonic() + 10
     while any(t.name.startswith("nki core") for t in threading.enumerate()) and time.monotonic() < deadline:
