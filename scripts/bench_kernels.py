@@ -13,7 +13,7 @@ Rows:
 * the kernel library's flash attention forward and backward (causal, fp32) against a
   NumPy float32 attention and its hand-written backward;
 * the cost of one small instruction (``nl.add`` / ``nisa.tensor_tensor`` on 128x64
-  tiles inside an affine loop): microseconds per instruction, no NumPy ratio.
+  tiles, ``nisa.dma_copy`` of a 128x64 HBM tile into SBUF, each inside an affine loop): microseconds per instruction, no NumPy ratio.
 
 Each time is the best of ``--repeat`` runs after a warm-up, the simulator's and NumPy's runs
 alternating (so both see the same machine load); the ratio is simulator / NumPy (> 1: the
@@ -291,6 +291,17 @@ def add_loop2(x, n):
     return out
 
 
+@nki2.jit
+def load_loop2(x, n):
+    """``n`` nisa.dma_copy instructions SBUF <- HBM of a [128, 64] tile (standalone, dst=)."""
+    out = nl2.ndarray(x.shape, dtype=x.dtype, buffer=nl2.shared_hbm)
+    t = nl2.ndarray(x.shape, dtype=x.dtype, buffer=nl2.sbuf)
+    for _ in nl2.affine_range(n):
+        nisa2.dma_copy(dst=t, src=x)
+    nisa2.dma_copy(dst=out, src=t)
+    return out
+
+
 # ---------------------------------------------------------------------------
 # Flash attention (nki_kernels.library) and its NumPy reference
 # ---------------------------------------------------------------------------
@@ -396,10 +407,12 @@ def per_instruction(quick):
     x = np.random.default_rng(1).standard_normal((128, 64)).astype(np.float32)
     n0, n1 = (10, 60) if quick else (100, 2100)
     out = []
-    for name, kern in (("nl.add (gen1)", add_loop1), ("nisa.tensor_tensor (standalone)", add_loop2)):
+    for name, kern, want in (("nl.add (gen1)", add_loop1, x + x),
+                             ("nisa.tensor_tensor (standalone)", add_loop2, x + x),
+                             ("nisa.dma_copy SBUF <- HBM (standalone)", load_loop2, x)):
         t0, r = best_of(lambda: kern(x, n0), 1 if quick else 3)
         t1, _ = best_of(lambda: kern(x, n1), 1 if quick else 3)
-        np.testing.assert_array_equal(r, x + x)
+        np.testing.assert_array_equal(r, want)
         out.append({"name": name, "workload": "128x64 fp32", "us_per_instruction": (t1 - t0) / (n1 - n0) * 1e6})
     return out
 

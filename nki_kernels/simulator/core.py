@@ -634,14 +634,20 @@ class Tile(NkiTensor):
             return
         thunk = self._thunk
         if thunk is not None and thunk[0] is fill_sentinel and not add and self._parent is None:
-            self._thunk = None  # the whole tile is written: its deferred fill would be overwritten
-        self.own()
+            self._thunk = thunk = None  # the whole tile is written: its deferred fill would be overwritten
+        data = self._data
+        if thunk is not None or not data.flags.writeable:
+            self.own()
+            data = self._data  # (own() computed a deferred value, or made a private copy)
+        else:
+            prog = getattr(_tls, "program", None)
+            if prog is not None and prog.pending is not None:  # (own()'s flush, without the call)
+                flush_pending()
         if m is not None:
             if type(values) is np.ndarray:  # (no tile a last instruction produced: what assigned() finds)
                 _memory.copied(m)
             else:
                 _memory.assigned(m, values)
-        data = self._data  # (own() computed a deferred value)
         self._written = None
         if add:
             np.add(data, values, out=data)

@@ -48,7 +48,11 @@ _rule_modes = config._modes  # (config.enabled(rule) without the call, on the pe
 # ---------------------------------------------------------------------------
 def where(depth: int = 1):
     """``(file, line, function)`` of the innermost frame outside the simulator (cheap, cached per file)."""
-    f = sys._getframe(depth)
+    return where_from(sys._getframe(depth))
+
+
+def where_from(f):
+    """:func:`where` starting the search at frame ``f``."""
     while f is not None:
         fn = f.f_code.co_filename
         sim = _is_sim_file.get(fn)
@@ -815,7 +819,7 @@ def on_write(tile, index, value=None) -> None:
     if rinfo is not None and rinfo.written is not None:
         _set_written(root, rinfo, region)
     if loops:
-        vinfo = getattr(value, "_diag", None)
+        vinfo = None if value is None or type(value) is np.ndarray else getattr(value, "_diag", None)
         kind = "a" if (vinfo is not None and vinfo.accumulated and vinfo.root is root) else "w"
         _loop_log(root, region, kind)
 

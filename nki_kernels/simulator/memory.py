@@ -179,11 +179,14 @@ class ProgramMemory:
     # -- working set of the current instruction ---------------------------------
     def close(self, c: int) -> None:
         """Check the working set of slot ``ws_c`` and start slot ``c``."""
-        for b in (SBUF, PSUM):
-            need = self.rsum[b] + max(0, self.wsum[b] - self.rmax[b])
-            if need > CAPACITY[b] and self.ws_bad is None and len(self.ws_recs) <= MAX_INSTRUCTION_TILES:
-                self.ws_bad = (self.ws_c, need, b, [r for r in self.ws_recs if r.buf == b])
-            self.rsum[b] = self.rmax[b] = self.wsum[b] = 0
+        rsum, rmax, wsum = self.rsum, self.rmax, self.wsum
+        if self.ws_bad is None:
+            for b in (SBUF, PSUM):
+                extra = wsum[b] - rmax[b]
+                need = rsum[b] + extra if extra > 0 else rsum[b]
+                if need > CAPACITY[b] and self.ws_bad is None and len(self.ws_recs) <= MAX_INSTRUCTION_TILES:
+                    self.ws_bad = (self.ws_c, need, b, [r for r in self.ws_recs if r.buf == b])
+        rsum[0] = rsum[1] = rmax[0] = rmax[1] = wsum[0] = wsum[1] = 0
         self.ws_recs = []
         self.ws_c = c
 
@@ -400,14 +403,21 @@ def wrote_dst(rec, prog) -> None:
     """A ``dst=`` instruction wrote ``rec``'s tile: part of its working set; the instruction ends."""
     m = prog.mem
     r = m.last_result
-    if r is not None and r.first == m.ic - 1:
+    c = m.ic
+    if r is not None and r.first == c - 1:
         # the instruction just counted wrote its result r (or a side output such as reduce_res=);
         # once: the next dst= instruction is a new one (nki-library: a DMA into a fresh tensor, then
         # instructions writing other tensors placed over dead ones' bytes)
         m.last_result = None
-        m.wrote(rec, m.ic - 1)
+        m.wrote(rec, c - 1)
         return
-    m.wrote(rec, m.ic)
+    if rec.last < c or rec.first is None or rec.first > c:
+        m.wrote(rec, c)
+    if m.last_alloc is None:  # (slot_done without the calls: nothing allocated in the slot)
+        m.last_result = None
+        m.ic = c + 1
+        m.fresh = False
+        return
     slot_done(prog)
 
 

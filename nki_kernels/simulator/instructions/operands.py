@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import math
+import sys
 import weakref
 
 import numpy as np
@@ -34,20 +35,25 @@ from ..errors import NKIError, NotBatchable
 from ..indexing import _full_mask
 
 ON_CHIP = (sbuf, psum)
+_tls = core._tls  # (core.current_or_none() without the call, on the per-instruction path)
 
 
 def instruction(fn):
     """Mark ``fn`` as an engine instruction: it runs one program at a time (a vectorised batch
     of programs raises :class:`NotBatchable` and the launcher runs the programs singly)."""
 
+    name = fn.__name__
+    tls, iw = core._tls, _diag.instruction_where
+
     @functools.wraps(fn)
     def run(*args, **kwargs):
-        prog = core.current_or_none()
+        prog = getattr(tls, "program", None)
         if prog is not None and prog.nb:
-            raise NotBatchable(f"nisa.{fn.__name__} runs one program at a time")
-        iw = _diag.instruction_where
+            raise NotBatchable(f"nisa.{name} runs one program at a time")
         if not iw.depth:
-            iw.op = fn.__name__  # (Tensor Indirection views group their offsets by the engine)
+            iw.op = name  # (Tensor Indirection views group their offsets by the engine)
+            if _diag.loops:  # its accesses are logged under its kernel line: found from the caller's frame
+                iw.where = _diag.where_from(sys._getframe(1))
         iw.depth += 1
         try:
             return fn(*args, **kwargs)  # (its dst write ends the memory model's instruction slot)
@@ -238,9 +244,13 @@ def write(dst, values, op, what="result", mask=None, add=False):
     leaves the elements it excludes unmodified. ``add=True`` (no mask; see
     :func:`write_accumulating`) adds the values to what ``dst`` holds, in place.
     """
-    vals = fit_dst(dst, np.asarray(values), op, what)
-    root = root_of(dst)
-    core.flush_pending()  # a deferred op may still read the memory about to be written
+    vals = values if type(values) is np.ndarray else np.asarray(values)
+    if vals.shape != dst.shape:
+        vals = fit_dst(dst, vals, op, what)
+    root = dst if dst._parent is None else root_of(dst._parent)
+    prog = getattr(_tls, "program", None)
+    if prog is not None and prog.pending is not None:
+        core.flush_pending()  # a deferred op may still read the memory about to be written
     if dst is not root and getattr(dst, "_layout", None) is None:  # (dynamic views write through their layout)
         data = dst._raw()
         if not data.flags.writeable or not np.may_share_memory(data, root._raw()):
@@ -249,11 +259,10 @@ def write(dst, values, op, what="result", mask=None, add=False):
                            "(e.g. t[0:128, 0:512]) or to the tile itself")
     keep = None if mask is None else (mask if isinstance(mask, np.ndarray) and mask.dtype == bool
                                       else _full_mask(mask, tuple(dst.shape)))
-    new = dt.cast(vals, dst.dtype)
+    new = vals if vals.dtype == dst.dtype else dt.cast(vals, dst.dtype)
     if keep is not None:
         new = np.where(np.broadcast_to(keep, new.shape), new, dst.data)
-    dst.write_whole(new, add=add)
-    prog = core.current_or_none()
+    dst.write_whole(new, add)
     if prog is not None and dst._mem is not None:  # the instruction wrote dst: one memory slot
         _memory.wrote_dst(dst._mem, prog)
     if root.buffer is psum:
