@@ -438,8 +438,56 @@ def _root_index(lay: Layout):
     from .indexing import Index
 
     root = lay.root
+    affine = _root_affine(lay)
+    if affine is not None:
+        # (a view or strided Index: no per-element index arrays, an exact region for the diagnostics;
+        # per-element arrays of every view of a large tile made nki-library CTE kernels slow and
+        # their cached regions held gigabytes)
+        from .indexing import _resolve_aligned
+
+        if any(n > 1 and not any(c.coefs[i] for c in affine) for i, n in enumerate(lay.shape)):
+            # a broadcast axis (step 0): only the strided form repeats an element
+            return Index(root.shape, lay.shape, affine, strided=(tuple(c.offset for c in affine),
+                                                                  tuple(c.coefs for c in affine)))
+        return _resolve_aligned(root.shape, lay.shape, len(lay.shape), affine)
     addr = addresses(lay) * lay.dtype.itemsize // root.dtype.itemsize
     return Index(root.shape, lay.shape, list(np.unravel_index(addr, root.shape)))
+
+
+def _root_affine(lay: Layout):
+    """Per root axis, the root coordinate of a static layout's elements as an affine expression of the
+    layout's axes, or ``None`` when some coordinate is not affine (a step carries from one root axis
+    into the next, or elements of a narrower dtype share a root element)."""
+    from .index_expr import AffineExpr
+
+    root = lay.root
+    shape, rshape = tuple(lay.shape), tuple(root.shape)
+    if not shape or not rshape or any(n < 1 for n in rshape):
+        return None
+    l, r = lay.dtype.itemsize, root.dtype.itemsize
+    steps = [s for n, s in zip(shape, lay.strides) if n > 1]
+    if (lay.offset * l) % r or any((s * l) % r for s in steps):
+        return None
+    rstrides = [math.prod(rshape[j + 1:]) for j in range(len(rshape))]
+    offset = lay.offset * l // r
+    if not 0 <= offset < math.prod(rshape):
+        return None
+    start = [offset // rs % n for rs, n in zip(rstrides, rshape)]
+    coefs = [[0] * len(shape) for _ in rshape]
+    for i, (n, s) in enumerate(zip(shape, lay.strides)):
+        if n == 1 or s == 0:
+            continue
+        rest = abs(s * l // r)
+        for j, rs in enumerate(rstrides):
+            coefs[j][i], rest = divmod(rest, rs)
+            if s < 0:
+                coefs[j][i] = -coefs[j][i]
+    for j, n in enumerate(rshape):
+        lo = start[j] + sum(min(0, c * (m - 1)) for c, m in zip(coefs[j], shape))
+        hi = start[j] + sum(max(0, c * (m - 1)) for c, m in zip(coefs[j], shape))
+        if lo < 0 or hi >= n:
+            return None  # (a carry between root axes: the coordinates are not affine here)
+    return [AffineExpr(shape, start[j], coefs[j]) for j in range(len(rshape))]
 
 
 def materialize(lay: Layout, what: str):

@@ -139,8 +139,21 @@ def scalar_dtype(x) -> np.dtype:
 def compute_view(data: np.ndarray) -> np.ndarray:
     """The array an engine computes on: fp32 for low-precision floats, else as stored."""
     if data.dtype in _LOW_FLOATS:
+        if not _dense(data):
+            if data.dtype == bfloat16:
+                # A bf16 value is the upper half of the fp32 of the same value (NaN payloads too).
+                return (data.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+            data = np.ascontiguousarray(data)
         return data.astype(np.float32)
     return data
+
+
+def _dense(a: np.ndarray) -> bool:
+    """Whether ``a`` is one contiguous block (C or Fortran order). ml_dtypes converts any other
+    array -- a column block of an HBM tensor, every other element -- element by element, 10-20x
+    slower than a contiguous copy followed by the conversion."""
+    flags = a.flags
+    return flags.c_contiguous or flags.f_contiguous
 
 
 def cast(values, dtype: np.dtype) -> np.ndarray:
@@ -158,6 +171,8 @@ def cast(values, dtype: np.dtype) -> np.ndarray:
         # Engines convert float->int with round-to-nearest-even and saturation.
         info = np.iinfo(dtype)
         values = np.clip(np.rint(values), info.min, info.max)
+    elif dtype in _LOW_FLOATS and not _dense(values):
+        values = np.ascontiguousarray(values)
     return values.astype(dtype)
 
 
