@@ -354,3 +354,84 @@ def test_block_tile_fill_is_skipped_only_for_blocks_written_whole():
     np.testing.assert_array_equal(got[:2], x[:2])
     np.testing.assert_array_equal(got[2][:, :32], x[2][:, :32])
     assert np.isnan(got[2][:, 32:]).all() and np.isnan(got[3]).all()
+
+
+def test_tensor_tensor_computed_into_dst_matches_numpy_in_every_form():
+    """nisa.tensor_tensor computes an fp32 result straight into an fp32 SBUF dst: in place over an
+    operand, into a never-written tile, and (through the general write) into a view, a PSUM tile, a
+    bf16 tile, from int32 operands, and as a comparison; each exactly NumPy's value (fp32 math is the
+    float64 result rounded once)."""
+    import ml_dtypes
+
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((128, 64)).astype(np.float32)
+    y = rng.standard_normal((128, 64)).astype(np.float32)
+    ix = rng.integers(-1000, 1000, (128, 64)).astype(np.int32)
+
+    @nki2.jit
+    def k(x, y, ix):
+        out = nl2.ndarray((7, 128, 64), dtype=nl2.float32, buffer=nl2.shared_hbm)
+        half = nl2.ndarray((128, 64), dtype=nl2.bfloat16, buffer=nl2.shared_hbm)
+        a = nl2.ndarray((128, 64), dtype=nl2.float32, buffer=nl2.sbuf)
+        b = nl2.ndarray((128, 64), dtype=nl2.float32, buffer=nl2.sbuf)
+        i = nl2.ndarray((128, 64), dtype=nl2.int32, buffer=nl2.sbuf)
+        nisa2.dma_copy(dst=a, src=x)
+        nisa2.dma_copy(dst=b, src=y)
+        nisa2.dma_copy(dst=i, src=ix)
+        fresh = nl2.ndarray((128, 64), dtype=nl2.float32, buffer=nl2.sbuf)
+        nisa2.tensor_tensor(dst=fresh, data1=a, data2=b, op=nl2.multiply)
+        nisa2.dma_copy(dst=out[0], src=fresh)
+        wide = nl2.ndarray((128, 128), dtype=nl2.float32, buffer=nl2.sbuf)
+        nisa2.tensor_tensor(dst=wide[:, 0:64], data1=a, data2=b, op=nl2.subtract)
+        nisa2.dma_copy(dst=out[1], src=wide[:, 0:64])
+        p = nl2.ndarray((128, 64), dtype=nl2.float32, buffer=nl2.psum)
+        nisa2.tensor_tensor(dst=p, data1=a, data2=b, op=nl2.maximum)
+        r = nl2.ndarray((128, 64), dtype=nl2.float32, buffer=nl2.sbuf)
+        nisa2.tensor_copy(dst=r, src=p)
+        nisa2.dma_copy(dst=out[2], src=r)
+        hb = nl2.ndarray((128, 64), dtype=nl2.bfloat16, buffer=nl2.sbuf)
+        nisa2.tensor_tensor(dst=hb, data1=a, data2=b, op=nl2.add)
+        nisa2.dma_copy(dst=half, src=hb)
+        fi = nl2.ndarray((128, 64), dtype=nl2.float32, buffer=nl2.sbuf)
+        nisa2.tensor_tensor(dst=fi, data1=i, data2=i, op=nl2.multiply)
+        nisa2.dma_copy(dst=out[3], src=fi)
+        gt = nl2.ndarray((128, 64), dtype=nl2.float32, buffer=nl2.sbuf)
+        nisa2.tensor_tensor(dst=gt, data1=a, data2=b, op=nl2.greater)
+        nisa2.dma_copy(dst=out[4], src=gt)
+        for _ in nl2.affine_range(1):
+            nisa2.tensor_tensor(dst=a, data1=a, data2=b, op=nl2.add)  # in place over data1
+        nisa2.dma_copy(dst=out[5], src=a)
+        nisa2.tensor_tensor(dst=b, data1=a, data2=b, op=nl2.divide)  # in place over data2
+        nisa2.dma_copy(dst=out[6], src=b)
+        return out, half
+
+    got, half = k(x, y, ix)
+    x64, y64 = x.astype(np.float64), y.astype(np.float64)
+    s = (x64 + y64).astype(np.float32)
+    want = [x64 * y64, x64 - y64, np.maximum(x64, y64), ix.astype(np.float64) ** 2, x64 > y64, s,
+            s.astype(np.float64) / y64]
+    for j, w in enumerate(want):
+        np.testing.assert_array_equal(got[j], np.asarray(w).astype(np.float32), err_msg=f"out[{j}]")
+    np.testing.assert_array_equal(half.view(np.uint16), s.astype(ml_dtypes.bfloat16).view(np.uint16))
+
+
+def test_whole_tensor_dma_stores_from_two_iterations_still_race():
+    """``dma_copy(dst=out, src=...)`` addresses the whole HBM tensor through one shared access; two
+    affine_range iterations storing all of ``out`` are still reported, and one store is valid."""
+
+    def make(n):
+        @nki2.jit
+        def k(x):
+            out = nl2.ndarray((128, 64), dtype=nl2.float32, buffer=nl2.shared_hbm)
+            t = nl2.ndarray((128, 64), dtype=nl2.float32, buffer=nl2.sbuf)
+            nisa2.dma_copy(dst=t, src=x)
+            for _ in nl2.affine_range(n):
+                nisa2.dma_copy(dst=out, src=t)
+            return out
+        return k
+
+    x = A[0:128, 0:64].copy()
+    np.testing.assert_array_equal(make(1)(x), x)
+    with pytest.raises(NKIError) as e:
+        make(2)(x)
+    assert e.value.rule == "loop_carried" and "both store to" in str(e.value)

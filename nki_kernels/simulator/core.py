@@ -234,15 +234,21 @@ class HBMTensor(_InHBM, NkiTensor):
         return NkiTensor.reshape(self, *(shape_args if shape is None else (shape,)))
 
     def __getitem__(self, key):
-        prog = current_or_none()
+        prog = getattr(_tls, "program", None)
         if prog is not None and prog.nb:
             idx = resolve_batched(self.shape, key, self.name, prog.bshape)
             if idx is not None:
                 return Access(self, idx, prog.nb)
         if key is Ellipsis:  # (a whole-tensor DMA operand: no key to parse)
-            shape = self.shape
+            # One Access per tensor (an Access is not changed once made; its index is that of the
+            # tensor's shape, checked in case the tensor's data was replaced).
+            acc = self.__dict__.get("_whole")
+            shape = self.data.shape
+            if acc is not None and acc.index.shape == shape:
+                return acc
             idx = _WHOLE_INDEX.get(shape)
-            return Access(self, idx if idx is not None else _whole_index(shape, self.name))
+            acc = self._whole = Access(self, idx if idx is not None else _whole_index(shape, self.name))
+            return acc
         return Access(self, resolve(self.shape, key, self.name))
 
     def materialize_borrowers(self):
@@ -376,7 +382,11 @@ class Tile(NkiTensor):
             shape = tuple(full[nb:])
         else:
             shape = tuple(full)
-        self._diag = _diag.on_new_tile(self) if _diag.loops else None  # diagnostics state (TileInfo)
+        if _diag.loops:  # diagnostics state: the creating iterations (diagnostics.on_new_tile, inlined)
+            _diag._state += 1
+            self._diag = _diag.TileInfo(_diag.loops[-1].tag)
+        else:
+            self._diag = None
         if len(shape) > pdim and shape[pdim] > PMAX:
             raise NKIError(
                 "partition dimension",
@@ -651,6 +661,8 @@ class Tile(NkiTensor):
         self._written = None
         if add:
             np.add(data, values, out=data)
+        elif values.dtype == data.dtype:
+            data[...] = values  # (np.copyto's values, without its Python-level dispatch)
         else:
             np.copyto(data, values)
         if self._diag is not None or _diag.loops:

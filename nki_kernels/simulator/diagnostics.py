@@ -35,6 +35,7 @@ from .errors import _THREADING_FILE, NKIError, thread_where
 from .index_expr import Mask
 
 _current_or_none = None  # core.current_or_none, bound on first use (core imports this module)
+_core_tls = None  # core._tls (its ``program`` is the running program), bound on first use
 
 _SIM_DIR = os.path.dirname(os.path.abspath(__file__))
 _is_sim_file = {}
@@ -431,10 +432,10 @@ def _mark_written(tensor, index, mask):
 def hbm_access(tensor, access, mask, write, values=None) -> None:
     """Hook for every DMA between HBM and on-chip memory (``nl.load``/``nl.store``/``dma_copy``);
     for a write, ``values`` are what is about to be stored (``None`` once already stored)."""
-    global _current_or_none
-    if _current_or_none is None:
-        from .core import current_or_none as _current_or_none
-    prog = _current_or_none()
+    global _core_tls
+    if _core_tls is None:
+        from .core import _tls as _core_tls
+    prog = getattr(_core_tls, "program", None)  # (core.current_or_none() without the call)
     if prog is None:
         return
     if write and not tensor.is_output:
@@ -456,10 +457,13 @@ def hbm_access(tensor, access, mask, write, values=None) -> None:
         # launch (in-place kernels), or always in thorough mode: the common case, inputs
         # that are only read, then costs nothing. Launch outputs are always logged.
         if "uninit" not in td and not config.thorough:
-            key = _tensor_key(tensor)
+            key = td.get("_dkey") or _tensor_key(tensor)
             if key not in log.tensors:
                 if loops:
-                    _loop_log(tensor, Region.of(access.index, mask), "r", hbm=True, key=key)
+                    index = access.index
+                    hit = _REGION_OF.get(id(index)) if mask is None else None  # (Region.of's cache hit)
+                    region = hit[1] if hit is not None and hit[0] is index else Region.of(index, mask)
+                    _loop_log(tensor, region, "r", hbm=True, key=key)
                 return
     log.add(tensor, access, mask, write, prog, values=values if write else None)
     if loops:
@@ -685,13 +689,6 @@ class TileInfo:
 def _created_tag():
     # (frame, iteration) of every active loop: the innermost frame keeps it for its iteration
     return loops[-1].tag if loops else ()
-
-
-def on_new_tile(tile):
-    """Hook from ``Tile.__init__`` inside affine loops: remember the creating iterations."""
-    global _state
-    _state += 1  # (_changed and _created_tag inlined: one call per new tile in a loop)
-    return TileInfo(loops[-1].tag if loops else ())
 
 
 def mark_uninitialised(tile) -> None:

@@ -387,16 +387,16 @@ def in_place(rec) -> None:
     rec.mem.fresh = False
 
 
-def instruction(prog) -> None:
-    """One engine instruction done (called from :mod:`.profile`)."""
-    _ended(prog.mem)
-    prog.mem.fresh = True
-
-
-def dma(prog) -> None:
-    """One DMA done."""
-    _ended(prog.mem)
-    prog.mem.fresh = False
+def counted(prog, engine: bool) -> None:
+    """One engine instruction (``engine``: its result tile, if new, comes next) or one DMA done
+    (called from :mod:`.profile`)."""
+    m = prog.mem
+    if m.last_alloc is None:  # (_ended without the call: nothing allocated in the slot)
+        m.last_result = None
+        m.ic += 1
+    else:
+        _ended(m)
+    m.fresh = engine
 
 
 def wrote_dst(rec, prog) -> None:
@@ -691,13 +691,19 @@ def finish(prog, rerun=None) -> None:
     source lines recorded) to name lines in a report."""
     m = prog.mem
     m.close(m.ic + 1)
-    live = [r for r in m.recs if r.first is not None and r.blocks is None and not r.elided()]
+    # (Rec.elided() and Rec.end() inlined: one pass over every tile of the program)
+    live = [r for r in m.recs if r.first is not None and r.blocks is None
+            and not (r.moved >= 0 and r.last <= r.moved and r.lastc <= r.moved)]
     roots = [r for r in m.recs if r.blocks is not None and r.last >= 0]  # whole block tensors used at once
     n = m.ic + 2
     curve = np.zeros((2, n + 1), np.int64)
-    for r in live + roots:
-        curve[r.buf, r.first] += r.nbytes
-        curve[r.buf, r.end() + 1] -= r.nbytes
+    spans = live + roots
+    if spans:
+        buf = np.fromiter([r.buf for r in spans], np.int64, len(spans))
+        nbytes = np.fromiter([r.nbytes for r in spans], np.int64, len(spans))
+        np.add.at(curve, (buf, np.fromiter([r.first for r in spans], np.int64, len(spans))), nbytes)
+        np.subtract.at(curve, (buf, np.fromiter([max(r.last, r.lastc, r.first) + 1 for r in spans], np.int64,
+                                                len(spans))), nbytes)
     curve = np.cumsum(curve, axis=1)[:, :n]
     m.curve = curve
     for b in (SBUF, PSUM):

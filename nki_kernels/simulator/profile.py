@@ -24,9 +24,9 @@ def _program():
 
 def instruction(engine: str, out) -> None:
     """Record one engine instruction producing ``out`` (and count its slot for memory live ranges)."""
-    prog = _program()
+    prog = getattr(_tls, "program", None) if _tls is not None else _program()
     if prog is not None:
-        _memory.instruction(prog)
+        _memory.counted(prog, True)
     if _recorder is not None:
         _recorder.instruction(engine, out)
 
@@ -35,9 +35,9 @@ def dma(tensor, data, direction: str, access, mask, written=False) -> None:
     """Record one DMA transfer of ``data`` to or from HBM ``tensor`` (and log it for diagnostics).
     A write is recorded before ``tensor`` changes, or with ``written=True`` after."""
     _hbm_access(tensor, access, mask, direction == "write", None if written else data)
-    prog = _program()
+    prog = getattr(_tls, "program", None) if _tls is not None else _program()
     if prog is not None:
-        _memory.dma(prog)
+        _memory.counted(prog, False)
     if _recorder is not None:
         _recorder.dma(tensor, data, direction, access, mask)
 

@@ -33,7 +33,7 @@ def _language():
 def read(src, op, name="src"):
     """The values of a DMA source: an HBM tensor/region or an SBUF tile (PSUM is not reachable)."""
     if isinstance(src, (Access, HBMTensor)):
-        acc = _language()._as_access(src, name, f"nisa.{op}")
+        acc = src if isinstance(src, Access) else src[...]  # (language._as_access, without the calls)
         vals = acc.index.read(acc.tensor.data, None, what=acc.tensor.name)
         _prof.dma(acc.tensor, vals, "read", acc, None)  # (also the diagnostics' HBM access log)
         return vals

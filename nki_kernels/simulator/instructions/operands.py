@@ -29,6 +29,7 @@ from .. import core
 from ..access_pattern import position_in_root
 from .. import diagnostics as _diag
 from .. import memory as _memory
+from .. import profile as _prof
 from .. import dtypes as dt
 from ..core import Access, HBMTensor, Tile, psum, sbuf
 from ..errors import NKIError, NotBatchable
@@ -272,6 +273,46 @@ def write(dst, values, op, what="result", mask=None, add=False):
             written[...] = True
         else:
             region[...] = True if keep is None else (region | np.broadcast_to(keep, region.shape))
+
+
+def compute_into(dst, fn, a, b, dtype, engine, op):
+    """``write(dst, dt.cast(fn(a, b), dtype), op)`` with the ``engine`` instruction counted once its
+    values exist.
+
+    A NumPy ufunc on fp32 arrays of an fp32 SBUF tile's shape computes straight into the tile's
+    own memory: the same bits as computing a result and copying it in, without the temporary and
+    the copy (``dst`` aliasing an operand is fine: ufuncs buffer overlapping inputs). Anything
+    else (a view, a dynamic view, PSUM, other dtypes, a deferred value, a tile viewing HBM) takes
+    :func:`write`.
+    """
+    data = dst._data
+    m = dst._mem
+    thunk = dst._thunk
+    f32 = np.float32
+    if (type(fn) is not np.ufunc or type(dst) is not Tile or dst._parent is not None or dst.buffer is not sbuf
+            or dst.nb or (thunk is not None and thunk[0] is not core.fill_sentinel)
+            or (m is not None and m.tiles is not None) or data.dtype != f32 or dtype != f32
+            or type(a) is not np.ndarray or type(b) is not np.ndarray or a.dtype != f32 or b.dtype != f32
+            or a.shape != data.shape or b.shape != data.shape or not data.flags.writeable):
+        vals = dt.cast(fn(a, b), dtype)
+        _prof.instruction(engine, vals)
+        write(dst, vals, op)
+        return
+    dst._thunk = None  # the whole tile is written: its deferred NaN fill would be overwritten
+    prog = getattr(_tls, "program", None)
+    if prog is not None and prog.pending is not None:
+        core.flush_pending()  # a deferred op may still read the memory about to be written
+    fn(a, b, out=data)
+    _prof.instruction(engine, data)
+    dst._written = None
+    if m is not None:
+        _memory.copied(m)
+    if dst._diag is not None or _diag.loops:
+        shape = data.shape
+        idx = core._WHOLE_INDEX.get(shape)
+        _diag.on_write(dst, idx if idx is not None else core._whole_index(shape, sbuf.tile_label), data)
+    if prog is not None and m is not None:  # the instruction wrote dst: one memory slot
+        _memory.wrote_dst(m, prog)
 
 
 def psum_state(dst):

@@ -14,7 +14,8 @@ from ..core import Tile, psum
 from ..errors import NKIError
 from ..indexing import _full_mask
 from .operands import (alu, check_dst, column, engine_name, identity_of, instruction, no_gpsimd_psum,
-                       partition_range, per_partition, rows, same_rows, scratch, tile_operand, values_of, write)
+                       partition_range, per_partition, rows, same_rows, scratch, tile_operand, values_of, write,
+                       compute_into)
 from .target import engine as _engine
 from .target import reduce_cmd as _reduce_cmd
 
@@ -441,6 +442,8 @@ def _gen1():
 
 def _compute_dtype(dst, *tiles):
     """Native integer math when every tile is an integer tile, else fp32 (rounded once, on write)."""
+    if dst.dtype.kind not in "iu":  # (the common case, without the generator)
+        return dt.float32
     if all(t.dtype.kind in "iu" for t in (dst, *tiles)):  # (np.issubdtype(., np.integer), cheaper)
         return None
     return dt.float32
@@ -499,9 +502,8 @@ def tensor_tensor(dst, data1, data2, op, engine=_engine.unknown, name=None):
     if cdt is not None and (a.buffer is not psum or b.buffer is not psum):
         # fp32 math, as the first generation's nisa.tensor_tensor computes it, without its result tile
         bv = dt.compute_view(b.data)
-        vals = dt.cast(fn(dt.compute_view(a.data), bv if bsh == ash else bv.reshape(ash)), cdt)
-        _prof.instruction("Vector", vals)
-        write(d, vals, "tensor_tensor")
+        compute_into(d, fn, dt.compute_view(a.data), bv if bsh == ash else bv.reshape(ash), cdt, "Vector",
+                     "tensor_tensor")
         return
     with scratch():
         if b.shape != a.shape:
