@@ -210,3 +210,33 @@ def test_matmul_of_strided_bf16_tiles_of_a_larger_sbuf_tensor():
     for j in range(2):
         want = av[:, 2 * j + 1, :].T @ bv[:, j:256 + j:2]  # exact products of bf16 values, float64 sums
         np.testing.assert_allclose(got[:, j, :], want, rtol=2e-6, atol=2e-5)
+
+
+# ---------------------------------------------------------------------------
+# placed tensors declared up front at shared bytes (nki-library's modular allocator)
+# ---------------------------------------------------------------------------
+def _modular_kernel(overlap):
+    """Two SBUF tensors declared first, both at byte 0 (``num_free_tiles=1``), used one after the other
+    (or, with ``overlap``, the first read again after the second was written)."""
+
+    @nki.jit
+    def k(x):
+        out = nl.ndarray((2, 128, 8), dtype=nl.float32, buffer=nl.shared_hbm)
+        bufs = [nl.ndarray((128, 8), dtype=nl.float32, buffer=nl.sbuf, address=(0, 0)) for _ in range(2)]
+        for i in range(2):
+            nisa.dma_copy(dst=bufs[i], src=x[i])
+            nisa.dma_copy(dst=out[i], src=bufs[0] if overlap else bufs[i])
+        return out
+
+    return k
+
+
+def test_tensors_declared_at_the_same_bytes_and_used_in_turn_do_not_conflict():
+    x = np.arange(2 * 128 * 8, dtype=np.float32).reshape(2, 128, 8)
+    np.testing.assert_array_equal(nki.simulate(_modular_kernel(False))(x), x)
+
+
+def test_tensors_at_the_same_bytes_with_overlapping_lives_still_conflict():
+    x = np.arange(2 * 128 * 8, dtype=np.float32).reshape(2, 128, 8)
+    with pytest.raises(NKIError, match=r"allocation conflict.*bytes 0\.\.31"):
+        nki.simulate(_modular_kernel(True))(x)

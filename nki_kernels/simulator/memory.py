@@ -680,6 +680,11 @@ def _call_alloc(func, idx, pdim_size, fdim_size):
 def mark_placed(rec, part, lo, pdim_size):
     """Record where ``rec``'s tile lives."""
     rec.place = (part, pdim_size, lo, lo + rec.nbytes)
+    if rec.last < 0 and rec.lastc < 0:
+        # A placed tensor is live from its first use, not from its declaration: nki-library's modular
+        # allocator declares every physical tile of a buffer up front, several at the same bytes, and
+        # uses them one after another (the Direct Allocation guide's lifetime is write to last read).
+        rec.first = None
 
 
 # ---------------------------------------------------------------------------
