@@ -896,24 +896,28 @@ class _Loop:
 def _loop_log(obj, region, kind, hbm=False, key=None):
     if _rule_modes["loop_carried"] == "off":
         return
-    info = None if hbm else obj._diag
-    created = info.created if info is not None else ()
     frames = loops
-    if created:
-        if created is frames[-1].tag:
-            return  # created in the running iteration of every loop: private to it
-        # A tile created inside loops is private to them: they are the outermost active loops
-        # (a creation tag is a snapshot of the loop stack), so the log skips that prefix.
-        k = 0
-        for (f, _), fr in zip(created, frames):
-            if f is not fr:
-                break
-            k += 1
-        if k:
-            frames = frames[k:]
-    if key is None:  # (an HBM caller may pass the _tensor_key it already has)
-        key = _tensor_key(obj) if hbm else id(obj)
-    wh = None
+    if hbm:
+        if key is None:  # (an HBM caller may pass the _tensor_key it already has)
+            key = _tensor_key(obj)
+    else:
+        info = obj._diag
+        if info is not None and info.created:
+            created = info.created
+            if created is frames[-1].tag:
+                return  # created in the running iteration of every loop: private to it
+            # A tile created inside loops is private to them: they are the outermost active loops
+            # (a creation tag is a snapshot of the loop stack), so the log skips that prefix.
+            k = 0
+            for (f, _), fr in zip(created, frames):
+                if f is not fr:
+                    break
+                k += 1
+            if k:
+                frames = frames[k:]
+        key = id(obj)
+    iw = instruction_where
+    wh = iw.where if iw.depth else None  # (a running dst= instruction's line: its accesses share it)
     read = kind == "r"
     for fr in frames:
         ent = fr.log.get(key)
@@ -922,22 +926,18 @@ def _loop_log(obj, region, kind, hbm=False, key=None):
             fr.keep[key] = (obj, hbm)
         elif read:
             last = ent[-1]
-            if last[0] == "r" and last[1] == fr.iter and (last[2] is region or _same_region(last[2], region)):
+            if last[1] == fr.iter and last[0] == "r" and (last[2] is region or _same_region(last[2], region)):
                 # The same read again with nothing of this object logged in between: _analyse
                 # would give it the verdict of the logged one, so the log stays one entry long.
                 continue
-        fr.seq += 1
-        if not read:
+        else:
             fr.written.add(key)
-        if wh is None:  # where() once per running dst= instruction (its accesses share a line)
-            iw = instruction_where
+        if wh is None:
+            wh = where()
             if iw.depth:
-                wh = iw.where
-                if wh is None:
-                    wh = iw.where = where()
-            else:
-                wh = where()
-        ent.append((kind, fr.iter, region, wh, fr.seq))
+                iw.where = wh
+        fr.seq = seq = fr.seq + 1
+        ent.append((kind, fr.iter, region, wh, seq))
     if not read:
         global _state
         _state += 1  # (_changed inlined)

@@ -179,14 +179,14 @@ class ProgramMemory:
     # -- working set of the current instruction ---------------------------------
     def close(self, c: int) -> None:
         """Check the working set of slot ``ws_c`` and start slot ``c``."""
-        rsum, rmax, wsum = self.rsum, self.rmax, self.wsum
-        if self.ws_bad is None:
+        rsum, wsum = self.rsum, self.wsum
+        # (a slot needs at most rsum + |wsum| bytes: most slots fit without a closer look)
+        if self.ws_bad is None and (rsum[0] + abs(wsum[0]) > CAPACITY[0] or rsum[1] + abs(wsum[1]) > CAPACITY[1]):
             for b in (SBUF, PSUM):
-                extra = wsum[b] - rmax[b]
-                need = rsum[b] + extra if extra > 0 else rsum[b]
+                need = rsum[b] + max(0, wsum[b] - self.rmax[b])
                 if need > CAPACITY[b] and self.ws_bad is None and len(self.ws_recs) <= MAX_INSTRUCTION_TILES:
                     self.ws_bad = (self.ws_c, need, b, [r for r in self.ws_recs if r.buf == b])
-        rsum[0] = rsum[1] = rmax[0] = rmax[1] = wsum[0] = wsum[1] = 0
+        self.rsum, self.rmax, self.wsum = [0, 0], [0, 0], [0, 0]
         self.ws_recs = []
         self.ws_c = c
 

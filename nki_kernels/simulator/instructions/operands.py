@@ -36,6 +36,7 @@ from ..errors import NKIError, NotBatchable
 from ..indexing import _full_mask
 
 ON_CHIP = (sbuf, psum)
+_F32 = np.dtype(np.float32)
 _tls = core._tls  # (core.current_or_none() without the call, on the per-instruction path)
 
 
@@ -286,14 +287,14 @@ def compute_into(dst, fn, a, b, dtype, engine, op):
     :func:`write`.
     """
     data = dst._data
+    shape = data.shape
     m = dst._mem
     thunk = dst._thunk
-    f32 = np.float32
-    if (type(fn) is not np.ufunc or type(dst) is not Tile or dst._parent is not None or dst.buffer is not sbuf
-            or dst.nb or (thunk is not None and thunk[0] is not core.fill_sentinel)
-            or (m is not None and m.tiles is not None) or data.dtype != f32 or dtype != f32
-            or type(a) is not np.ndarray or type(b) is not np.ndarray or a.dtype != f32 or b.dtype != f32
-            or a.shape != data.shape or b.shape != data.shape or not data.flags.writeable):
+    if not (type(fn) is np.ufunc and type(dst) is Tile and dst._parent is None and dst.buffer is sbuf
+            and not dst.nb and (thunk is None or thunk[0] is core.fill_sentinel) and (m is None or m.tiles is None)
+            and data.dtype is _F32 and dtype is _F32 and type(a) is np.ndarray and type(b) is np.ndarray
+            and a.dtype is _F32 and b.dtype is _F32 and a.shape == shape and b.shape == shape
+            and data.flags.writeable):  # (dtype objects compared by identity: a non-native fp32 falls back)
         vals = dt.cast(fn(a, b), dtype)
         _prof.instruction(engine, vals)
         write(dst, vals, op)
@@ -308,7 +309,6 @@ def compute_into(dst, fn, a, b, dtype, engine, op):
     if m is not None:
         _memory.copied(m)
     if dst._diag is not None or _diag.loops:
-        shape = data.shape
         idx = core._WHOLE_INDEX.get(shape)
         _diag.on_write(dst, idx if idx is not None else core._whole_index(shape, sbuf.tile_label), data)
     if prog is not None and m is not None:  # the instruction wrote dst: one memory slot
