@@ -381,7 +381,7 @@ class Tile(NkiTensor):
                 raise NotBatchable(f"a tile of shape {full} lacks the batch axes {prog.bshape}")
             shape = tuple(full[nb:])
         else:
-            shape = tuple(full)
+            shape = full if type(full) is tuple else tuple(full)
         if _diag.loops:  # diagnostics state: the creating iterations (diagnostics.on_new_tile, inlined)
             _diag._state += 1
             self._diag = _diag.TileInfo(_diag.loops[-1].tag)
@@ -402,7 +402,7 @@ class Tile(NkiTensor):
             raise NKIError("PSUM bank", f"a PSUM tile of shape {shape} {self.dtype} needs "
                            f"{self.bytes_per_partition() // self.blocks()} B per partition, {room}")
         if parent is None and prog is not None:
-            self._mem = _memory.on_alloc(self, prog, shape)
+            self._mem = _memory.on_alloc(self, prog, shape, thunk[3] if thunk is not None else data.dtype)
             if thunk is not None:
                 prog.defer(self)
 
@@ -636,13 +636,13 @@ class Tile(NkiTensor):
         but no key to resolve. ``add=True`` adds ``values`` in place instead (fp32 tiles only: the
         same bits as computing ``self + values`` and writing that)."""
         m = self._mem
-        shape = self.shape
+        thunk = self._thunk
+        shape = self._data.shape if thunk is None else thunk[2]  # (self.shape without the call, as nb == 0 here)
         if self.nb or (m is not None and m.tiles is not None) or values.shape != shape:
             if add:
                 values = dt.compute_view(self._raw()) + values
             self[...] = values  # batched, or a placed block tensor (an error there): the general path
             return
-        thunk = self._thunk
         if thunk is not None and thunk[0] is fill_sentinel and not add and self._parent is None:
             self._thunk = thunk = None  # the whole tile is written: its deferred fill would be overwritten
         data = self._data

@@ -416,6 +416,15 @@ def _barrier_ordered(ra, rb) -> bool:
     return barrier_ordered(ra[4], rb[4])
 
 
+def _read_discarded(stamp) -> bool:
+    """Whether a core's logged HBM read brought values nothing used afterwards (see cores.read_discarded)."""
+    if stamp is None or stamp.loaded is None:
+        return False
+    from .cores import read_discarded
+
+    return read_discarded(stamp)
+
+
 def _same_final_values(tensor, state, ra, rb, rec_a, rec_b) -> bool:
     """Whether two cores' overlapping writes left the same final values (see cores.same_final_values)."""
     if rec_a[4] is None or rec_b[4] is None:
@@ -628,6 +637,8 @@ def _check_races(tensor, reads, writes, state, repeats=()):
             continue
         if not is_w[a]:
             a, b = b, a
+        if not is_w[b] and _read_discarded(recs[b][0][4]):
+            continue  # the values read were never used: indeterminate on hardware, harmless
         (pa, _, _, wa, sa), (pb, _, _, wb, sb) = recs[a][0], recs[b][0]
         what = "also writes" if is_w[b] else "reads"
         if sa is not None and sb is not None:
@@ -933,7 +944,7 @@ def _loop_log(obj, region, kind, hbm=False, key=None):
         else:
             fr.written.add(key)
         if wh is None:
-            wh = where()
+            wh = where_from(sys._getframe(2))  # (from the hook's caller: this function and the hooks are ours)
             if iw.depth:
                 iw.where = wh
         fr.seq = seq = fr.seq + 1

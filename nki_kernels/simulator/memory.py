@@ -253,12 +253,12 @@ def buffer_index(buffer) -> int:
     return PSUM if buffer.name == "psum" else SBUF
 
 
-def on_alloc(tile, prog, shape):
-    """A new tile (not a view) of ``shape`` in ``prog``: its record, with the single-tile capacity check."""
+def on_alloc(tile, prog, shape, dtype):
+    """A new tile (not a view) of ``shape`` and ``dtype`` in ``prog``: its record, with the single-tile
+    capacity check."""
     m = prog.mem
     buf = PSUM if tile.buffer.name == "psum" else SBUF
     pdim = tile.pdim
-    dtype = tile.dtype
     if len(shape) > pdim:
         nbytes = math.prod(shape) // shape[pdim] * dtype.itemsize if shape[pdim] else 0
     else:

@@ -10,11 +10,12 @@ import math
 import numpy as np
 
 from .. import dtypes as dt
+from .. import cores as _cores
 from .. import profile as _prof
 from ..core import Access, HBMTensor, Tile, psum, sbuf
 from ..errors import NKIError
 from ..indexing import full_mask as _full_mask
-from .operands import alu, check_dst, instruction, mark_read, write
+from .operands import alu, check_dst, instruction, lazy_text, mark_read, write
 from .target import dge_mode as _dge_mode
 from .target import engine as _engine
 from .target import oob_mode as _oob_mode
@@ -66,11 +67,13 @@ def store(dst, vals, op, what="source"):
         raise NKIError("dst memory", f"nisa.{op}: dst (shape {dst.shape}) is in PSUM; DMA moves data between HBM "
                        "and SBUF")
     d = check_dst(dst, op, (sbuf,))
-    if math.prod(d.shape) != vals.size:
-        raise NKIError("dst shape", f"nisa.{op}: dst has shape {d.shape}, the {what} has {int(np.size(vals))} "
-                       "elements; a DMA copies equal element counts")
     dshape = d.shape
-    write(d, vals if vals.shape == dshape else vals.reshape(dshape), op, what)
+    if vals.shape != dshape:
+        if math.prod(dshape) != vals.size:
+            raise NKIError("dst shape", f"nisa.{op}: dst has shape {dshape}, the {what} has {int(np.size(vals))} "
+                           "elements; a DMA copies equal element counts")
+        vals = vals.reshape(dshape)
+    write(d, vals, op, what)
 
 
 def accumulate_into_hbm(acc, vals, mask, what):
@@ -126,13 +129,15 @@ def dma_copy(dst, src, priority=None, oob_mode=_oob_mode.error, dge_mode=_dge_mo
     (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/generated/nki.isa.dma_copy.html)
     """
     op = "dma_copy"
+    _cores.before_load()  # (which tile takes an HBM read's values: the LNC race check asks if they are used)
     if oob_mode is not _oob_mode.error and getattr(oob_mode, "value", oob_mode) == "skip":
         if dst_rmw_op is not None:
             raise NKIError("oob_mode", f"nisa.{op}: dst_rmw_op allows only oob_mode=oob_mode.error")
         copy_skipping_oob(dst, src, op)
+        _cores.after_load(dst)
         return
     vals = np.asarray(read(src, op))
-    what = f"source (shape {tuple(vals.shape)})"
+    what = lazy_text("source (shape {})", vals.shape)
     if dst_rmw_op is not None:
         if alu(dst_rmw_op) is not np.add:
             raise NKIError("dst_rmw_op", f"nisa.{op}: dst_rmw_op {dst_rmw_op!r}; only nl.add is supported")
@@ -148,6 +153,7 @@ def dma_copy(dst, src, priority=None, oob_mode=_oob_mode.error, dge_mode=_dge_mo
         vals = dt.compute_view(cur).astype(np.float32).reshape(-1) + \
             dt.compute_view(vals).astype(np.float32).reshape(-1)
     store(dst, vals, op, what)
+    _cores.after_load(dst)
 
 
 @instruction

@@ -67,6 +67,19 @@ def instruction(fn):
     return run
 
 
+class lazy_text:
+    """``fmt.format(*args)``, formatted only when shown: an error message's detail that an
+    instruction would otherwise build on every call."""
+
+    __slots__ = ("fmt", "args")
+
+    def __init__(self, fmt, *args):
+        self.fmt, self.args = fmt, args
+
+    def __str__(self):
+        return self.fmt.format(*self.args)
+
+
 def names(buffers):
     """``"SBUF or PSUM"`` for a tuple of memories."""
     return " or ".join(b.name.upper() for b in buffers)
