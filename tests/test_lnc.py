@@ -323,6 +323,51 @@ def test_a_core_zeroing_rows_the_other_core_filled_is_a_race():
         _zero_then_fill(False)[2](rng.standard_normal((32, 8)).astype(np.float32))
 
 
+def _update_own_half(use_other_half):
+    """Both cores load all 128 rows of ``out`` (two 64-row tiles), double their own half and store
+    it, with no barrier between one core's store and the other's load: the block update of
+    nki-library's MoE CTE kernel. Core 1 stores to ``echo`` its new half, or with ``use_other_half``
+    core 0's half as it read it."""
+
+    @nki.jit
+    def k(x):
+        out = nl.ndarray((128, 8), dtype=x.dtype, buffer=nl.shared_hbm)
+        echo = nl.ndarray((64, 8), dtype=x.dtype, buffer=nl.shared_hbm)
+        c = nl.program_id(0)
+        t = nl.ndarray((128, 8), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        nisa.dma_copy(dst=out, src=t)  # both cores store the same x: benign
+        nisa.core_barrier(out, (0, 1))
+        halves = [nl.ndarray((64, 8), dtype=x.dtype, buffer=nl.sbuf) for _ in range(2)]
+        for h in range(2):
+            nisa.dma_copy(dst=halves[h], src=out[h * 64:(h + 1) * 64, :])  # READ
+        new = nl.ndarray((64, 8), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.tensor_scalar(dst=new, data=halves[c], op0=nl.multiply, operand0=2.0)
+        nisa.dma_copy(dst=out[c * 64:(c + 1) * 64, :], src=new)  # WRITE
+        if c == 1:
+            nisa.dma_copy(dst=echo, src=halves[0] if use_other_half else new)
+        return out, echo
+
+    return k
+
+
+def test_reading_rows_the_other_core_writes_and_never_using_them_is_not_a_race():
+    # The rows of the other core's half are indeterminate when read (old or new values), but the
+    # kernel drops them: the result does not depend on scheduling.
+    x = rng.standard_normal((128, 8)).astype(np.float32)
+    out, echo = _update_own_half(False)[2](x)
+    np.testing.assert_array_equal(out, 2 * x)
+    np.testing.assert_array_equal(echo, 2 * x[64:])
+
+
+def test_using_rows_read_while_the_other_core_writes_them_is_a_race():
+    k = _update_own_half(True)
+    with pytest.raises(NKIError, match=r"\[race\].*logical cores") as e:
+        k[2](rng.standard_normal((128, 8)).astype(np.float32))
+    msg = str(e.value)
+    assert f"test_lnc.py:{line_of(k, '# READ')}" in msg and f"test_lnc.py:{line_of(k, '# WRITE')}" in msg
+
+
 # ---------------------------------------------------------------------------
 # operand rules of sendrecv / core_barrier
 # ---------------------------------------------------------------------------

@@ -163,6 +163,7 @@ class Worker:
         self.returned_at = None  # (file, line, function) of the kernel's return
         self.epochs = defaultdict(int)  # id of an HBM memory -> core_barriers passed on it
         self.collectives = defaultdict(int)  # collective key -> calls made
+        self.last_stamp = None  # the Stamp of this core's latest logged HBM access (see after_load)
 
     @property
     def name(self) -> str:
@@ -418,13 +419,14 @@ def simulate_ranks(kernel, ranks: int, *arrays, **static):
 # race checking across cores
 # ---------------------------------------------------------------------------
 class Stamp:
-    """What the race checker needs of one HBM access by a core: the core and the number of
-    ``core_barrier`` calls it had passed on the tensor's memory."""
+    """What the race checker needs of one HBM access by a core: the core, the number of
+    ``core_barrier`` calls it had passed on the tensor's memory and, for a DMA read into an
+    on-chip tile, that tile's live-range record and the slot the DMA wrote it in (``loaded``)."""
 
-    __slots__ = ("core", "epoch")
+    __slots__ = ("core", "epoch", "loaded")
 
     def __init__(self, core, epoch):
-        self.core, self.epoch = core, epoch
+        self.core, self.epoch, self.loaded = core, epoch, None
 
 
 def memory_id(tensor) -> int:
@@ -440,7 +442,44 @@ def access_stamp(prog, tensor):
     w = getattr(prog, "worker", None)
     if w is None or w.group.cores(w.rank) < 2:
         return None
-    return Stamp(w.core, w.epochs[memory_id(tensor)])
+    st = w.last_stamp = Stamp(w.core, w.epochs[memory_id(tensor)])
+    return st
+
+
+def before_load() -> None:
+    """A DMA is about to read HBM into an on-chip tile: forget earlier accesses (see :func:`after_load`)."""
+    w = getattr(_worker_tls, "worker", None)
+    if w is not None:
+        w.last_stamp = None
+
+
+def after_load(dst) -> None:
+    """The DMA begun with :func:`before_load` wrote ``dst``: if its HBM read was logged for the race
+    check, remember which tile took the values and in which slot, so that :func:`read_discarded`
+    can tell later whether the kernel ever used them."""
+    w = getattr(_worker_tls, "worker", None)
+    if w is None or w.last_stamp is None:
+        return
+    st, w.last_stamp = w.last_stamp, None
+    rec = getattr(dst, "_mem", None)
+    if rec is not None:
+        st.loaded = (rec, max(rec.last, rec.lastc))
+
+
+def read_discarded(stamp) -> bool:
+    """Whether a core's DMA read of HBM brought values into a tile that nothing used afterwards.
+
+    Another core writing those HBM elements in the same barrier interval leaves the values read
+    indeterminate on hardware (the old ones or the new ones), which matters only if the kernel uses
+    them: nki-library's MoE CTE kernel loads a whole block of output rows on each core and uses only
+    its own half. Only a plain tile (not a block of a block-dimension tensor, not placed at an
+    address other tensors may share) is judged, and any later touch of it counts as a use."""
+    if stamp is None or stamp.loaded is None:
+        return False
+    rec, slot = stamp.loaded
+    if rec.root is not None or rec.blocks is not None or rec.place is not None:
+        return False
+    return max(rec.last, rec.lastc) <= slot
 
 
 def _segment_start(w) -> None:
