@@ -326,7 +326,7 @@ def indirect_group() -> int:
     (``nc_matmul``), 16 for the Vector / Scalar / GpSimd engines (``NkiTensor.indirect``)."""
     from . import diagnostics as _diag
 
-    return 32 if getattr(_diag.instruction_where, "op", None) == "nc_matmul" else 16
+    return 32 if _diag.instruction_where.state.op == "nc_matmul" else 16
 
 
 def _indirect_addresses(lay: Layout, what) -> np.ndarray:

@@ -634,7 +634,8 @@ class Tile(NkiTensor):
         """``self[...] = values`` for an array already of this tile's shape and dtype (the
         destination write of a ``dst=`` instruction), with the bookkeeping of :meth:`__setitem__`
         but no key to resolve. ``add=True`` adds ``values`` in place instead (fp32 tiles only: the
-        same bits as computing ``self + values`` and writing that)."""
+        same bits as computing ``self + values`` and writing that). The caller (operands.write) has
+        computed the program's pending deferred op."""
         m = self._mem
         thunk = self._thunk
         shape = self._data.shape if thunk is None else thunk[2]  # (self.shape without the call, as nb == 0 here)
@@ -649,10 +650,7 @@ class Tile(NkiTensor):
         if thunk is not None or not data.flags.writeable:
             self.own()
             data = self._data  # (own() computed a deferred value, or made a private copy)
-        else:
-            prog = getattr(_tls, "program", None)
-            if prog is not None and prog.pending is not None:  # (own()'s flush, without the call)
-                flush_pending()
+        # (else own() has nothing to do: its caller, operands.write, computed the pending op already)
         if m is not None:
             if type(values) is np.ndarray:  # (no tile a last instruction produced: what assigned() finds)
                 _memory.copied(m)

@@ -35,7 +35,6 @@ from .errors import _THREADING_FILE, NKIError, thread_where
 from .index_expr import Mask
 
 _current_or_none = None  # core.current_or_none, bound on first use (core imports this module)
-_core_tls = None  # core._tls (its ``program`` is the running program), bound on first use
 
 _SIM_DIR = os.path.dirname(os.path.abspath(__file__))
 _is_sim_file = {}
@@ -65,13 +64,24 @@ def where_from(f):
     return thread_where.fallback or ("<unknown>", 0, "?")  # (a core's thread: its kernel's return)
 
 
-class _InstructionWhere(threading.local):
-    """Per thread (the cores of a multi-core launch take turns in threads): how many ``dst=``
-    instructions are running (operands.instruction) and their kernel location once looked up. The
-    accesses of one instruction share one source line, so it is found once per instruction."""
+class InstructionState:
+    """How many ``dst=`` instructions are running (operands.instruction), the outermost one's name
+    and its kernel location once looked up. The accesses of one instruction share one source line,
+    so it is found once per instruction."""
 
-    depth = 0
-    where = None
+    __slots__ = ("depth", "where", "op")
+
+    def __init__(self):
+        self.depth = 0
+        self.where = self.op = None
+
+
+class _InstructionWhere(threading.local):
+    """Per thread (the cores of a multi-core launch take turns in threads): its
+    :class:`InstructionState` (one thread-local lookup per use, plain attributes after it)."""
+
+    def __init__(self):
+        self.state = InstructionState()
 
 
 instruction_where = _InstructionWhere()
@@ -331,6 +341,10 @@ class LaunchLog:
         if ent is None:
             ent = self.tensors[key] = [tensor, [], []]
         rec = (prog.pid, access.index, mask, wh or where(), _core_stamp(prog, tensor))
+        if write and values is not None and rec[4] is not None:
+            from .cores import note_write
+
+            note_write(rec[4], tensor, access, mask, values)
         if write and values is not None and ent[2] and self._may_overlap(key, access, mask, prog.pid, ent[2]) \
                 and _rewrites_same(tensor, access, mask, values):
             self.repeats.setdefault(key, set()).add(len(ent[2]))
@@ -425,6 +439,15 @@ def _read_discarded(stamp) -> bool:
     return read_discarded(stamp)
 
 
+def _write_keeps(rec, region) -> bool:
+    """Whether a core's logged HBM write left every element of ``region`` as it was (see cores.write_keeps)."""
+    if rec[4] is None or rec[4].kept is None:
+        return False
+    from .cores import write_keeps
+
+    return write_keeps(rec, region)
+
+
 def _same_final_values(tensor, state, ra, rb, rec_a, rec_b) -> bool:
     """Whether two cores' overlapping writes left the same final values (see cores.same_final_values)."""
     if rec_a[4] is None or rec_b[4] is None:
@@ -438,13 +461,10 @@ def _mark_written(tensor, index, mask):
     index.write(tensor.written, np.True_, mask)
 
 
-def hbm_access(tensor, access, mask, write, values=None) -> None:
-    """Hook for every DMA between HBM and on-chip memory (``nl.load``/``nl.store``/``dma_copy``);
-    for a write, ``values`` are what is about to be stored (``None`` once already stored)."""
-    global _core_tls
-    if _core_tls is None:
-        from .core import _tls as _core_tls
-    prog = getattr(_core_tls, "program", None)  # (core.current_or_none() without the call)
+def hbm_access(tensor, access, mask, write, values, prog) -> None:
+    """Hook for every DMA between HBM and on-chip memory (``nl.load``/``nl.store``/``dma_copy``) by
+    the running program ``prog`` (or none); for a write, ``values`` are what is about to be stored
+    (``None`` once already stored)."""
     if prog is None:
         return
     if write and not tensor.is_output:
@@ -637,8 +657,8 @@ def _check_races(tensor, reads, writes, state, repeats=()):
             continue
         if not is_w[a]:
             a, b = b, a
-        if not is_w[b] and _read_discarded(recs[b][0][4]):
-            continue  # the values read were never used: indeterminate on hardware, harmless
+        if not is_w[b] and (_read_discarded(recs[b][0][4]) or _write_keeps(recs[a][0], regions[b])):
+            continue  # the values read were never used, or are the same before and after the write
         (pa, _, _, wa, sa), (pb, _, _, wb, sb) = recs[a][0], recs[b][0]
         what = "also writes" if is_w[b] else "reads"
         if sa is not None and sb is not None:
@@ -927,7 +947,7 @@ def _loop_log(obj, region, kind, hbm=False, key=None):
             if k:
                 frames = frames[k:]
         key = id(obj)
-    iw = instruction_where
+    iw = instruction_where.state
     wh = iw.where if iw.depth else None  # (a running dst= instruction's line: its accesses share it)
     read = kind == "r"
     for fr in frames:

@@ -34,8 +34,8 @@ def instruction(engine: str, out) -> None:
 def dma(tensor, data, direction: str, access, mask, written=False) -> None:
     """Record one DMA transfer of ``data`` to or from HBM ``tensor`` (and log it for diagnostics).
     A write is recorded before ``tensor`` changes, or with ``written=True`` after."""
-    _hbm_access(tensor, access, mask, direction == "write", None if written else data)
     prog = getattr(_tls, "program", None) if _tls is not None else _program()
+    _hbm_access(tensor, access, mask, direction == "write", None if written else data, prog)
     if prog is not None:
         _memory.counted(prog, False)
     if _recorder is not None:

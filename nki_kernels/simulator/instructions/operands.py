@@ -45,23 +45,25 @@ def instruction(fn):
     of programs raises :class:`NotBatchable` and the launcher runs the programs singly)."""
 
     name = fn.__name__
-    tls, iw = core._tls, _diag.instruction_where
+    tls, iw_local = core._tls, _diag.instruction_where
 
     @functools.wraps(fn)
     def run(*args, **kwargs):
         prog = getattr(tls, "program", None)
         if prog is not None and prog.nb:
             raise NotBatchable(f"nisa.{name} runs one program at a time")
-        if not iw.depth:
+        iw = iw_local.state
+        depth = iw.depth
+        if not depth:
             iw.op = name  # (Tensor Indirection views group their offsets by the engine)
             if _diag.loops:  # its accesses are logged under its kernel line: found from the caller's frame
                 iw.where = _diag.where_from(sys._getframe(1))
-        iw.depth += 1
+        iw.depth = depth + 1
         try:
             return fn(*args, **kwargs)  # (its dst write ends the memory model's instruction slot)
         finally:
-            iw.depth -= 1
-            if not iw.depth:
+            iw.depth = depth
+            if not depth:
                 iw.where = iw.op = None
 
     return run
