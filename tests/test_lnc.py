@@ -368,6 +368,55 @@ def test_using_rows_read_while_the_other_core_writes_them_is_a_race():
     assert f"test_lnc.py:{line_of(k, '# READ')}" in msg and f"test_lnc.py:{line_of(k, '# WRITE')}" in msg
 
 
+def _scale_rows_and_padding_row(scale_pad):
+    """``out`` holds 128 rows of ``x`` and a padding row of zeros (row 128). Each core doubles its
+    own 64 rows, and both load, scale and store the padding row back with no barrier between the
+    cores: nki-library's MoE CTE kernel, whose padding token maps to an extra output row. Scaled by
+    ``scale_pad`` the zeros stay zeros; ``x[0]`` instead of zeros (``scale_pad=None``) changes them."""
+
+    @nki.jit
+    def k(x, pad):
+        out = nl.ndarray((129, 8), dtype=x.dtype, buffer=nl.shared_hbm)
+        c = nl.program_id(0)
+        t = nl.ndarray((128, 8), dtype=x.dtype, buffer=nl.sbuf)
+        p = nl.ndarray((1, 8), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        nisa.dma_copy(dst=p, src=pad)
+        nisa.dma_copy(dst=out[0:128, :], src=t)  # both cores store the same values: benign
+        nisa.dma_copy(dst=out[128:129, :], src=p)
+        nisa.core_barrier(out, (0, 1))
+        mine = nl.ndarray((64, 8), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=mine, src=out[c * 64:(c + 1) * 64, :])
+        nisa.tensor_scalar(dst=mine, data=mine, op0=nl.multiply, operand0=2.0)
+        nisa.dma_copy(dst=out[c * 64:(c + 1) * 64, :], src=mine)
+        row = nl.ndarray((1, 8), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=row, src=out[128:129, :])  # READ
+        if scale_pad is None:
+            nisa.dma_copy(dst=row, src=x[0:1, :])
+        else:
+            nisa.tensor_scalar(dst=row, data=row, op0=nl.multiply, operand0=scale_pad)
+        nisa.dma_copy(dst=out[128:129, :], src=row)  # WRITE
+        return out
+
+    return k
+
+
+def test_rewriting_the_values_a_row_holds_while_the_other_core_reads_it_is_not_a_race():
+    # Core 1 reads the padding row while core 0 stores it, but core 0 stores the zeros already
+    # there: the read sees zeros whichever access comes first.
+    x = rng.standard_normal((128, 8)).astype(np.float32)
+    out = _scale_rows_and_padding_row(3.0)[2](x, np.zeros((1, 8), np.float32))
+    np.testing.assert_array_equal(out[:128], 2 * x)
+    np.testing.assert_array_equal(out[128], 0)
+
+
+def test_changing_a_row_while_the_other_core_reads_it_is_a_race():
+    k = _scale_rows_and_padding_row(None)
+    with pytest.raises(NKIError, match=r"\[race\].*logical cores") as e:
+        k[2](rng.standard_normal((128, 8)).astype(np.float32), np.zeros((1, 8), np.float32))
+    assert f"test_lnc.py:{line_of(k, '# READ')}" in str(e.value)
+
+
 # ---------------------------------------------------------------------------
 # operand rules of sendrecv / core_barrier
 # ---------------------------------------------------------------------------

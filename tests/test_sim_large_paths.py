@@ -75,6 +75,19 @@ def test_strided_low_precision_arrays_widen_like_their_contiguous_copies(dtype, 
     np.testing.assert_array_equal(got.astype(np.float64), want)
 
 
+@pytest.mark.parametrize("dtype", [d for d in LOW_FLOATS if d.itemsize == 1] + [np.dtype(ml_dtypes.float8_e8m0fnu)],
+                         ids=str)
+def test_every_fp8_pattern_widens_to_its_value(dtype):
+    bits = np.arange(256, dtype=np.uint8)
+    for arr in (bits.view(dtype), np.stack([bits, bits], 1)[:, 1].view(dtype), bits[7:8].view(dtype).reshape(())):
+        got = dt.compute_view(arr)
+        assert got.dtype == np.float32 and got.shape == arr.shape and isinstance(got, np.ndarray)
+        want = np.array([float(e) for e in arr.reshape(-1)]).reshape(arr.shape)  # scalar conversions
+        nan = np.isnan(want)
+        np.testing.assert_array_equal(np.isnan(got), nan)
+        np.testing.assert_array_equal(got[~nan], want[~nan])
+
+
 @pytest.mark.parametrize("view", ["columns", "every_other", "reversed"])
 def test_strided_float32_rounds_to_bf16_to_nearest_even(view):
     rng = np.random.default_rng(4)

@@ -420,13 +420,15 @@ def simulate_ranks(kernel, ranks: int, *arrays, **static):
 # ---------------------------------------------------------------------------
 class Stamp:
     """What the race checker needs of one HBM access by a core: the core, the number of
-    ``core_barrier`` calls it had passed on the tensor's memory and, for a DMA read into an
-    on-chip tile, that tile's live-range record and the slot the DMA wrote it in (``loaded``)."""
+    ``core_barrier`` calls it had passed on the tensor's memory; for a DMA read into an on-chip
+    tile, that tile's live-range record and the slot the DMA wrote it in (``loaded``); for a
+    write, the elements it left as they were (``kept``)."""
 
-    __slots__ = ("core", "epoch", "loaded")
+    __slots__ = ("core", "epoch", "loaded", "kept")
 
     def __init__(self, core, epoch):
         self.core, self.epoch, self.loaded = core, epoch, None
+        self.kept = None  # for a write: where (bool, in the access's shape) it stored what was there
 
 
 def memory_id(tensor) -> int:
@@ -464,6 +466,39 @@ def after_load(dst) -> None:
     rec = getattr(dst, "_mem", None)
     if rec is not None:
         st.loaded = (rec, max(rec.last, rec.lastc))
+
+
+def note_write(stamp, tensor, access, mask, values) -> None:
+    """A core is about to store ``values`` at ``access``: remember which elements keep the value
+    they hold (bit for bit), for :func:`write_keeps`."""
+    old = access.index.read(tensor.data, mask)
+    new = np.asarray(values)
+    if new.shape != old.shape:
+        new = new.reshape(old.shape) if new.size == old.size else np.broadcast_to(new, old.shape)
+    new = new.astype(tensor.dtype, copy=False)
+    size = tensor.dtype.itemsize
+    if tensor.dtype.fields is not None or size not in (1, 2, 4, 8):
+        return  # (packed MX records: counted as changed everywhere)
+    bits = np.dtype(f"u{size}")
+    kept = np.ascontiguousarray(old).view(bits) == np.ascontiguousarray(new).view(bits)
+    if kept.any():
+        stamp.kept = kept
+
+
+def write_keeps(write_rec, region) -> bool:
+    """Whether a logged HBM write (``(pid, index, mask, where, stamp)``) stored, on every element
+    of ``region`` it covers, the value already there. A read of those elements by another core
+    then sees the same values whichever access comes first: nki-library's MoE CTE kernel has both
+    cores rewrite the zeros of its padding token's row while the other core reads it."""
+    st = write_rec[4]
+    if st is None or st.kept is None:
+        return False
+    _, idx, m = write_rec[:3]
+    changed = np.zeros(idx.shape, bool)
+    idx.write(changed, ~st.kept, m)
+    if region.exact:
+        return not changed[region.box()].any()
+    return not changed.reshape(-1)[region.elements()].any()
 
 
 def read_discarded(stamp) -> bool:
