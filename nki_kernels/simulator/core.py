@@ -138,6 +138,7 @@ class Program:
 
 
 _tls = threading.local()
+_loops = _diag.loops  # (the active affine loops: one list, changed in place)
 _lang = None  # (language._fit, language._values), bound on first use: language builds on core
 
 
@@ -382,9 +383,9 @@ class Tile(NkiTensor):
             shape = tuple(full[nb:])
         else:
             shape = full if type(full) is tuple else tuple(full)
-        if _diag.loops:  # diagnostics state: the creating iterations (diagnostics.on_new_tile, inlined)
+        if _loops:  # diagnostics state: the creating iterations (diagnostics.on_new_tile, inlined)
             _diag._state += 1
-            self._diag = _diag.TileInfo(_diag.loops[-1].tag)
+            self._diag = _diag.TileInfo(_loops[-1].tag)
         else:
             self._diag = None
         if len(shape) > pdim and shape[pdim] > PMAX:

@@ -56,6 +56,11 @@ class Index:
     def view(self, data: np.ndarray, nb: int = 0) -> np.ndarray:
         """The selected region as a view of ``data`` (view paths only). With ``nb``, the first
         ``nb`` axes of ``data`` are a batch of programs' tiles, each indexed alike."""
+        basic = self.basic
+        if not nb and basic is not None and self.perm is None:  # (one program's basic view: no key to build)
+            v = data[basic] if basic else data[...]  # (a 0-d array indexed by () is a scalar, not a view)
+            full = self.out_shape
+            return v.reshape(full) if v.shape != full else v
         lead, bshape = (slice(None),) * nb, data.shape[:nb]
         full = bshape + self.out_shape
         if self.basic is not None:
@@ -86,6 +91,9 @@ class Index:
 
     def read(self, data: np.ndarray, mask=None, what="tensor") -> np.ndarray:
         """Values at the index (masked-off elements are zero); a view when possible."""
+        if mask is None and self.perm is None and self.basic is not None:  # (view()'s first path, inlined)
+            v = data[self.basic] if self.basic else data[...]
+            return v.reshape(self.out_shape) if v.shape != self.out_shape else v
         if mask is not None:
             box, sub = self._boxed(mask)
             if sub is not None:

@@ -704,11 +704,10 @@ def finish(prog, rerun=None) -> None:
     curve = np.zeros((2, n + 1), np.int64)
     spans = live + roots
     if spans:
-        buf = np.fromiter([r.buf for r in spans], np.int64, len(spans))
-        nbytes = np.fromiter([r.nbytes for r in spans], np.int64, len(spans))
-        np.add.at(curve, (buf, np.fromiter([r.first for r in spans], np.int64, len(spans))), nbytes)
-        np.subtract.at(curve, (buf, np.fromiter([max(r.last, r.lastc, r.first) + 1 for r in spans], np.int64,
-                                                len(spans))), nbytes)
+        # per tile: memory, bytes, first slot, slot after its last
+        cols = np.array([(r.buf, r.nbytes, r.first, max(r.last, r.lastc, r.first) + 1) for r in spans], np.int64)
+        np.add.at(curve, (cols[:, 0], cols[:, 2]), cols[:, 1])
+        np.subtract.at(curve, (cols[:, 0], cols[:, 3]), cols[:, 1])
     curve = np.cumsum(curve, axis=1)[:, :n]
     m.curve = curve
     for b in (SBUF, PSUM):

@@ -26,7 +26,11 @@ def instruction(engine: str, out) -> None:
     """Record one engine instruction producing ``out`` (and count its slot for memory live ranges)."""
     prog = getattr(_tls, "program", None) if _tls is not None else _program()
     if prog is not None:
-        _memory.counted(prog, True)
+        m = prog.mem
+        if m.last_alloc is None:  # (memory.counted's common case without the call: nothing allocated)
+            m.last_result, m.ic, m.fresh = None, m.ic + 1, True
+        else:
+            _memory.counted(prog, True)
     if _recorder is not None:
         _recorder.instruction(engine, out)
 
@@ -37,7 +41,11 @@ def dma(tensor, data, direction: str, access, mask, written=False) -> None:
     prog = getattr(_tls, "program", None) if _tls is not None else _program()
     _hbm_access(tensor, access, mask, direction == "write", None if written else data, prog)
     if prog is not None:
-        _memory.counted(prog, False)
+        m = prog.mem
+        if m.last_alloc is None:
+            m.last_result, m.ic, m.fresh = None, m.ic + 1, False
+        else:
+            _memory.counted(prog, False)
     if _recorder is not None:
         _recorder.dma(tensor, data, direction, access, mask)
 

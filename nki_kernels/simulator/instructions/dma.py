@@ -137,7 +137,7 @@ def dma_copy(dst, src, priority=None, oob_mode=_oob_mode.error, dge_mode=_dge_mo
         _cores.after_load(dst)
         return
     vals = np.asarray(read(src, op))
-    what = lazy_text("source (shape {})", vals.shape)
+    what = lazy_text(("source (shape {})", vals.shape))
     if dst_rmw_op is not None:
         if alu(dst_rmw_op) is not np.add:
             raise NKIError("dst_rmw_op", f"nisa.{op}: dst_rmw_op {dst_rmw_op!r}; only nl.add is supported")

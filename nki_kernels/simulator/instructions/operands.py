@@ -69,17 +69,15 @@ def instruction(fn):
     return run
 
 
-class lazy_text:
-    """``fmt.format(*args)``, formatted only when shown: an error message's detail that an
-    instruction would otherwise build on every call."""
+class lazy_text(tuple):
+    """``lazy_text((fmt, *args))`` shows as ``fmt.format(*args)``, formatted only when shown: an error
+    message's detail that an instruction would otherwise build on every call (a tuple: made without
+    a Python-level call)."""
 
-    __slots__ = ("fmt", "args")
-
-    def __init__(self, fmt, *args):
-        self.fmt, self.args = fmt, args
+    __slots__ = ()
 
     def __str__(self):
-        return self.fmt.format(*self.args)
+        return self[0].format(*self[1:])
 
 
 def names(buffers):
