@@ -19,7 +19,8 @@ Each time is the best of ``--repeat`` runs after a warm-up, the simulator's and 
 alternating (so both see the same machine load); the ratio is simulator / NumPy (> 1: the
 simulator is slower). ``--clock cpu`` times this process's CPU time instead of wall time (steadier
 on a shared, loaded machine); the table's title gives the clock and the load average.
-``--quick`` runs small shapes once (a smoke test).
+``--quick`` runs small shapes once (a smoke test). ``--only TEXT`` keeps the rows (both tables) whose
+name or workload contains TEXT: ``--only 128x64`` times the small instructions alone.
 """
 
 from __future__ import annotations
@@ -378,8 +379,8 @@ def best_of_pair(fns, repeat):
     return [min(ts) for ts in times], results
 
 
-def workloads(quick):
-    """(name, group, workload, simulator thunk, NumPy thunk) of every row."""
+def workloads(quick, wanted=lambda name, workload: True):
+    """(name, group, workload, simulator thunk, NumPy thunk) of every row that ``wanted(name, workload)``."""
     shapes = ((256, 256, 1024),) if quick else ((1024,) * 3, (2048,) * 3)  # (K, M, N)
     rng = np.random.default_rng(0)
     rows = []
@@ -396,22 +397,27 @@ def workloads(quick):
                              (lambda kern=kern, a=lhsT, b=rhs, e=extra: kern(a, b, **e)), ref))
     seqlen, d = (256, 64) if quick else (4096, 128)
     for backward in (False, True):
-        sim, ref, _ = attention_pair(seqlen, d, backward)
-        rows.append((f"flash attention {'bwd' if backward else 'fwd'}", "attention",
-                     f"causal s{seqlen} d{d} fp32", sim, ref))
-    return rows
+        name, workload = f"flash attention {'bwd' if backward else 'fwd'}", f"causal s{seqlen} d{d} fp32"
+        if wanted(name, workload):  # (the backward's setup runs the forward: not for a row left out)
+            sim, ref, _ = attention_pair(seqlen, d, backward)
+            rows.append((name, "attention", workload, sim, ref))
+    return [r for r in rows if wanted(r[0], r[2])]
 
 
-def per_instruction(quick):
-    """Microseconds per small instruction in each generation (difference of two loop lengths)."""
+def per_instruction(quick, wanted=lambda name, workload: True, repeat=None):
+    """Microseconds per small instruction in each generation (difference of two loop lengths, each
+    the best of ``repeat`` runs), for the instructions that ``wanted(name, workload)``."""
     x = np.random.default_rng(1).standard_normal((128, 64)).astype(np.float32)
     n0, n1 = (10, 60) if quick else (100, 2100)
     out = []
     for name, kern, want in (("nl.add (gen1)", add_loop1, x + x),
                              ("nisa.tensor_tensor (standalone)", add_loop2, x + x),
                              ("nisa.dma_copy SBUF <- HBM (standalone)", load_loop2, x)):
-        t0, r = best_of(lambda: kern(x, n0), 1 if quick else 3)
-        t1, _ = best_of(lambda: kern(x, n1), 1 if quick else 3)
+        if not wanted(name, "128x64 fp32"):
+            continue
+        reps = repeat or (1 if quick else 3)
+        t0, r = best_of(lambda: kern(x, n0), reps)
+        t1, _ = best_of(lambda: kern(x, n1), reps)
         np.testing.assert_array_equal(r, want)
         out.append({"name": name, "workload": "128x64 fp32", "us_per_instruction": (t1 - t0) / (n1 - n0) * 1e6})
     return out
@@ -432,7 +438,10 @@ def main(argv=None) -> int:
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     repeat = args.repeat or (1 if args.quick else 3)
     console = Console(width=max(120, Console().width))
-    rows = [r for r in workloads(args.quick) if not args.only or any(s in r[0] or s in r[2] for s in args.only)]
+    def wanted(name, workload):
+        return not args.only or any(s in name or s in workload for s in args.only)
+
+    rows = workloads(args.quick, wanted)
     results = []
     with Progress(console=console, transient=True) as progress:
         task = progress.add_task("benchmarking", total=len(rows) + 1)
@@ -444,7 +453,7 @@ def main(argv=None) -> int:
                             "numpy_ms": t_ref * 1e3, "ratio": t_sim / t_ref, "max_rel_err": err})
             progress.advance(task)
         progress.update(task, description="per-instruction cost")
-        instr = per_instruction(args.quick)
+        instr = per_instruction(args.quick, wanted, repeat)
         progress.advance(task)
     load_end = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     table = Table(title=f"Simulator vs NumPy, best of {repeat}, {args.clock} time, load average "
