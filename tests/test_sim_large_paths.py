@@ -253,3 +253,28 @@ def test_tensors_at_the_same_bytes_with_overlapping_lives_still_conflict():
     x = np.arange(2 * 128 * 8, dtype=np.float32).reshape(2, 128, 8)
     with pytest.raises(NKIError, match=r"allocation conflict.*bytes 0\.\.31"):
         nki.simulate(_modular_kernel(True))(x)
+
+
+@pytest.mark.parametrize("src", [np.dtype(ml_dtypes.float8_e4m3), np.dtype(ml_dtypes.float8_e4m3fn),
+                                 np.dtype(ml_dtypes.float8_e5m2)], ids=str)
+def test_dma_of_an_fp8_column_block_into_bf16_fp32_and_int8_tiles(src):
+    # nki-library MLP/MoE CTE kernels DMA fp8 weight blocks into bf16 SBUF tiles: fp32 on the way, then
+    # rounded to the tile's dtype (int8: to nearest even, saturated)
+    @nki.jit
+    def k(w):
+        outs = [nl.ndarray((128, 3, 160), dtype=d, buffer=nl.shared_hbm) for d in (nl.bfloat16, nl.float32, nl.int8)]
+        for out in outs:
+            t = nl.ndarray((128, 3, 160), dtype=out.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=w[0:128, 1:4, 40:200])
+            nisa.dma_copy(dst=out, src=t)
+        return outs
+
+    rng = np.random.default_rng(8)
+    w = (rng.standard_normal((256, 5, 256)) * 40).astype(src)
+    got_bf16, got_f32, got_i8 = nki.simulate(k)(w)
+    block = w[0:128, 1:4, 40:200]
+    exact = np.array([float(e) for e in block.reshape(-1)]).reshape(block.shape)  # fp8 values, one by one
+    assert np.isfinite(exact).all()
+    np.testing.assert_array_equal(got_f32.astype(np.float64), exact)
+    np.testing.assert_array_equal(got_bf16.view(np.uint16), _round_to_bf16_bits(exact.astype(np.float32)))
+    np.testing.assert_array_equal(got_i8, np.clip(np.rint(exact), -128, 127).astype(np.int8))

@@ -145,11 +145,28 @@ def compute_view(data: np.ndarray) -> np.ndarray:
         if dtype.itemsize == 1 and data.ndim:
             # fp8: the fp32 value of each of the 256 bit patterns, looked up (ml_dtypes converts fp8
             # element by element, ~5x slower; the table holds its own conversions, so the bits agree)
-            return np.take(_fp8_to_fp32(dtype), data.view(np.uint8))
+            return np.take(_fp8_to_fp32(dtype), data.view(np.uint8).astype(np.intp))
         if not _rows_contiguous(data):
             data = np.ascontiguousarray(data)
         return data.astype(np.float32)
     return data
+
+
+def through_fp32(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """``values`` on their way to ``dtype`` through fp32 (a DMA engine's conversion): fp32, or already
+    ``cast`` to ``dtype`` where that is cheaper -- an fp8 source converts by a 256-entry table of its
+    patterns' own fp32-then-``cast`` conversions (bit for bit the two steps, without the fp32 array)."""
+    src = values.dtype
+    if src.itemsize == 1 and src in _LOW_FLOATS and values.ndim and dtype in SUPPORTED \
+            and dtype not in PACKED_X4:
+        return np.take(_fp8_to(src, dtype), values.view(np.uint8).astype(np.intp))
+    return compute_view(values).astype(np.float32, copy=False)
+
+
+@functools.lru_cache(maxsize=None)
+def _fp8_to(src: np.dtype, dtype: np.dtype) -> np.ndarray:
+    """Every bit pattern of the one-byte float ``src`` widened to fp32, then rounded to ``dtype``."""
+    return cast(_fp8_to_fp32(src), dtype)
 
 
 @functools.lru_cache(maxsize=None)

@@ -52,8 +52,9 @@ def store(dst, vals, op, what="source"):
     """Write ``vals`` (same element count) into a DMA destination in HBM or SBUF, rounding to its dtype
     (conversions between dtypes go through fp32)."""
     vals = np.asarray(vals)
-    if vals.dtype != getattr(dst, "dtype", vals.dtype) and vals.dtype not in dt.PACKED_X4:
-        vals = dt.compute_view(vals).astype(np.float32, copy=False)
+    ddtype = getattr(dst, "dtype", vals.dtype)
+    if vals.dtype != ddtype and vals.dtype not in dt.PACKED_X4:
+        vals = dt.through_fp32(vals, ddtype)
     if isinstance(dst, (Access, HBMTensor)):
         _nl = _language()
         acc = _nl._as_access(dst, "dst", f"nisa.{op}")
