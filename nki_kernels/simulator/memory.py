@@ -646,7 +646,8 @@ def traced_loop(iterations):
     stack.append(fr)
     try:
         for i in iterations:
-            fr.counts = {}
+            if fr.counts:  # (an iteration that met nothing leaves the dict empty: no new one)
+                fr.counts = {}
             yield i
     finally:
         stack.remove(fr)

@@ -108,6 +108,8 @@ def tile_operand(x, name, op, buffers=ON_CHIP):
 
 def check_dst(dst, op, buffers=ON_CHIP):
     """``dst`` must be a tile (or a view of one) in one of ``buffers``."""
+    if type(dst) is Tile and dst.buffer in buffers:  # (the common case, without the isinstance tests)
+        return dst
     if isinstance(dst, (Access, HBMTensor)):
         raise NKIError("dst memory", f"nisa.{op}: dst ({dst._label()}, shape {tuple(dst.shape)}) is in HBM; "
                        f"this instruction writes {names(buffers)} (use nisa.dma_copy to reach HBM)")
@@ -260,7 +262,11 @@ def write(dst, values, op, what="result", mask=None, add=False):
     :func:`write_accumulating`) adds the values to what ``dst`` holds, in place.
     """
     vals = values if type(values) is np.ndarray else np.asarray(values)
-    if vals.shape != dst.shape:
+    if dst._thunk is None and not dst.nb:  # (dst.shape / dst.dtype without the property calls)
+        dshape, ddtype = dst._data.shape, dst._data.dtype
+    else:
+        dshape, ddtype = dst.shape, dst.dtype
+    if vals.shape != dshape:
         vals = fit_dst(dst, vals, op, what)
     root = dst if dst._parent is None else root_of(dst._parent)
     prog = getattr(_tls, "program", None)
@@ -274,7 +280,7 @@ def write(dst, values, op, what="result", mask=None, add=False):
                            "(e.g. t[0:128, 0:512]) or to the tile itself")
     keep = None if mask is None else (mask if isinstance(mask, np.ndarray) and mask.dtype == bool
                                       else _full_mask(mask, tuple(dst.shape)))
-    new = vals if vals.dtype == dst.dtype else dt.cast(vals, dst.dtype)
+    new = vals if vals.dtype == ddtype else dt.cast(vals, ddtype)
     if keep is not None:
         new = np.where(np.broadcast_to(keep, new.shape), new, dst.data)
     dst.write_whole(new, add)
