@@ -791,7 +791,7 @@ def on_read(tile) -> None:
             if info is not None and info.root is not None:
                 region = Region.of(info.index)
             else:
-                shape = tile.shape
+                shape = tile._data.shape if tile._thunk is None and not tile.nb else tile.shape  # (no property call)
                 region = _WHOLE.get(shape) if type(shape) is tuple else None
                 if region is None:
                     region = Region.whole(shape)
