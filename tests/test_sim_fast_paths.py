@@ -435,3 +435,24 @@ def test_whole_tensor_dma_stores_from_two_iterations_still_race():
     with pytest.raises(NKIError) as e:
         make(2)(x)
     assert e.value.rule == "loop_carried" and "both store to" in str(e.value)
+
+
+def test_dma_copy_element_count_mismatch_names_the_source_shape():
+    """dma_copy describes its source only when it reports an error: a copy of 128x64 elements into a
+    128x32 tile is still rejected, naming both shapes; the matching copy is exact."""
+
+    def make(cols):
+        @nki2.jit
+        def k(x):
+            out = nl2.ndarray((128, cols), dtype=nl2.float32, buffer=nl2.shared_hbm)
+            t = nl2.ndarray((128, cols), dtype=nl2.float32, buffer=nl2.sbuf)
+            nisa2.dma_copy(dst=t, src=x)
+            nisa2.dma_copy(dst=out, src=t)
+            return out
+        return k
+
+    x = A[0:128, 0:64].copy()
+    np.testing.assert_array_equal(make(64)(x), x)
+    with pytest.raises(NKIError) as e:
+        make(32)(x)
+    assert e.value.rule == "dst shape" and "(128, 32)" in str(e.value) and "source (shape (128, 64))" in str(e.value)
