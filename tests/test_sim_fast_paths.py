@@ -456,3 +456,31 @@ def test_dma_copy_element_count_mismatch_names_the_source_shape():
     with pytest.raises(NKIError) as e:
         make(32)(x)
     assert e.value.rule == "dst shape" and "(128, 32)" in str(e.value) and "source (shape (128, 64))" in str(e.value)
+
+
+def test_loop_whose_first_access_of_a_tile_is_a_write_still_checks_it():
+    """Iteration i writes tile i + 1 of a list before reading tile i (a software pipeline): each
+    tile's first access in the loop is its one write, and iteration 1 reading what iteration 0 wrote
+    is still a loop-carried dependency; reading only the tile written before the loop is valid."""
+
+    def make(carried):
+        @nki2.jit
+        def k(x):
+            out = nl2.ndarray((128, 64), dtype=nl2.float32, buffer=nl2.shared_hbm)
+            t = nl2.ndarray((128, 64), dtype=nl2.float32, buffer=nl2.sbuf)
+            bufs = [nl2.ndarray((128, 64), dtype=nl2.float32, buffer=nl2.sbuf) for _ in range(3)]
+            r = nl2.ndarray((128, 64), dtype=nl2.float32, buffer=nl2.sbuf)
+            nisa2.dma_copy(dst=t, src=x)
+            nisa2.tensor_copy(dst=bufs[0], src=t)
+            for i in nl2.affine_range(2):
+                nisa2.tensor_tensor(dst=bufs[i + 1], data1=t, data2=t, op=nl2.add)
+                nisa2.tensor_copy(dst=r, src=bufs[i if carried else 0])
+            nisa2.dma_copy(dst=out, src=r)
+            return out
+        return k
+
+    x = A[0:128, 0:64].copy()
+    np.testing.assert_array_equal(make(False)(x), x)
+    with pytest.raises(NKIError) as e:
+        make(True)(x)
+    assert e.value.rule == "loop_carried" and "which iteration 0 written" in str(e.value)

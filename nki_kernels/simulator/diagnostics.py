@@ -961,8 +961,8 @@ def _loop_log(obj, region, kind, hbm=False, key=None):
                 # The same read again with nothing of this object logged in between: _analyse
                 # would give it the verdict of the logged one, so the log stays one entry long.
                 continue
-        else:
-            fr.written.add(key)
+        if not read:
+            fr.written.add(key)  # (the first access of a key may be its write)
         if wh is None:
             wh = where_from(sys._getframe(2))  # (from the hook's caller: this function and the hooks are ours)
             if iw.depth:
