@@ -25,3 +25,13 @@ def test_bench_kernels_quick_matches_numpy(tmp_path):
         assert row["sim_ms"] > 0 and row["numpy_ms"] > 0
     assert [r["name"].split()[0] for r in data["per_instruction"]] == ["nl.add", "nisa.tensor_tensor", "nisa.dma_copy"]
     assert all(r["us_per_instruction"] == r["us_per_instruction"] for r in data["per_instruction"])  # not NaN
+
+
+def test_bench_kernels_only_selects_rows_of_both_tables(tmp_path):
+    out = tmp_path / "bench.json"
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "bench_kernels.py"), "--quick",
+                           "--only", "dma_copy", "--json", str(out)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    data = json.loads(out.read_text())
+    assert data["kernels"] == []
+    assert [r["name"] for r in data["per_instruction"]] == ["nisa.dma_copy SBUF <- HBM (standalone)"]
