@@ -438,20 +438,35 @@ def _root_index(lay: Layout):
     from .indexing import Index
 
     root = lay.root
+    key = (root.shape, root.dtype.itemsize, lay.dtype.itemsize, lay.offset, lay.shape, lay.strides)
+    hit = _ROOT_INDEX.get(key)
+    if hit is not None:  # (loops make the same views again and again; an Index is never modified)
+        return hit
     affine = _root_affine(lay)
     if affine is not None:
-        # (a view or strided Index: no per-element index arrays, an exact region for the diagnostics;
-        # per-element arrays of every view of a large tile made nki-library CTE kernels slow and
-        # their cached regions held gigabytes)
-        from .indexing import _resolve_aligned
-
-        if any(n > 1 and not any(c.coefs[i] for c in affine) for i, n in enumerate(lay.shape)):
-            # a broadcast axis (step 0): only the strided form repeats an element
-            return Index(root.shape, lay.shape, affine, strided=(tuple(c.offset for c in affine),
-                                                                  tuple(c.coefs for c in affine)))
-        return _resolve_aligned(root.shape, lay.shape, len(lay.shape), affine)
+        index = _affine_root_index(root, lay, affine)
+        if len(_ROOT_INDEX) >= 4096:
+            _ROOT_INDEX.clear()
+        _ROOT_INDEX[key] = index
+        return index
     addr = addresses(lay) * lay.dtype.itemsize // root.dtype.itemsize
     return Index(root.shape, lay.shape, list(np.unravel_index(addr, root.shape)))
+
+
+_ROOT_INDEX = {}  # (root shape, itemsizes, layout) -> the affine root Index of _root_index
+
+
+def _affine_root_index(root, lay, affine):
+    """The Index of per-root-axis affine coordinates: a view or strided Index (no per-element index
+    arrays, an exact region for the diagnostics; per-element arrays of every view of a large tile
+    made nki-library CTE kernels slow, and their cached regions held gigabytes)."""
+    from .indexing import Index, _resolve_aligned
+
+    if any(n > 1 and not any(c.coefs[i] for c in affine) for i, n in enumerate(lay.shape)):
+        # a broadcast axis (step 0): only the strided form repeats an element
+        return Index(root.shape, lay.shape, affine, strided=(tuple(c.offset for c in affine),
+                                                              tuple(c.coefs for c in affine)))
+    return _resolve_aligned(root.shape, lay.shape, len(lay.shape), affine)
 
 
 def _root_affine(lay: Layout):
