@@ -262,6 +262,8 @@ def write(dst, values, op, what="result", mask=None, add=False):
     :func:`write_accumulating`) adds the values to what ``dst`` holds, in place.
     """
     vals = values if type(values) is np.ndarray else np.asarray(values)
+    if mask is None and not add and _into(dst, None, vals, None, None):  # (a plain SBUF tile written whole)
+        return
     if dst._thunk is None and not dst.nb:  # (dst.shape / dst.dtype without the property calls)
         dshape, ddtype = dst._data.shape, dst._data.dtype
     else:
@@ -300,38 +302,52 @@ def compute_into(dst, fn, a, b, dtype, engine, op):
     values exist.
 
     A NumPy ufunc on fp32 arrays of an fp32 SBUF tile's shape computes straight into the tile's
-    own memory: the same bits as computing a result and copying it in, without the temporary and
-    the copy (``dst`` aliasing an operand is fine: ufuncs buffer overlapping inputs). Anything
-    else (a view, a dynamic view, PSUM, other dtypes, a deferred value, a tile viewing HBM) takes
-    :func:`write`.
+    own memory (:func:`_into`): the same bits as computing a result and copying it in, without the
+    temporary and the copy (``dst`` aliasing an operand is fine: ufuncs buffer overlapping inputs).
+    Anything else takes :func:`write`.
     """
-    data = dst._data
-    shape = data.shape
-    m = dst._mem
-    thunk = dst._thunk
-    if not (type(fn) is np.ufunc and type(dst) is Tile and dst._parent is None and dst.buffer is sbuf
-            and not dst.nb and (thunk is None or thunk[0] is core.fill_sentinel) and (m is None or m.tiles is None)
-            and data.dtype is _F32 and dtype is _F32 and type(a) is np.ndarray and type(b) is np.ndarray
-            and a.dtype is _F32 and b.dtype is _F32 and a.shape == shape and b.shape == shape
-            and data.flags.writeable):  # (dtype objects compared by identity: a non-native fp32 falls back)
+    if not (dtype is _F32 and type(fn) is np.ufunc and type(b) is np.ndarray and b.dtype is _F32
+            and _into(dst, fn, a, b, engine)):  # (dtype objects compared by identity: a non-native fp32 falls back)
         vals = dt.cast(fn(a, b), dtype)
         _prof.instruction(engine, vals)
         write(dst, vals, op)
-        return
+
+
+def _into(dst, fn, a, b, engine) -> bool:
+    """Write all of ``dst`` straight into its own array and do the bookkeeping of :func:`write`, when
+    ``dst`` is a plain SBUF tile (not a view, a dynamic view, a placed block tensor, a deferred value
+    or a tile viewing HBM) and ``a`` is an array of its shape: ``fn(a, b, out=...)`` (fp32 tile and
+    operands; the ``engine`` instruction is counted after it), or for ``fn=None`` a copy of ``a`` (of
+    the tile's dtype). Returns False, having done nothing, otherwise."""
+    data = dst._data
+    m = dst._mem
+    thunk = dst._thunk
+    if not (type(dst) is Tile and dst._parent is None and dst.buffer is sbuf and not dst.nb
+            and (thunk is None or thunk[0] is core.fill_sentinel) and (m is None or m.tiles is None)
+            and type(a) is np.ndarray and a.shape == data.shape
+            and (a.dtype is data.dtype if fn is None else (a.dtype is _F32 and data.dtype is _F32
+                                                           and b.shape == a.shape))
+            and data.flags.writeable):
+        return False
     dst._thunk = None  # the whole tile is written: its deferred NaN fill would be overwritten
     prog = getattr(_tls, "program", None)
     if prog is not None and prog.pending is not None:
         core.flush_pending()  # a deferred op may still read the memory about to be written
-    fn(a, b, out=data)
-    _prof.instruction(engine, data)
+    if fn is None:
+        data[...] = a
+    else:
+        fn(a, b, out=data)
+        _prof.instruction(engine, data)
     dst._written = None
     if m is not None:
         _memory.copied(m)
     if dst._diag is not None or _diag.loops:
+        shape = data.shape
         idx = core._WHOLE_INDEX.get(shape)
         _diag.on_write(dst, idx if idx is not None else core._whole_index(shape, sbuf.tile_label), data)
     if prog is not None and m is not None:  # the instruction wrote dst: one memory slot
         _memory.wrote_dst(m, prog)
+    return True
 
 
 def psum_state(dst):
