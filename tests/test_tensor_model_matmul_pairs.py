@@ -42,3 +42,22 @@ def test_three_d_operands_without_double_row_are_rejected():
     with pytest.raises(NKIError, match="FP8"):  # double row is the FP8 mode
         b = Tile(np.zeros((8, 2, 4), nl.bfloat16), sbuf)
         nisa.nc_matmul(Tile(np.zeros((4, 4), np.float32), psum), b, b, perf_mode=nisa.matmul_perf_mode.double_row)
+
+
+@pytest.mark.parametrize("st_shape, mv_shape", [((128, 1, 128), (128, 512)), ((32, 64), (32, 1, 100)),
+                                                ((16, 1, 8, 1), (16, 1, 1, 24))])
+def test_size_one_free_axes_are_the_plain_matrix(st_shape, mv_shape):
+    # nki-library moe_cte multiplies a (128, 1, n) upcast weight tile: a size-1 axis moves no element
+    rng = np.random.default_rng(len(st_shape) + len(mv_shape))
+    st = rng.uniform(-1, 1, st_shape).astype(nl.bfloat16)
+    mv = rng.uniform(-1, 1, mv_shape).astype(nl.bfloat16)
+    s2, m2 = st.reshape(st_shape[0], -1), mv.reshape(mv_shape[0], -1)
+    dst = Tile(np.zeros((s2.shape[1], m2.shape[1]), np.float32), psum)
+    nisa.nc_matmul(dst, Tile(st, sbuf), Tile(mv, sbuf))
+    np.testing.assert_allclose(dst.data, s2.astype(np.float64).T @ m2.astype(np.float64), rtol=1e-5, atol=1e-4)
+
+
+def test_a_free_axis_of_two_without_double_row_is_still_rejected_next_to_a_size_one_axis():
+    st = Tile(np.zeros((8, 1, 2, 4), nl.bfloat16), sbuf)
+    with pytest.raises(NKIError, match="2-D"):
+        nisa.nc_matmul(Tile(np.zeros((8, 4), np.float32), psum), st, Tile(np.zeros((8, 4), nl.bfloat16), sbuf))

@@ -60,6 +60,13 @@ def _row_pairs(perf_mode, stationary, moving) -> bool:
             and moving.shape[1] == 2)
 
 
+def _unit_free_axes_dropped(t):
+    """``t`` without its size-1 free axes (a view), while it has more than two axes."""
+    while isinstance(t, Tile) and len(t.shape) > 2 and 1 in t.shape[1:]:
+        t = t.squeeze_dim(list(t.shape).index(1, 1))
+    return t
+
+
 @instruction
 def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_onezero=False, is_transpose=False,
               accumulate=None, tile_position=(), tile_size=(), perf_mode=matmul_perf_mode.none, name=None):
@@ -93,9 +100,14 @@ def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_on
         if isinstance(a, Tile) and isinstance(b, Tile) and a.dtype == dt.float32 and b.dtype != dt.float32:
             raise NKIError("matmul operands", f"nisa.nc_matmul: {an} is float32 but {bn} is {b.dtype}; if one "
                            "input is float32/tfloat32 the other must be too")
+    # a size-1 free axis moves neither the element order nor the count: [K, 1, M] is the [K, M] matrix
+    # (nki-library moe_cte upcasts quantized gate/up weights into a (128, 1, n) tile and multiplies it)
+    pairs = _row_pairs(perf_mode, stationary, moving)
+    if not pairs:
+        stationary, moving = _unit_free_axes_dropped(stationary), _unit_free_axes_dropped(moving)
     gen1._perf_mode_rule(perf_mode, stationary, moving)
     one_bank(d, "nc_matmul")
-    if _row_pairs(perf_mode, stationary, moving):
+    if pairs:
         # FP8 double-row mode packs two rows per PE: operands [K, 2, M] / [K, 2, N] contract over K and
         # the pair (nki-library output_projection_tkg: heads 2p and 2p+1 in one matmul)
         prod = sum(gen1._matmul_product(stationary.select(1, j), moving.select(1, j)) for j in range(2))
