@@ -3,6 +3,8 @@ checked once while nothing changes, written-tile bookkeeping by boxes) keep ever
 planted bugs that the shortcuts could hide are still reported, and the valid kernels next to
 them still pass, with values checked against NumPy."""
 
+import inspect
+
 import numpy as np
 import pytest
 
@@ -320,7 +322,7 @@ def test_loop_carried_report_names_the_lines_of_the_dst_instructions():
         nisa2.dma_copy(dst=out, src=r)
         return out
 
-    src, first = inspect.getsourcelines(k.func if hasattr(k, "func") else k)
+    src, first = inspect.getsourcelines(k.func)
     lines = {tag: first + i for i, text in enumerate(src) for tag in ("READ", "WRITE") if f"# {tag}" in text}
     with pytest.raises(NKIError) as e:
         k(A[:128, :64])
@@ -484,3 +486,112 @@ def test_loop_whose_first_access_of_a_tile_is_a_write_still_checks_it():
     with pytest.raises(NKIError) as e:
         make(True)(x)
     assert e.value.rule == "loop_carried" and "which iteration 0 written" in str(e.value)
+
+
+def test_loop_log_runs_keep_the_iteration_and_line_of_a_late_conflicting_write():
+    """The loop log keeps one entry for a read repeated by many iterations; a write by a late
+    iteration (after eight identical reads) still conflicts with the first iteration's read, and
+    the report names iteration 0's read, iteration 8's write and their lines."""
+
+    @nki.jit
+    def k(a):
+        out = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.shared_hbm)
+        t = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.sbuf)
+        t[...] = nl.load(a[0:128, 0:128])
+        acc = nl.zeros((128, 128), dtype=nl.float32, buffer=nl.sbuf)
+        for i in nl.affine_range(9):
+            acc += nl.add(t, t)  # line of the read
+            if i == 8:
+                t[...] = nl.load(a[128:256, 0:128])  # line of the write
+        nl.store(out, value=acc)
+        return out
+
+    src, first = inspect.getsourcelines(k.func)
+    read, write = (first + next(n for n, ln in enumerate(src) if tag in ln) for tag in ("# line of the read",
+                                                                                       "# line of the write"))
+    with pytest.raises(NKIError) as e:
+        k(A)
+    msg = str(e.value)
+    assert e.value.rule == "loop_carried"
+    assert "iteration 0 of the nl.affine_range" in msg and "which iteration 8 written" in msg
+    assert f":{read} in k, which" in msg and f":{write} in k." in msg
+
+
+def test_loop_log_runs_of_reads_on_two_lines_are_kept_apart():
+    """Reads of one tile from two source lines in alternate iterations are not merged into one run:
+    iteration 0 writes the tile before reading it (no conflict there), iteration 1 reads it on the
+    other line, and that read, with its own line, is the one reported."""
+
+    @nki.jit
+    def k(a):
+        out = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.shared_hbm)
+        t = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.sbuf)
+        t[...] = nl.load(a[0:128, 0:128])
+        acc = nl.zeros((128, 128), dtype=nl.float32, buffer=nl.sbuf)
+        for i in nl.affine_range(4):
+            if i == 0:
+                t[...] = nl.load(a[128:256, 0:128])
+            if i % 2 == 0:
+                acc += nl.multiply(t, 1.0)  # even read
+            else:
+                acc += nl.add(t, t)  # odd read
+        nl.store(out, value=acc)
+        return out
+
+    src, first = inspect.getsourcelines(k.func)
+    odd = first + next(n for n, ln in enumerate(src) if "# odd read" in ln)
+    with pytest.raises(NKIError) as e:
+        k(A)
+    msg = str(e.value)
+    assert e.value.rule == "loop_carried" and "iteration 1 of" in msg and "which iteration 0 written" in msg
+    assert f":{odd} in k, which" in msg
+
+
+def test_loop_of_identical_reads_and_writes_to_private_tiles_is_valid_and_exact():
+    """A long affine loop reading the same outside tile in every iteration (one run in the log) and
+    writing its own region of an outside tile is valid; values match NumPy bit for bit."""
+
+    @nki.jit
+    def k(a):
+        out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+        t = nl.load(a[0:128, 0:128])
+        res = nl.ndarray((4, nl.par_dim(128), 128), dtype=nl.float32, buffer=nl.sbuf)
+        for j in nl.affine_range(4):
+            res[j] = nl.add(t, t)
+        for j in nl.affine_range(4):
+            nl.store(out[:, j * 128:(j + 1) * 128], value=res[j])
+        return out
+
+    np.testing.assert_array_equal(k(A), np.tile(A[0:128, 0:128] + A[0:128, 0:128], (1, 4)))
+
+
+@pytest.mark.parametrize("dtype", [nl.float32, nl.bfloat16, nl.int32])
+def test_binary_op_of_two_tiles_matches_numpy(dtype):
+    """``nl.add``/``nl.multiply`` of two same-shape tiles (the op layer's shortcut), of mixed dtypes
+    and of a broadcast row (the general path) against NumPy's float32 math rounded once."""
+    import ml_dtypes
+
+    npd = {nl.float32: np.float32, nl.bfloat16: ml_dtypes.bfloat16, nl.int32: np.int32}[dtype]
+    x = (np.arange(128 * 64).reshape(128, 64) % 97 - 40).astype(npd)
+    y = (np.arange(128 * 64).reshape(128, 64) % 13 + 1).astype(npd)
+
+    @nki.jit
+    def k(a, b):
+        o1 = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        o2 = nl.ndarray(a.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+        o3 = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        ta, tb = nl.load(a), nl.load(b)
+        nl.store(o1, value=nl.add(ta, tb))
+        nl.store(o2, value=nl.multiply(ta, nl.copy(tb, dtype=nl.float32)))
+        nl.store(o3, value=nl.subtract(ta, tb[0:1, :]))
+        return o1, o2, o3
+
+    o1, o2, o3 = k(x, y)
+    xf, yf = x.astype(np.float64), y.astype(np.float64)
+    if dtype == nl.int32:
+        np.testing.assert_array_equal(o1, x + y)
+        np.testing.assert_array_equal(o3, x - y[0:1, :])
+    else:
+        np.testing.assert_array_equal(o1, (xf + yf).astype(np.float32).astype(npd))
+        np.testing.assert_array_equal(o3, (xf - yf[0:1, :]).astype(np.float32).astype(npd))
+    np.testing.assert_array_equal(o2, (xf * yf).astype(np.float32))

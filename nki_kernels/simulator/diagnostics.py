@@ -909,12 +909,22 @@ def on_accumulate(tile, starts_group=False) -> None:
 
 
 class _Loop:
-    """One running ``affine_range`` loop: its current iteration and the accesses of outside objects."""
+    """One running ``affine_range`` loop: its current iteration and the accesses of outside objects.
 
-    __slots__ = ("iter", "where", "log", "keep", "seq", "tag", "outer", "written")
+    The log holds, per object, runs of accesses: ``[kind, first, last, region, where, seq]`` is the
+    same access (kind, region and source line) in the consecutive iterations ``first..last``
+    (ordinals into ``iters``) with nothing else of that object logged in between, so a loop that
+    touches an object the same way in every iteration keeps one entry, not one per iteration.
+    :func:`_entries` expands runs back into one entry per iteration for :func:`_analyse`: the
+    members of a run all sit between the same neighbours of that object's log, so one ``seq``
+    orders them exactly."""
+
+    __slots__ = ("iter", "n", "iters", "where", "log", "keep", "seq", "tag", "outer", "written")
 
     def __init__(self):
         self.iter = None
+        self.n = -1  # ordinal of the running iteration (iters[n] is its value)
+        self.iters = ()
         self.where = where()
         self.log = {}
         self.keep = {}
@@ -952,15 +962,26 @@ def _loop_log(obj, region, kind, hbm=False, key=None):
     read = kind == "r"
     for fr in frames:
         ent = fr.log.get(key)
+        n = fr.n
         if ent is None:
             ent = fr.log[key] = []
             fr.keep[key] = (obj, hbm)
-        elif read:
+        else:
             last = ent[-1]
-            if last[1] == fr.iter and last[0] == "r" and (last[2] is region or _same_region(last[2], region)):
-                # The same read again with nothing of this object logged in between: _analyse
-                # would give it the verdict of the logged one, so the log stays one entry long.
-                continue
+            if last[0] == kind and (last[3] is region or _same_region(last[3], region)):
+                if last[2] == n:
+                    if read:
+                        # The same read again with nothing of this object logged in between:
+                        # _analyse would give it the verdict of the logged one.
+                        continue
+                elif last[2] == n - 1:
+                    if wh is None:
+                        wh = where_from(sys._getframe(2))
+                        if iw.depth:
+                            iw.where = wh
+                    if last[4] == wh:
+                        last[2] = n  # the previous iteration's access again: the run grows
+                        continue
         if not read:
             fr.written.add(key)  # (the first access of a key may be its write)
         if wh is None:
@@ -968,10 +989,17 @@ def _loop_log(obj, region, kind, hbm=False, key=None):
             if iw.depth:
                 iw.where = wh
         fr.seq = seq = fr.seq + 1
-        ent.append((kind, fr.iter, region, wh, seq))
+        ent.append([kind, n, n, region, wh, seq])
     if not read:
         global _state
         _state += 1  # (_changed inlined)
+
+
+def _entries(fr, runs):
+    """One ``(kind, iteration, region, where, seq)`` per logged access of a key (runs expanded)."""
+    iters = fr.iters
+    return [(kind, iters[n], region, wh, seq) for kind, first, last, region, wh, seq in runs
+            for n in range(first, last + 1)]
 
 
 def _same_region(a, b) -> bool:
@@ -992,7 +1020,8 @@ def _affine(r):
     loops.append(fr)
     ok = False
     try:
-        for i in r:
+        fr.iters = its = r if type(r) is range else list(r)
+        for fr.n, i in enumerate(its):
             fr.iter = i
             fr.tag = fr.outer + ((fr, i),)
             global _state
@@ -1008,9 +1037,12 @@ def _affine(r):
 
 def _analyse(fr):
     written = fr.written
-    for key, entries in fr.log.items():
+    for key, runs in fr.log.items():
         if key not in written:  # only read: nothing to report
             continue
+        if len(runs) == 1 and runs[0][1] == runs[0][2]:
+            continue  # (one access of one iteration)
+        entries = _entries(fr, runs)
         if len({e[1] for e in entries}) < 2:
             continue
         obj, hbm = fr.keep[key]

@@ -235,8 +235,26 @@ def _align_partitions(x, y, a, b):
 
 
 def _make_binary(name, fn):
+    lazy_ok = isinstance(fn, np.ufunc) and name not in _BOOL_RESULT
+
     def op(x, y, *, dtype=None, mask=None):
-        a, b = _values(x, "x"), _values(y, "y")
+        if lazy_ok and dtype is None and mask is None and type(x) is Tile and type(y) is Tile:
+            # Two tiles of one dtype and shape (most ops of a kernel): _deferred's tile without the
+            # general layers (_values, _out_dtype, NumPy's promotion); the same hooks in the same order.
+            if x._diag is not None or _diag.loops:
+                _diag.on_read(x)
+            a = x.data
+            if y._diag is not None or _diag.loops:
+                _diag.on_read(y)
+            b = y.data
+            d = a.dtype
+            if (type(a) is np.ndarray and type(b) is np.ndarray and b.dtype == d and a.shape == b.shape
+                    and a.ndim and d not in dt._LOW_FLOATS and _prof._recorder is None):
+                _prof.instruction("Vector", None)  # (as _deferred: counted now)
+                return Tile(None, sbuf, thunk=(fn, (a, b), a.shape, d))
+            a, b = dt.compute_view(a), dt.compute_view(b)
+        else:
+            a, b = _values(x, "x"), _values(y, "y")
         if (a.shape != b.shape) if type(a) is np.ndarray and type(b) is np.ndarray else np.shape(a) != np.shape(b):
             a, b = _align_partitions(x, y, a, b)
             _broadcast_check(name, Tile(a, sbuf, parent=x) if isinstance(x, Tile) else x,
