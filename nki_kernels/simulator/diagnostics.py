@@ -1042,10 +1042,12 @@ def _analyse(fr):
             continue
         if len(runs) == 1 and runs[0][1] == runs[0][2]:
             continue  # (one access of one iteration)
+        obj, hbm = fr.keep[key]
+        if not hbm and not any(run[0] == "r" for run in runs):
+            continue  # (a tile only written: the reports below start from a read, or are of HBM stores)
         entries = _entries(fr, runs)
         if len({e[1] for e in entries}) < 2:
             continue
-        obj, hbm = fr.keep[key]
         name = f"{obj.name} {obj.shape} (HBM)" if hbm else f"{obj.buffer.name} tile {obj.shape}"
         writes = [e for e in entries if e[0] != "r"]
         for kind, it, region, wh, seq in entries:
