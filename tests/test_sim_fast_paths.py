@@ -488,6 +488,15 @@ def test_loop_whose_first_access_of_a_tile_is_a_write_still_checks_it():
     assert e.value.rule == "loop_carried" and "which iteration 0 written" in str(e.value)
 
 
+def _output_input_tile_and_accumulator(a):
+    """(Called inside a kernel.) An HBM output, an SBUF tile holding ``a``'s first block and a zero
+    accumulator, all made before the loop under test."""
+    out = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.shared_hbm)
+    t = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.sbuf)
+    t[...] = nl.load(a[0:128, 0:128])
+    return out, t, nl.zeros((128, 128), dtype=nl.float32, buffer=nl.sbuf)
+
+
 def test_loop_log_runs_keep_the_iteration_and_line_of_a_late_conflicting_write():
     """The loop log keeps one entry for a read repeated by many iterations; a write by a late
     iteration (after eight identical reads) still conflicts with the first iteration's read, and
@@ -495,10 +504,7 @@ def test_loop_log_runs_keep_the_iteration_and_line_of_a_late_conflicting_write()
 
     @nki.jit
     def k(a):
-        out = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.shared_hbm)
-        t = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.sbuf)
-        t[...] = nl.load(a[0:128, 0:128])
-        acc = nl.zeros((128, 128), dtype=nl.float32, buffer=nl.sbuf)
+        out, t, acc = _output_input_tile_and_accumulator(a)
         for i in nl.affine_range(9):
             acc += nl.add(t, t)  # line of the read
             if i == 8:
@@ -524,10 +530,7 @@ def test_loop_log_runs_of_reads_on_two_lines_are_kept_apart():
 
     @nki.jit
     def k(a):
-        out = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.shared_hbm)
-        t = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.sbuf)
-        t[...] = nl.load(a[0:128, 0:128])
-        acc = nl.zeros((128, 128), dtype=nl.float32, buffer=nl.sbuf)
+        out, t, acc = _output_input_tile_and_accumulator(a)
         for i in nl.affine_range(4):
             if i == 0:
                 t[...] = nl.load(a[128:256, 0:128])
