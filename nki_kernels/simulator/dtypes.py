@@ -145,7 +145,7 @@ def compute_view(data: np.ndarray) -> np.ndarray:
         if dtype.itemsize == 1 and data.ndim:
             # fp8: the fp32 value of each of the 256 bit patterns, looked up (ml_dtypes converts fp8
             # element by element, ~5x slower; the table holds its own conversions, so the bits agree)
-            return np.take(_fp8_to_fp32(dtype), data.view(np.uint8).astype(np.intp))
+            return _fp8_to_fp32(dtype)[data.view(np.uint8)]
         if not _rows_contiguous(data):
             data = np.ascontiguousarray(data)
         return data.astype(np.float32)
@@ -159,7 +159,7 @@ def through_fp32(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
     src = values.dtype
     if src.itemsize == 1 and src in _LOW_FLOATS and values.ndim and dtype in SUPPORTED \
             and dtype not in PACKED_X4:
-        return np.take(_fp8_to(src, dtype), values.view(np.uint8).astype(np.intp))
+        return _fp8_to(src, dtype)[values.view(np.uint8)]
     return compute_view(values).astype(np.float32, copy=False)
 
 
