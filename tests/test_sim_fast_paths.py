@@ -598,3 +598,28 @@ def test_binary_op_of_two_tiles_matches_numpy(dtype):
         np.testing.assert_array_equal(o1, (xf + yf).astype(np.float32).astype(npd))
         np.testing.assert_array_equal(o3, (xf - yf[0:1, :]).astype(np.float32).astype(npd))
     np.testing.assert_array_equal(o2, (xf * yf).astype(np.float32))
+
+
+@pytest.mark.parametrize("dtype", [nl.float32, nl.bfloat16])
+def test_unary_and_scalar_ops_of_a_tile_match_numpy(dtype):
+    """``nl.exp(t)`` and ``nl.multiply(t, 0.5)`` (the op layer's shortcuts for an fp32 tile, the
+    general path for bf16) inside an affine loop, against NumPy's float32 math rounded once."""
+    import ml_dtypes
+
+    npd = {nl.float32: np.float32, nl.bfloat16: ml_dtypes.bfloat16}[dtype]
+    x = (np.arange(4 * 128 * 64).reshape(512, 64) % 61 / 16.0 - 2.0).astype(npd)
+
+    @nki.jit
+    def k(a):
+        o1 = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        o2 = nl.ndarray(a.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+        for i in nl.affine_range(4):
+            t = nl.load(a[i * 128:(i + 1) * 128, :])
+            nl.store(o1[i * 128:(i + 1) * 128, :], value=nl.exp(t))
+            nl.store(o2[i * 128:(i + 1) * 128, :], value=nl.multiply(t, 0.5))
+        return o1, o2
+
+    o1, o2 = k(x)
+    xf = x.astype(np.float32)
+    np.testing.assert_array_equal(o1, np.exp(xf).astype(npd))
+    np.testing.assert_array_equal(o2, (x.astype(np.float64) * 0.5).astype(np.float32))

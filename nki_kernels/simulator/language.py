@@ -206,8 +206,21 @@ def _deferred(fn, args, dtype, mask, engine):
 
 
 def _make_unary(name, fn):
+    lazy_ok = isinstance(fn, np.ufunc) and name not in _BOOL_RESULT
+
     def op(x, *, dtype=None, mask=None):
-        a = _values(x, "x")
+        if lazy_ok and dtype is None and mask is None and type(x) is Tile:
+            # A tile's own dtype out (most uses): _deferred's tile without the general layers.
+            if x._diag is not None or _diag.loops:
+                _diag.on_read(x)
+            a = x.data
+            d = a.dtype
+            if type(a) is np.ndarray and a.ndim and d not in dt._LOW_FLOATS and _prof._recorder is None:
+                _prof.instruction("Scalar", None)  # (as _deferred: counted now)
+                return Tile(None, sbuf, thunk=(fn, (a,), a.shape, d))
+            a = dt.compute_view(a)
+        else:
+            a = _values(x, "x")
         out_dtype = _out_dtype(dtype if dtype is not None or name not in _BOOL_RESULT else dt.bool_, x)
         lazy = _deferred(fn, (a,), out_dtype, mask, "Scalar")
         return lazy if lazy is not None else _result(fn(a), out_dtype, mask, engine="Scalar")
@@ -253,6 +266,15 @@ def _make_binary(name, fn):
                 _prof.instruction("Vector", None)  # (as _deferred: counted now)
                 return Tile(None, sbuf, thunk=(fn, (a, b), a.shape, d))
             a, b = dt.compute_view(a), dt.compute_view(b)
+        elif lazy_ok and dtype is None and mask is None and type(x) is Tile and type(y) is float:
+            # An fp32 tile and a Python float (an fp32 scalar): fp32 out, as promotion gives.
+            if x._diag is not None or _diag.loops:
+                _diag.on_read(x)
+            a = x.data
+            if type(a) is np.ndarray and a.dtype == dt.float32 and a.ndim and _prof._recorder is None:
+                _prof.instruction("Vector", None)
+                return Tile(None, sbuf, thunk=(fn, (a, y), a.shape, a.dtype))
+            a, b = dt.compute_view(a), y
         else:
             a, b = _values(x, "x"), _values(y, "y")
         if (a.shape != b.shape) if type(a) is np.ndarray and type(b) is np.ndarray else np.shape(a) != np.shape(b):
