@@ -755,20 +755,24 @@ def core_barrier(data, cores, engine=None, name=None):
 
     ``data`` is the shared HBM tensor the cores synchronise on: the race checker treats the
     barrier as ordering the cores' accesses to it (writes before the barrier on one core,
-    reads after it on the other are not a race). ``cores`` must be ``(0, 1)`` (or ``(c,)``,
-    a barrier of one core with itself) and include the calling core. ``engine`` and ``name``
-    are accepted and unused.
+    reads after it on the other are not a race). The page says it "must be data in shared HBM",
+    but nki-library's shard-on-I MoE CTE kernel (a Trn2 test of its own suite) passes an SBUF tile
+    as a plain synchronisation point, so an on-chip tile is accepted: the cores wait for each
+    other, and no HBM access is ordered by it. ``cores`` must be ``(0, 1)`` (or ``(c,)``, a barrier
+    of one core with itself) and include the calling core. ``engine`` and ``name`` are accepted
+    and unused.
     (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/generated/nki.isa.core_barrier.html)
     """
     w = current_worker("nisa.core_barrier")
     _target.require("core_barrier", _target.nc_version.gen3)
     if isinstance(data, Tile):
-        raise NKIError("operand memory", f"nisa.core_barrier: data is a {data.buffer.name} tile (shape {data.shape}); "
-                       "it must be the shared HBM tensor the cores synchronise on")
-    if not isinstance(data, (HBMTensor, Access)):
-        raise NKIError("operand type", f"nisa.core_barrier: data must be an HBM tensor, got {type(data).__name__}")
-    tensor = data.tensor if isinstance(data, Access) else data
-    if tensor.buffer is private_hbm:
+        tensor = None  # a synchronisation point only
+    elif not isinstance(data, (HBMTensor, Access)):
+        raise NKIError("operand type", f"nisa.core_barrier: data must be a shared HBM tensor (or an on-chip tile), "
+                       f"got {type(data).__name__}")
+    else:
+        tensor = data.tensor if isinstance(data, Access) else data
+    if tensor is not None and tensor.buffer is private_hbm:
         raise NKIError("operand memory", f"nisa.core_barrier: data {tensor.name} is in private_hbm; the barrier "
                        "synchronises on shared HBM that several cores access")
     try:
@@ -801,5 +805,6 @@ def core_barrier(data, cores, engine=None, name=None):
 
     g.block(w, lambda: not missing(),
             lambda: f"nisa.core_barrier(cores={members}) #{n} waits for core(s) {missing()} to reach barrier #{n}")
-    w.epochs[memory_id(tensor)] += 1
+    if tensor is not None:
+        w.epochs[memory_id(tensor)] += 1
     return None
