@@ -6,6 +6,7 @@ pattern, on_true_tile where it holds and on_false_value elsewhere; the page's po
 import inspect
 
 import numpy as np
+import pytest
 
 from nki_kernels.simulator import standalone as nki
 
@@ -57,3 +58,30 @@ def test_two_dimensional_pattern():
     x = rng.standard_normal((16, 4, 6)).astype(np.float32)
     want = select_reference(x, [[6, 4], [-1, 6]], -5, 2, -9.0, np.greater_equal)
     np.testing.assert_array_equal(nki.simulate(causal_kernel)(x, [[6, 4], [-1, 6]], -5, 2), want)
+
+
+def test_offset_and_channel_multiplier_default_to_zero_tiles_are_required():
+    # nki-library's cascaded max calls affine_select without offset (an identity-matrix mask).
+    n = 64
+
+    @nki.jit
+    def k(x):
+        out = nl.ndarray((n, n), dtype=x.dtype, buffer=nl.shared_hbm)
+        t = nl.ndarray((n, n), dtype=x.dtype, buffer=nl.sbuf)
+        r = nl.ndarray((n, n), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        nisa.affine_select(dst=r, pattern=[[1, n]], channel_multiplier=-1, on_true_tile=t, on_false_value=0.0)
+        nisa.dma_copy(dst=out, src=r)
+        return out
+
+    x = np.random.default_rng(3).standard_normal((n, n)).astype(np.float32)
+    np.testing.assert_array_equal(nki.simulate(k)(x), np.where(np.eye(n, dtype=bool), x, 0.0))
+
+    @nki.jit
+    def missing(x):
+        r = nl.ndarray((n, n), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.affine_select(dst=r, pattern=[[1, n]], offset=0, channel_multiplier=-1, on_false_value=0.0)
+        return x
+
+    with pytest.raises(TypeError, match="on_true_tile"):
+        nki.simulate(missing)(x)
