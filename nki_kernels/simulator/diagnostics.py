@@ -968,13 +968,9 @@ def _loop_log(obj, region, kind, hbm=False, key=None):
             fr.keep[key] = (obj, hbm)
         else:
             last = ent[-1]
-            if last[0] == kind and (last[3] is region or _same_region(last[3], region)):
-                if last[2] == n:
-                    if read:
-                        # The same read again with nothing of this object logged in between:
-                        # _analyse would give it the verdict of the logged one.
-                        continue
-                elif last[2] == n - 1:
+            ln = last[2]
+            if ln == n - 1:
+                if last[0] == kind and (last[3] is region or _same_region(last[3], region)):
                     if wh is None:
                         wh = where_from(sys._getframe(2))
                         if iw.depth:
@@ -982,6 +978,10 @@ def _loop_log(obj, region, kind, hbm=False, key=None):
                     if last[4] == wh:
                         last[2] = n  # the previous iteration's access again: the run grows
                         continue
+            elif ln == n and read and last[0] == "r" and (last[3] is region or _same_region(last[3], region)):
+                # The same read again with nothing of this object logged in between: _analyse
+                # would give it the verdict of the logged one.
+                continue
         if not read:
             fr.written.add(key)  # (the first access of a key may be its write)
         if wh is None:
