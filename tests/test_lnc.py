@@ -205,19 +205,24 @@ def test_deadlock_leaves_the_simulator_usable():
 # ---------------------------------------------------------------------------
 # races between cores and what a barrier orders
 # ---------------------------------------------------------------------------
-def _handoff(with_barrier):
+def _handoff(barrier_on=None):
+    """Core 0 writes ``mid``; core 1 reads it and writes ``out``; between them both cores pass a
+    barrier on ``mid``, on another shared HBM tensor (``"other"``), on an SBUF tile (``"sbuf"``),
+    or none (``None``)."""
+
     @nki.jit
     def handoff(x):
-        """Core 0 writes ``mid``; core 1 reads it and writes ``out``."""
         mid = nl.ndarray((128, 8), dtype=x.dtype, buffer=nl.shared_hbm)
         out = nl.ndarray((128, 8), dtype=x.dtype, buffer=nl.shared_hbm)
+        sync = {"mid": mid, "other": nl.ndarray((1, 1), dtype=x.dtype, buffer=nl.shared_hbm),
+                "sbuf": nl.ndarray((1, 1), dtype=x.dtype, buffer=nl.sbuf), None: None}[barrier_on]
         c = nl.program_id(0)
         t = nl.ndarray((128, 8), dtype=x.dtype, buffer=nl.sbuf)
         if c == 0:
             nisa.dma_copy(dst=t, src=x)
             nisa.dma_copy(dst=mid, src=t)  # WRITE
-        if with_barrier:
-            nisa.core_barrier(mid, (0, 1))
+        if sync is not None:
+            nisa.core_barrier(sync, (0, 1))
         if c == 1:
             nisa.dma_copy(dst=t, src=mid)  # READ
             nisa.dma_copy(dst=out, src=t)
@@ -227,7 +232,7 @@ def _handoff(with_barrier):
 
 
 def test_write_then_read_on_other_core_without_barrier_is_a_race():
-    k = _handoff(False)
+    k = _handoff(None)
     with pytest.raises(NKIError, match=r"\[race\]") as e:
         k[2](np.ones((128, 8), np.float32))
     msg = str(e.value)
@@ -237,29 +242,12 @@ def test_write_then_read_on_other_core_without_barrier_is_a_race():
 
 def test_barrier_orders_write_before_and_read_after():
     x = rng.standard_normal((128, 8)).astype(np.float32)
-    np.testing.assert_array_equal(_handoff(True)[2](x), x)
-
-
-@nki.jit
-def barrier_on_another_tensor(x):
-    mid = nl.ndarray((128, 8), dtype=x.dtype, buffer=nl.shared_hbm)
-    other = nl.ndarray((1, 1), dtype=x.dtype, buffer=nl.shared_hbm)
-    out = nl.ndarray((128, 8), dtype=x.dtype, buffer=nl.shared_hbm)
-    c = nl.program_id(0)
-    t = nl.ndarray((128, 8), dtype=x.dtype, buffer=nl.sbuf)
-    if c == 0:
-        nisa.dma_copy(dst=t, src=x)
-        nisa.dma_copy(dst=mid, src=t)
-    nisa.core_barrier(other, (0, 1))
-    if c == 1:
-        nisa.dma_copy(dst=t, src=mid)
-        nisa.dma_copy(dst=out, src=t)
-    return out
+    np.testing.assert_array_equal(_handoff("mid")[2](x), x)
 
 
 def test_barrier_orders_only_the_tensor_it_synchronises_on():
     with pytest.raises(NKIError, match=r"\[race\].*no nisa.core_barrier"):
-        barrier_on_another_tensor[2](np.ones((128, 8), np.float32))
+        _handoff("other")[2](np.ones((128, 8), np.float32))
 
 
 @nki.jit
@@ -555,30 +543,11 @@ def test_core_barrier_rules():
     assert "1 logical core" in _one(one_core, grid=None)
 
 
-@nki.jit
-def barrier_on_an_sbuf_tile(x):
-    """Core 0 writes ``mid``; both cores pass a barrier on an SBUF tile; core 1 copies ``mid`` to ``out``."""
-    mid = nl.ndarray((128, 8), dtype=x.dtype, buffer=nl.shared_hbm)
-    out = nl.ndarray((128, 8), dtype=x.dtype, buffer=nl.shared_hbm)
-    c = nl.program_id(0)
-    t = nl.ndarray((128, 8), dtype=x.dtype, buffer=nl.sbuf)
-    flag = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
-    nisa.memset(dst=flag, value=0)
-    if c == 0:
-        nisa.dma_copy(dst=t, src=x)
-        nisa.dma_copy(dst=mid, src=t)
-    nisa.core_barrier(flag, (0, 1))
-    if c == 1:
-        nisa.dma_copy(dst=t, src=mid)
-        nisa.dma_copy(dst=out, src=t)
-    return out
-
-
 def test_a_barrier_on_an_sbuf_tile_synchronises_but_orders_no_hbm_tensor():
     # nki-library's shard-on-I MoE CTE kernel synchronises on an SBUF tile; the barrier holds (a
     # core that skips it deadlocks), but the handoff through `mid` is still unordered.
     with pytest.raises(NKIError, match=r"\[race\].*logical cores 0 and 1, with no nisa.core_barrier"):
-        barrier_on_an_sbuf_tile[2](np.ones((128, 8), np.float32))
+        _handoff("sbuf")[2](np.ones((128, 8), np.float32))
 
     def one_core_only(x, out, c):
         flag = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
