@@ -474,6 +474,12 @@ def test_a_view_past_its_tensor_is_refused_where_an_instruction_uses_it():
     with pytest.raises(NKIError, match="out-of-bounds access"):
         nisa.dma_copy(dst=_sbuf((4, 8)), src=_hbm((4, 8)).ap([[8, 4], [1, 8]], offset=1))
     np.testing.assert_array_equal(t.data, _sbuf((16, 32)).data)  # nothing was written
+    # an HBM view's geometry too (nki-library's MoE CTE shard-on-block sizes an SBUF buffer from
+    # `block_to_expert.ap(pattern, offset=shard_id).shape` of a view that reaches past the tensor)
+    hbm_beyond = _hbm((4, 8)).ap([[16, 3], [2, 5]], offset=1)
+    assert (hbm_beyond.shape, hbm_beyond.dtype, hbm_beyond.ndim, len(hbm_beyond)) == ((3, 5), np.float32, 2, 3)
+    with pytest.raises(NKIError, match="out-of-bounds access"):
+        nisa.dma_copy(dst=_sbuf((3, 5)), src=hbm_beyond)
 
 
 def test_legal_edges_are_accepted():

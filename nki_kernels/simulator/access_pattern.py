@@ -623,6 +623,26 @@ def _dynamic_classes():
         def data(self, value):
             self.__dict__["_init_data"] = value
 
+        # A view's geometry is its pattern's, known without reading memory: nki-library sizes
+        # buffers from `.ap(...).shape` of views it never uses (an out-of-bounds one included).
+        @property
+        def shape(self):
+            """Shape of the view (its access pattern's), without resolving the offset."""
+            return tuple(self.__dict__["_init_data"].shape)
+
+        @property
+        def dtype(self):
+            """Element dtype of the view."""
+            return self.__dict__["_init_data"].dtype
+
+        @property
+        def ndim(self):
+            """Number of dimensions of the view."""
+            return self.__dict__["_init_data"].ndim
+
+        def __len__(self):
+            return self.shape[0]
+
         def __getitem__(self, key):
             lay = self._layout
             what = f"dynamic view of {_label(lay.root)}"
