@@ -3,6 +3,7 @@ data, the root region of a view, and whole kernels over strided bf16 data -- eac
 independent NumPy reference, bit for bit (rounding of bf16 results included)."""
 
 import math
+import struct
 
 import ml_dtypes
 import numpy as np
@@ -60,6 +61,22 @@ def test_every_bf16_pattern_in_a_strided_array_widens_to_its_exact_value():
     assert np.isnan(got[~finite]).all()
     # NaN payloads kept bit for bit, as a contiguous conversion keeps them
     np.testing.assert_array_equal(got.view(np.uint32), bits.astype(np.uint32) << 16)
+
+
+def test_every_fp16_pattern_widens_to_its_exact_value():
+    bits = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
+    exact = np.array([struct.unpack("<e", struct.pack("<H", int(b)))[0] for b in bits])  # Python's own half floats
+    for arr in (bits.view(np.float16), np.stack([bits, bits[::-1]], 1)[:, 0].view(np.float16),
+                bits.view(np.float16).reshape(256, 256).T, bits[5:6].view(np.float16).reshape(())):
+        got = dt.compute_view(arr)
+        assert got.dtype == np.float32 and got.shape == arr.shape and isinstance(got, np.ndarray)
+        b = arr.view(np.uint16).astype(np.uint32).reshape(-1)
+        g, want = got.reshape(-1), exact[b]
+        nan = np.isnan(want)
+        np.testing.assert_array_equal(g[~nan].astype(np.float64), want[~nan])
+        # a NaN keeps its sign and payload, shifted into fp32's mantissa
+        np.testing.assert_array_equal(g[nan].view(np.uint32),
+                                      ((b[nan] & 0x8000) << 16) | 0x7F800000 | ((b[nan] & 0x3FF) << 13))
 
 
 @pytest.mark.parametrize("dtype", LOW_FLOATS, ids=str)

@@ -146,6 +146,10 @@ def compute_view(data: np.ndarray) -> np.ndarray:
             # fp8: the fp32 value of each of the 256 bit patterns, looked up (ml_dtypes converts fp8
             # element by element, ~5x slower; the table holds its own conversions, so the bits agree)
             return _fp8_to_fp32(dtype)[data.view(np.uint8)]
+        if dtype is float16 and data.ndim:
+            # NumPy widens fp16 element by element (~4 ns each, 30x its bf16 rate); a gather from a
+            # table of the 65536 patterns' own conversions gives the same bits 2-3x faster
+            return np.take(_fp16_to_fp32(), data.view(np.uint16))
         if not _rows_contiguous(data):
             data = np.ascontiguousarray(data)
         return data.astype(np.float32)
@@ -174,6 +178,12 @@ def _fp8_to_fp32(dtype: np.dtype) -> np.ndarray:
     """The float32 value of every bit pattern of the one-byte float ``dtype`` (NaN payloads as ml_dtypes
     converts them)."""
     return np.arange(256, dtype=np.uint8).view(dtype).astype(np.float32)
+
+
+@functools.cache
+def _fp16_to_fp32() -> np.ndarray:
+    """The float32 value of every fp16 bit pattern, as NumPy converts it (NaN payloads kept)."""
+    return np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16).astype(np.float32)
 
 
 def _rows_contiguous(a: np.ndarray) -> bool:
