@@ -246,6 +246,26 @@ def test_output_partly_never_stored():
     np.testing.assert_array_equal(k[2](np.tile(A[:128], (2, 1))), np.tile(A[:128], (2, 1)))
 
 
+def test_blocks_of_a_partly_written_tile_read_many_times():
+    # each block's check is remembered once it passed: a written block read again stays accepted,
+    # an unwritten one is still reported however often its neighbours were read
+    @nki.jit
+    def k(a, read_cols):
+        out = nl.ndarray((128, 256), dtype=nl.float32, buffer=nl.shared_hbm)
+        t = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+        t[:, 0:256] = nl.load(a[0:128, 0:256])
+        for _ in range(3):
+            nl.store(out[:, 0:256], value=nl.exp(t[:, 0:256]))
+        lo, hi = read_cols
+        nl.store(out[:, 0:128], value=nl.exp(t[:, lo:hi]))
+        return out
+
+    got = k(A, (128, 256))
+    np.testing.assert_allclose(got, np.exp(A[:128, [*range(128, 256), *range(128, 256)]]), rtol=1e-6)
+    e = err(k, A, (192, 320))  # half of it never written
+    assert e.rule == "uninit" and "sbuf tile (128, 512)" in str(e)
+
+
 def test_read_ndarray_tile_before_write():
     @nki.jit
     def k(a):
