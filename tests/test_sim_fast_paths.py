@@ -623,3 +623,44 @@ def test_unary_and_scalar_ops_of_a_tile_match_numpy(dtype):
     xf = x.astype(np.float32)
     np.testing.assert_array_equal(o1, np.exp(xf).astype(npd))
     np.testing.assert_array_equal(o2, (x.astype(np.float64) * 0.5).astype(np.float32))
+
+
+def test_an_affine_loops_tiles_are_freed_when_it_ends_without_the_cyclic_collector():
+    """An inner affine loop's log frame refers to itself (the creation tag of its tiles) and keeps
+    the outer iteration's tiles it read: it must let them go when it ends, or every such tile waits
+    for ``gc`` (a hoisted tiled matmul held hundreds of dead 256 KiB tiles, each new one fresh
+    memory). The values stay NumPy's."""
+    import gc
+    import weakref
+
+    seen = []
+
+    @nki2.jit
+    def k(x):
+        out = nl2.ndarray((128, 512), dtype=nl2.float32, buffer=nl2.shared_hbm)
+        acc = nl2.ndarray((128, 512), dtype=nl2.float32, buffer=nl2.sbuf)
+        nisa2.memset(dst=acc, value=0.0)
+        for i in nl2.affine_range(2):
+            # (the previous iteration's tile is still named t: at most that one lives)
+            assert sum(w() is not None for w in seen) <= 1
+            t = nl2.ndarray((128, 512), dtype=nl2.float32, buffer=nl2.sbuf)
+            nisa2.dma_copy(dst=t, src=x[i * 128:(i + 1) * 128, :])
+            seen.append(weakref.ref(t))
+            for _ in nl2.affine_range(3):
+                nisa2.tensor_tensor(dst=acc, data1=acc, data2=t, op=nl2.add)
+        nisa2.dma_copy(dst=out, src=acc)
+        return out
+
+    gc.collect()
+    gc.disable()
+    try:
+        got = k(A)
+        k(A)
+    finally:
+        gc.enable()
+    assert len(seen) == 4
+    want = np.zeros((128, 512), np.float32)
+    for i in range(2):
+        for _ in range(3):
+            want = want + A[i * 128:(i + 1) * 128]
+    np.testing.assert_array_equal(got, want)

@@ -1051,8 +1051,15 @@ def _affine(r):
     finally:
         loops.remove(fr)
         _changed()
-        if ok:
-            _analyse(fr)
+        try:
+            if ok:
+                _analyse(fr)
+        finally:
+            # The frame is in reference cycles (its tag names it; its log keeps the tiles whose creation
+            # tags name it): broken now, its iterations' tiles are freed at once, not by the cyclic
+            # collector hundreds of tiles later (whose memory would then be new pages for the next ones).
+            fr.log = fr.keep = fr.written = None
+            fr.tag = fr.outer = ()
 
 
 def _analyse(fr):
