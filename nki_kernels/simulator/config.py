@@ -31,6 +31,9 @@ uninitialised (``nl.ndarray`` tiles and HBM tensors, placed SBUF/PSUM storage) w
 floats and 4 for integers, as the official NKI CPU simulator does ("fills all newly allocated
 tensors with sentinel values"), so a read of never-written memory poisons the result even with
 the ``uninit`` check off.
+
+``config.blas_threads`` (env ``NKI_SIM_BLAS_THREADS``, default 1; 0 leaves it alone) is the number
+of threads NumPy's BLAS uses while a launch runs (:mod:`nki_kernels.simulator.blas` says why).
 """
 
 from __future__ import annotations
@@ -48,6 +51,19 @@ _modes = {r: "error" for r in RULES}
 thorough = os.environ.get("NKI_SIM_THOROUGH", "") not in ("", "0")
 nan_fill = os.environ.get("NKI_SIM_NAN_FILL", "1").strip().lower() not in ("0", "off", "false", "no")
 vectorize = os.environ.get("NKI_SIM_VECTORIZE", "1").strip().lower() not in ("0", "off", "false", "no")
+
+
+def _blas_threads(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise ValueError(f"NKI_SIM_BLAS_THREADS={text!r}: expected a thread count >= 0 (0 leaves BLAS as it is)")
+    return n
+
+
+blas_threads = _blas_threads(os.environ.get("NKI_SIM_BLAS_THREADS", "1").strip() or "1")
 
 
 class NKIWarning(UserWarning):

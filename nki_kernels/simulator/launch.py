@@ -23,6 +23,7 @@ from collections import namedtuple
 
 import numpy as np
 
+from . import blas as _blas
 from . import cores as _cores
 from . import diagnostics as _diag
 from . import memory as _memory
@@ -284,7 +285,7 @@ def run_programs(kernel: Kernel, grid: tuple, args: list, kwargs: dict, pids=Non
     shape and dtype match), so results land in caller-owned buffers without a copy."""
     if _cores.in_worker():  # a kernel on a simulated core launching a helper: its launch holds the lock
         return _run_programs(kernel, grid, args, kwargs, pids, outputs)
-    with _one_launch_at_a_time:
+    with _one_launch_at_a_time, _blas.launch_threads():
         return _run_programs(kernel, grid, args, kwargs, pids, outputs)
 
 

@@ -1,0 +1,58 @@
+"""NumPy's BLAS runs on ``config.blas_threads`` threads while a launch runs, and is restored after."""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from threadpoolctl import threadpool_info, threadpool_limits
+
+from nki_kernels.simulator import config, nki
+from nki_kernels.simulator import isa as nisa
+from nki_kernels.simulator import language as nl
+
+
+def _blas_threads():
+    return [lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"]
+
+
+seen = []
+
+
+@nki.jit
+def matmul_recording_threads(a, b):
+    out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+    seen.append(_blas_threads())
+    nl.store(out, value=nisa.nc_matmul(nl.load(a), nl.load(b)))
+    return out
+
+
+def _launch(monkeypatch, limit):
+    monkeypatch.setattr(config, "blas_threads", limit)
+    seen.clear()
+    a = np.random.default_rng(0).standard_normal((128, 128), dtype=np.float32)
+    b = np.random.default_rng(1).standard_normal((128, 512), dtype=np.float32)
+    with threadpool_limits(limits=2, user_api="blas"):
+        got = matmul_recording_threads(a, b)
+        after = _blas_threads()
+    np.testing.assert_allclose(got, a.T.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
+    return seen[0], after
+
+
+def test_a_launch_runs_blas_on_one_thread_and_restores_the_count(monkeypatch):
+    inside, after = _launch(monkeypatch, 1)
+    assert inside and all(n == 1 for n in inside)
+    assert all(n == 2 for n in after)
+
+
+def test_zero_leaves_blas_as_it_is(monkeypatch):
+    inside, after = _launch(monkeypatch, 0)
+    assert inside == after and all(n == 2 for n in inside)
+
+
+@pytest.mark.parametrize("value", ["abc", "-1"])
+def test_a_bad_thread_count_in_the_environment_names_the_variable(value):
+    env = dict(os.environ, NKI_SIM_BLAS_THREADS=value)
+    r = subprocess.run([sys.executable, "-c", "import nki_kernels.simulator"], env=env, capture_output=True, text=True)
+    assert r.returncode != 0 and "NKI_SIM_BLAS_THREADS" in r.stderr and repr(value) in r.stderr
