@@ -99,15 +99,19 @@ def rms_norm_bwd_kernel(dy, x, w, rstd):
     dy_tile = nl.load(dy[ip, iw], mask=rows)
     r = nl.load(rstd[ip, nl.arange(1)[None, :]], mask=rows)
     w_bcast = nl.load(w.reshape((1, d))[nl.arange(1)[:, None], iw]).broadcast_to((P, d))
-    ones = nl.full((P, 1), 1.0, dtype=nl.float32)
     ragged = n % P != 0  # shapes are static: only then can a program hold rows past N
     if ragged:
         # Rows past N hold no data; zero their contribution to dw explicitly
         # (masked-off SBUF lanes are undefined on hardware, possibly NaN).
         row_ok = nl.less(nisa.iota(ip, dtype=nl.int32), n, dtype=nl.float32)
 
-    # mean(g * xhat) = rstd * mean(g * x): one pass less than forming xhat here.
-    # With one chunk, g stays in SBUF for the second loop instead of being recomputed.
+    # dw = sum_rows(rstd * dy * x): the Tensor engine contracts the rows of dy * x against
+    # rstd (xhat is never formed). Done first, so that product is dropped before the rest.
+    for lo, hi in _chunks(d):
+        _store_dw_partials(dy_tile, x_tile, r, dw_partial, lo, hi, row_ok if ragged else None)
+
+    # mean(g * xhat) = rstd * mean(g * x), so dx = rstd * (g - x * (rstd * mean(g * x))):
+    # g is formed once and updated in place (one full-size temporary besides x * c).
     chunks = _chunks(d)
     kept_g = [] if len(chunks) == 1 else None
     dot = nl.zeros((P, 1), dtype=nl.float32)
@@ -116,23 +120,27 @@ def rms_norm_bwd_kernel(dy, x, w, rstd):
         if kept_g is not None:
             kept_g.append(g)
         dot += nl.sum(nl.multiply(g, x_tile[:, lo:hi]), axis=[1], keepdims=True)
-    mean_dot = nl.multiply(nl.multiply(dot, r), 1.0 / d)
+    c = nl.multiply(nl.multiply(dot, r), r * (1.0 / d))
 
     for lo, hi in chunks:
         g = kept_g.pop() if kept_g else nl.multiply(dy_tile[:, lo:hi], w_bcast[:, lo:hi], dtype=nl.float32)
-        xhat = nl.multiply(x_tile[:, lo:hi], r, dtype=nl.float32)
-        dx_c = nl.multiply(nl.subtract(g, nl.multiply(xhat, mean_dot)), r, dtype=x.dtype)
-        nl.store(dx[ip, lo + nl.arange(hi - lo)[None, :]], value=dx_c, mask=rows)
-
-        contrib = nl.multiply(dy_tile[:, lo:hi], xhat, dtype=nl.float32)
-        if ragged:
-            contrib = nl.where(row_ok, contrib, 0.0)
-        for mlo in range(lo, hi, MM_F):
-            mhi = min(hi, mlo + MM_F)
-            part = nisa.nc_matmul(ones, contrib[:, mlo - lo:mhi - lo])
-            nl.store(dw_partial[nl.program_id(0) + nl.arange(1)[:, None], mlo + nl.arange(mhi - mlo)[None, :]],
-                     value=part)
+        g -= nl.multiply(x_tile[:, lo:hi], c, dtype=nl.float32)
+        nl.store(dx[ip, lo + nl.arange(hi - lo)[None, :]], value=nl.multiply(g, r, dtype=x.dtype), mask=rows)
     return dx, dw_partial
+
+
+def _store_dw_partials(dy_tile, x_tile, r, dw_partial, lo, hi, row_ok):
+    """Store this program's ``sum_rows(rstd * dy * x)`` of hidden columns ``lo:hi`` into its row of
+    ``dw_partial``, in matmuls of ``MM_F`` columns against ``rstd`` as the stationary operand."""
+    contrib = nl.multiply(dy_tile[:, lo:hi], x_tile[:, lo:hi], dtype=nl.float32)
+    if row_ok is not None:  # rows past N: both operands zeroed (0 * NaN would still be NaN)
+        contrib = nl.where(row_ok, contrib, 0.0)
+        r = nl.where(row_ok, r, 0.0)
+    for mlo in range(lo, hi, MM_F):
+        mhi = min(hi, mlo + MM_F)
+        part = nisa.nc_matmul(r, contrib[:, mlo - lo:mhi - lo])
+        nl.store(dw_partial[nl.program_id(0) + nl.arange(1)[:, None], mlo + nl.arange(mhi - mlo)[None, :]],
+                 value=part)
 
 
 def row_grid(n_rows: int) -> tuple:
