@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import builtins
 import math
+import weakref
 
 import numpy as np
 
@@ -1136,6 +1137,50 @@ def _loop_reduced(name):
 # ---------------------------------------------------------------------------
 # Python operators on tiles
 # ---------------------------------------------------------------------------
+_EXACT_UFUNCS = (np.add, np.subtract, np.multiply)  # correctly rounded: any blocking gives the same bits
+_BLOCK_BYTES = 1 << 20  # rows per block of a fused in-place update: about this many bytes
+
+
+def _take_pending_product(tile, other):
+    """``other`` when it is the program's pending deferred ``a <op> b`` (add / subtract / multiply of
+    fp32 arrays) of ``tile``'s full shape, with ``tile`` an fp32 SBUF tile: it is then no longer
+    pending, so making ``tile`` private does not compute it. Else ``None``."""
+    prog = current_or_none()
+    if (type(other) is not Tile or other._thunk is None or prog is None or prog.pending is None
+            or prog.pending() is not other or tile.buffer is not sbuf or tile.dtype != dt.float32):
+        return None
+    fn, args, shape, dtype = other._thunk
+    if (fn not in _EXACT_UFUNCS or len(args) != 2 or dtype != dt.float32 or tuple(shape) != tuple(tile._raw().shape)
+            or builtins.any(type(a) is not np.ndarray or a.dtype != dt.float32 for a in args)):
+        return None
+    prog.pending = None
+    return other
+
+
+def _update_blocked(fn, cur, other) -> bool:
+    """``cur = fn(cur, other)`` for ``other`` a deferred ``a <op> b`` (see :func:`_take_pending_product`),
+    computed block by block through a small buffer instead of forming ``a <op> b`` whole: the same
+    bits (each element's product is rounded to fp32 either way). ``other`` stays deferred, pending
+    again, for any later use. False (nothing done) when ``cur`` shares memory with ``a`` or ``b``."""
+    op, (a, b), _, _ = other._thunk
+    if not cur.flags.writeable or np.may_share_memory(cur, a) or np.may_share_memory(cur, b):
+        return False
+    if other._diag is not None or _diag.loops:
+        _diag.on_read(other)
+    m = other._mem
+    if m is not None and m.last != m.mem.ic:  # (Tile.data's live-range touch, without computing it)
+        _memory.touch(m)
+    a, b = np.broadcast_to(a, cur.shape), np.broadcast_to(b, cur.shape)
+    step = builtins.max(1, _BLOCK_BYTES * cur.shape[0] // builtins.max(cur.nbytes, 1)) if cur.ndim else 1
+    buf = np.empty((builtins.min(step, cur.shape[0]),) + cur.shape[1:], cur.dtype) if cur.ndim else None
+    for lo in range(0, cur.shape[0], step) if cur.ndim else ():
+        hi = builtins.min(cur.shape[0], lo + step)
+        part = op(a[lo:hi], b[lo:hi], out=buf[:hi - lo])
+        fn(cur[lo:hi], part, out=cur[lo:hi])
+    current().pending = weakref.ref(other)
+    return True
+
+
 def _inplace(opname):
     """``tile <op>= other`` for binary operator ``opname``: accumulation in place (``+=`` into PSUM
     from ``nc_matmul``, ``nl.loop_reduce`` results), fp32 math rounded on write."""
@@ -1145,6 +1190,7 @@ def _inplace(opname):
         # In-place accumulation (e.g. `psum_tile += nc_matmul(...)`): fp32 math, round on write.
         if self._mem is not None:  # `psum[...] += nc_matmul(...)`: the matmul accumulates in place
             _memory.accumulated(self._mem, other)
+        lazy = _take_pending_product(self, other) if fn in _EXACT_UFUNCS else None
         self.own()
         fresh = None
         if self.buffer is psum and opname == "add" and self._diag is not None:
@@ -1153,6 +1199,11 @@ def _inplace(opname):
         if self._diag is not None or _diag.loops:
             _diag.on_accumulate(self, starts_group=fresh is not None)
         cur = self.data
+        if lazy is not None and cur.ndim and _update_blocked(fn, cur, lazy):
+            _prof.instruction("Vector", cur)
+            if self._mem is not None:
+                _memory.in_place(self._mem)
+            return self
         vals = _values(other, "other")
         if fresh is not None:
             # PSUM accumulation group start: the first result into never-written elements
