@@ -664,3 +664,102 @@ def test_an_affine_loops_tiles_are_freed_when_it_ends_without_the_cyclic_collect
         for _ in range(3):
             want = want + A[i * 128:(i + 1) * 128]
     np.testing.assert_array_equal(got, want)
+
+
+def _matmul_kernel(view):
+    """Three K steps accumulated in one PSUM tile, written whole (the in-place fast path) or, with
+    ``view``, through the view ``acc[:, :]`` (the general path)."""
+
+    @nki2.jit
+    def k(lhsT, rhs):
+        out = nl2.ndarray((128, 512), dtype=nl2.float32, buffer=nl2.shared_hbm)
+        acc = nl2.ndarray((128, 512), dtype=nl2.float32, buffer=nl2.psum)
+        dst = acc[:, :] if view else acc
+        for i in nl2.affine_range(3):
+            a = nl2.ndarray((128, 128), dtype=nl2.float32, buffer=nl2.sbuf)
+            b = nl2.ndarray((128, 512), dtype=nl2.float32, buffer=nl2.sbuf)
+            nisa2.dma_copy(dst=a, src=lhsT[i * 128:(i + 1) * 128, :])
+            nisa2.dma_copy(dst=b, src=rhs[i * 128:(i + 1) * 128, :])
+            nisa2.nc_matmul(dst=dst, stationary=a, moving=b)
+        res = nl2.ndarray((128, 512), dtype=nl2.float32, buffer=nl2.sbuf)
+        nisa2.tensor_copy(dst=res, src=acc)
+        nisa2.dma_copy(dst=out, src=res)
+        return out
+
+    return k
+
+
+def test_matmul_accumulating_in_place_equals_the_general_path_and_numpy(monkeypatch):
+    """The whole-PSUM-tile in-place add gives the bits of the general path (a view of the same tile)
+    and of NumPy's fp32 ``p0 + p1 + p2`` of the K steps' products."""
+    from nki_kernels.simulator.instructions import operands
+
+    taken = []
+    fast_add = operands._add_in_place
+    monkeypatch.setattr(operands, "_add_in_place", lambda d, v: taken.append(fast_add(d, v)) or taken[-1])
+    rng = np.random.default_rng(3)
+    lhsT = rng.standard_normal((384, 128)).astype(np.float32)
+    rhs = rng.standard_normal((384, 512)).astype(np.float32)
+    fast = _matmul_kernel(False)(lhsT, rhs)
+    assert taken == [False, True, True]  # (the first matmul overwrites: the general path)
+    taken.clear()
+    general = _matmul_kernel(True)(lhsT, rhs)
+    assert not any(taken)
+    want = lhsT[:128].T @ rhs[:128]
+    for i in (1, 2):
+        want = want + lhsT[i * 128:(i + 1) * 128].T @ rhs[i * 128:(i + 1) * 128]
+    np.testing.assert_array_equal(fast, general)
+    np.testing.assert_array_equal(fast, want)
+
+
+def test_matmul_into_a_partly_written_psum_tile_overwrites_the_rest():
+    """A matmul into the left half first, then into the whole tile: the left half accumulates, the
+    right half (never written) is overwritten -- not added to its NaN fill by the in-place path."""
+    rng = np.random.default_rng(4)
+    lhsT = rng.standard_normal((128, 128)).astype(np.float32)
+    rhs = rng.standard_normal((128, 512)).astype(np.float32)
+
+    @nki2.jit
+    def k(lhsT, rhs):
+        out = nl2.ndarray((128, 512), dtype=nl2.float32, buffer=nl2.shared_hbm)
+        acc = nl2.ndarray((128, 512), dtype=nl2.float32, buffer=nl2.psum)
+        a = nl2.ndarray((128, 128), dtype=nl2.float32, buffer=nl2.sbuf)
+        b = nl2.ndarray((128, 512), dtype=nl2.float32, buffer=nl2.sbuf)
+        nisa2.dma_copy(dst=a, src=lhsT)
+        nisa2.dma_copy(dst=b, src=rhs)
+        nisa2.nc_matmul(dst=acc[:, 0:256], stationary=a, moving=b[:, 0:256])
+        for _ in nl2.affine_range(2):
+            nisa2.nc_matmul(dst=acc, stationary=a, moving=b)
+        res = nl2.ndarray((128, 512), dtype=nl2.float32, buffer=nl2.sbuf)
+        nisa2.tensor_copy(dst=res, src=acc)
+        nisa2.dma_copy(dst=out, src=res)
+        return out
+
+    got = k(lhsT, rhs)
+    p = lhsT.T @ rhs
+    want = np.concatenate([p[:, :256] + p[:, :256] + p[:, :256], p[:, 256:] + p[:, 256:]], axis=1)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_accumulate_true_into_a_partly_written_psum_tile_is_still_rejected():
+    """Planted bug next to the in-place path: after a matmul into the left half, ``accumulate=True``
+    into the whole tile adds onto never-written elements (the right half)."""
+
+    @nki2.jit
+    def k(lhsT, rhs):
+        out = nl2.ndarray((128, 512), dtype=nl2.float32, buffer=nl2.shared_hbm)
+        acc = nl2.ndarray((128, 512), dtype=nl2.float32, buffer=nl2.psum)
+        a = nl2.ndarray((128, 128), dtype=nl2.float32, buffer=nl2.sbuf)
+        b = nl2.ndarray((128, 512), dtype=nl2.float32, buffer=nl2.sbuf)
+        nisa2.dma_copy(dst=a, src=lhsT)
+        nisa2.dma_copy(dst=b, src=rhs)
+        nisa2.nc_matmul(dst=acc[:, 0:256], stationary=a, moving=b[:, 0:256])
+        nisa2.nc_matmul(dst=acc, stationary=a, moving=b, accumulate=True)
+        res = nl2.ndarray((128, 512), dtype=nl2.float32, buffer=nl2.sbuf)
+        nisa2.tensor_copy(dst=res, src=acc)
+        nisa2.dma_copy(dst=out, src=res)
+        return out
+
+    with pytest.raises(NKIError) as e:
+        k(A[:128, :128].copy(), A[:128].copy())
+    assert e.value.rule == "matmul accumulate" and "never written" in str(e.value)

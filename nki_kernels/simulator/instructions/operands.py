@@ -168,8 +168,9 @@ def same_rows(op, a, an, b, bn):
 # ---------------------------------------------------------------------------
 # writing a destination
 # ---------------------------------------------------------------------------
-# Per PSUM tile (by id: Tile overloads ==): which elements hold a value, for nc_matmul's
-# accumulate=None inference. Entries go when the tile does.
+# Per PSUM tile (by id: Tile overloads ==): [weakref, which elements hold a value, all of them do],
+# for nc_matmul's accumulate=None inference. Elements are only ever marked (a write never unwrites),
+# so "all" stays true once found. Entries go when the tile does.
 _psum_written = {}
 
 
@@ -181,8 +182,19 @@ def _written_mask(root, create=False):
         return None
     key = id(root)
     mask = np.zeros(root.shape, dtype=bool)
-    _psum_written[key] = (weakref.ref(root, lambda _, k=key: _psum_written.pop(k, None)), mask)
+    _psum_written[key] = [weakref.ref(root, lambda _, k=key: _psum_written.pop(k, None)), mask, False]
     return mask
+
+
+def _all_written(root) -> bool:
+    """Whether every element of PSUM tile ``root`` holds a value (the mask's all() pass runs until it
+    does, then never again)."""
+    ent = _psum_written.get(id(root))
+    if ent is None or ent[0]() is not root:
+        return False
+    if not ent[2]:
+        ent[2] = bool(ent[1].all())
+    return ent[2]
 
 
 class scratch:
@@ -289,10 +301,14 @@ def write(dst, values, op, what="result", mask=None, add=False):
     if prog is not None and dst._mem is not None:  # the instruction wrote dst: one memory slot
         _memory.wrote_dst(dst._mem, prog)
     if root.buffer is psum:
+        ent = _psum_written.get(id(root))
+        if ent is not None and ent[2] and ent[0]() is root:
+            return  # (every element holds a value already)
         written = _written_mask(root, create=True)
         region = _region_mask(written, root, dst)
-        if region is None:
+        if region is None or (region is written and keep is None):
             written[...] = True
+            _psum_written[id(root)][2] = True
         else:
             region[...] = True if keep is None else (region | np.broadcast_to(keep, region.shape))
 
@@ -386,6 +402,8 @@ def write_accumulating(dst, values, accumulate, op):
     """``write(dst, psum_accumulate(dst, values, accumulate, op), op)``: where every element of an
     fp32 ``dst`` already holds a value and the instruction accumulates, the add runs in place
     (the same fp32 sums, without a temporary the size of ``dst``)."""
+    if accumulate is not False and _add_in_place(dst, values):
+        return
     if accumulate is not False and dst.dtype == np.float32 and not dst.nb:
         vals = np.asarray(values)
         if vals.dtype == np.float32 and vals.shape == dst.shape and psum_state(dst).all():
@@ -393,6 +411,38 @@ def write_accumulating(dst, values, accumulate, op):
             write(dst, vals, op, add=True)
             return
     write(dst, psum_accumulate(dst, values, accumulate, op), op)
+
+
+def _add_in_place(dst, vals) -> bool:
+    """:func:`write_accumulating`'s in-place add with :func:`write`'s bookkeeping, without its general
+    layers, when ``dst`` is a whole fp32 PSUM tile (not a view, a placed block tensor, a deferred value
+    or a batch) whose every element holds a value and ``vals`` an fp32 array of its shape (a matmul's
+    product accumulating). Returns False, having done nothing, otherwise."""
+    data = dst._data
+    m = dst._mem
+    if not (type(dst) is Tile and dst._parent is None and dst.buffer is psum and dst._thunk is None and not dst.nb
+            and type(vals) is np.ndarray and vals.dtype is _F32 and data.dtype is _F32 and vals.shape == data.shape
+            and (m is None or m.tiles is None) and data.flags.writeable):
+        return False
+    ent = _psum_written.get(id(dst))
+    if ent is None or ent[0]() is not dst or not (ent[2] or _all_written(dst)):
+        return False
+    if m is not None and m.last != m.mem.ic:
+        _memory.touch(m)  # the instruction reads its accumulator (Tile.data's live-range step)
+    prog = getattr(_tls, "program", None)
+    if prog is not None and prog.pending is not None:
+        core.flush_pending()  # a deferred op may still read the memory about to be written
+    if m is not None:
+        _memory.copied(m)
+    dst._written = None
+    np.add(data, vals, out=data)
+    if dst._diag is not None or _diag.loops:
+        shape = data.shape
+        idx = core._WHOLE_INDEX.get(shape)
+        _diag.on_write(dst, idx if idx is not None else core._whole_index(shape, psum.tile_label), vals)
+    if prog is not None and m is not None:  # the instruction wrote dst: one memory slot
+        _memory.wrote_dst(m, prog)
+    return True
 
 
 def new_tile(shape, dtype, buffer=sbuf):

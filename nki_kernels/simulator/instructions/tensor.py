@@ -13,7 +13,7 @@ from .. import profile as _prof
 from ..access_pattern import layout_of
 from ..core import PSUM_BANK_BYTES, Tile, psum, sbuf
 from ..errors import NKIError
-from .operands import check_dst, engine_name, fit_dst, instruction, scratch, write, write_accumulating
+from .operands import check_dst, engine_name, fit_dst, instruction, lazy_text, scratch, write, write_accumulating
 from .target import engine as _engine
 from .target import get_nc_version, matmul_perf_mode, nc_version
 
@@ -114,8 +114,8 @@ def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_on
     else:
         prod = gen1._matmul_product(stationary, moving)
     _prof.instruction("Tensor", prod)
-    vals = fit_dst(d, prod, "nc_matmul", f"product stationary.T @ moving ({stationary.shape[1]}x"
-                   f"{moving.shape[1]})")
+    vals = fit_dst(d, prod, "nc_matmul", lazy_text(("product stationary.T @ moving ({}x{})", prod.shape[-2],
+                                                     prod.shape[-1])))
     write_accumulating(d, vals, accumulate, "nc_matmul")
 
 
