@@ -512,6 +512,29 @@ def test_a_masked_instruction_leaves_the_destinations_masked_off_elements_alone(
     np.testing.assert_allclose(k(x), want, rtol=1e-6)
 
 
+@pytest.mark.parametrize("mask", [True, False, "rows"])
+def test_a_python_bool_or_column_mask_selects_whole_rows_or_everything(mask):
+    # the official flash attention backward masks with `i_q * 128 >= i_k * 512` of loop integers:
+    # a Python bool; a [P, 1] array selects whole partitions
+    x = RNG.standard_normal((128, 64)).astype(np.float32)
+    rows = RNG.random((128, 1)) < 0.5
+    m = rows if mask == "rows" else mask
+
+    @nki.jit
+    def k(a):
+        t = nl.load(a)
+        i_p = nl.arange(128)[:, None]
+        i_f = nl.arange(64)[None, :]
+        t[i_p, i_f] = nl.exp(t, mask=m)
+        out = nl.ndarray((128, 64), nl.float32, buffer=nl.shared_hbm)
+        nl.store(out, t)
+        return out
+
+    sel = np.broadcast_to(rows if mask == "rows" else np.bool_(mask), x.shape)
+    want = np.where(sel, np.exp(x.astype(np.float64)), x)
+    np.testing.assert_allclose(k(x), want, rtol=1e-6)
+
+
 def test_allocation_functions_are_called_with_the_documented_keywords():
     # ncc.psum.alloc(func): func(idx=, pdim_size=, fdim_size=), so a functools.partial binding a leading
     # parameter by keyword works (the official allocated SD-attention kernel does this).

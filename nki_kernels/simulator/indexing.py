@@ -190,7 +190,7 @@ def full_mask(mask, out_shape):
         if m.dtype != np.bool_:
             m = m.astype(bool)
     try:
-        m = np.broadcast_to(m, out_shape)
+        full = np.broadcast_to(m, out_shape)
     except ValueError:
         fitted = mask.fit(out_shape) if isinstance(mask, Mask) else None
         if fitted is not None:
@@ -198,9 +198,11 @@ def full_mask(mask, out_shape):
         raise NKIError(
             "mask shape", f"mask of shape {m.shape} does not broadcast to the tile shape {tuple(out_shape)}"
         ) from None
-    if m.all():
+    # (a non-empty broadcast holds every element of what it repeats: a scalar or a column mask is
+    # tested once, not once per element of the tile)
+    if full.size == 0 or m.all():
         return None
-    return m
+    return full
 
 
 _full_mask = full_mask  # used by language/isa
