@@ -763,3 +763,33 @@ def test_accumulate_true_into_a_partly_written_psum_tile_is_still_rejected():
     with pytest.raises(NKIError) as e:
         k(A[:128, :128].copy(), A[:128].copy())
     assert e.value.rule == "matmul accumulate" and "never written" in str(e.value)
+
+
+@pytest.mark.parametrize("bug", ["two-bank dst", "int8 operands", "double_row on fp32"])
+def test_matmul_rules_behind_the_default_case_shortcuts_still_apply(bug):
+    """nc_matmul checks its common case (a one-bank PSUM tile, fp32 operands, no perf_mode) without
+    the general layers; each planted bug beside that case is still rejected."""
+    dt_ops = nl2.int8 if bug == "int8 operands" else nl2.float32
+    width = 1024 if bug == "two-bank dst" else 512
+    perf = nisa2.matmul_perf_mode.double_row if bug == "double_row on fp32" else nisa2.matmul_perf_mode.none
+
+    @nki2.jit
+    def k(x):
+        out = nl2.ndarray((128, 512), dtype=nl2.float32, buffer=nl2.shared_hbm)
+        a = nl2.ndarray((128, 128), dtype=dt_ops, buffer=nl2.sbuf)
+        b = nl2.ndarray((128, 512), dtype=dt_ops, buffer=nl2.sbuf)
+        nisa2.memset(dst=a, value=1.0)
+        nisa2.memset(dst=b, value=2.0)
+        acc = nl2.ndarray((128, width), dtype=nl2.float32, buffer=nl2.psum)
+        nisa2.nc_matmul(dst=acc, stationary=a, moving=b, perf_mode=perf)
+        res = nl2.ndarray((128, 512), dtype=nl2.float32, buffer=nl2.sbuf)
+        nisa2.tensor_copy(dst=res, src=acc[:, 0:512])
+        nisa2.dma_copy(dst=out, src=res)
+        return out
+
+    with pytest.raises(NKIError) as e:
+        k(A[:128].copy())
+    want = {"two-bank dst": ("PSUM bank", "crossing from bank 0 into bank 1"),
+            "int8 operands": ("operand", "has dtype int8"),
+            "double_row on fp32": ("perf_mode", "perf_mode=double_row")}[bug]
+    assert e.value.rule == want[0] and want[1] in str(e.value)

@@ -27,6 +27,7 @@ from .instructions import gpsimd as _gpsimd
 from .instructions import rng as _rng
 from .instructions import vector as _vector
 from .instructions.target import dge_mode, engine, get_nc_version, nc_version, reduce_cmd
+from .instructions.target import matmul_perf_mode as _matmul_perf_mode
 from .instructions.target import oob_mode as _oob_mode
 
 
@@ -96,8 +97,10 @@ def _matmul_product(stationary, moving, perf_mode=None):
 def _perf_mode_rule(perf_mode, stationary, moving):
     """``perf_mode=double_row`` is the Tensor engine's FP8 double performance mode: NeuronCore-v3 and newer,
     fp8 operands (results are the same as the normal mode's)."""
+    if perf_mode is None or perf_mode is _PERF_NONE:  # (the default, without the enum's value property)
+        return
     name = getattr(perf_mode, "value", perf_mode)
-    if name in (None, "none"):
+    if name == "none":
         return
     if name not in ("double_row", "double_row_gen3"):
         raise _NKIError("perf_mode", f"nisa.nc_matmul: perf_mode={perf_mode!r} is not a matmul_perf_mode")
@@ -113,6 +116,8 @@ def _perf_mode_rule(perf_mode, stationary, moving):
 
 _MATMUL_DTYPES = (_dt.float8_e4m3, _dt.float8_e4m3_ieee, _dt.float8_e5m2, _dt.bfloat16, _dt.float16,
                   _dt.tfloat32, _dt.float32)
+_MATMUL_DTYPE_SET = frozenset(_MATMUL_DTYPES)  # (one hash lookup per operand, not up to 7 dtype comparisons)
+_PERF_NONE = _matmul_perf_mode.none
 
 
 def _matmul_dtypes(*operands):
@@ -120,7 +125,7 @@ def _matmul_dtypes(*operands):
     float8_e5m2/bfloat16/float16/tfloat32/float32 input data types"):
     https://awsdocs-neuron.readthedocs-hosted.com/en/v2.26.1/nki/api/generated/nki.isa.nc_matmul.html"""
     for name, x in zip(("stationary", "moving"), operands):
-        if x.dtype not in _MATMUL_DTYPES:
+        if x.dtype not in _MATMUL_DTYPE_SET:
             from . import config
 
             config.report("operand", _NKIError(

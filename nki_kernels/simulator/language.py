@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import builtins
 import math
-import weakref
+import weakref as _weakref
 
 import numpy as np
 
@@ -440,9 +440,23 @@ def transpose(x, *, dtype=None, mask=None):
 # ---------------------------------------------------------------------------
 # memory
 # ---------------------------------------------------------------------------
+# Shapes of plain ints seen so far, each mapped to itself: a kernel allocates the same few shapes in
+# its loops, and a tuple of NumPy integers (equal, with an equal hash) finds its Python-int form here.
+_PLAIN_SHAPES = {}
+
+
 def _parse_shape(shape):
-    if type(shape) is tuple and builtins.all(type(s) is int for s in shape):
-        return shape, 0  # (the common case: plain ints, no par_dim)
+    if type(shape) is tuple:
+        try:
+            hit = _PLAIN_SHAPES.get(shape)
+        except TypeError:  # (an unhashable entry: the checks below report it)
+            hit = None
+        if hit is not None:
+            return hit, 0
+        if builtins.all(type(s) is int for s in shape):
+            if len(_PLAIN_SHAPES) < 4096:
+                _PLAIN_SHAPES[shape] = shape
+            return shape, 0  # (plain ints, no par_dim)
     if isinstance(shape, (int, np.integer, par_dim)):
         shape = (shape,)
     pdims = [i for i, s in enumerate(shape) if isinstance(s, par_dim)]
@@ -1177,7 +1191,7 @@ def _update_blocked(fn, cur, other) -> bool:
         hi = builtins.min(cur.shape[0], lo + step)
         part = op(a[lo:hi], b[lo:hi], out=buf[:hi - lo])
         fn(cur[lo:hi], part, out=cur[lo:hi])
-    current().pending = weakref.ref(other)
+    current().pending = _weakref.ref(other)
     return True
 
 

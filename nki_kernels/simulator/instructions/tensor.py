@@ -19,6 +19,7 @@ from .target import get_nc_version, matmul_perf_mode, nc_version
 
 
 _isa = None  # nki_kernels.simulator.isa, imported on first use (it imports this module)
+_PERF_NONE = matmul_perf_mode.none
 
 
 def _gen1():
@@ -34,6 +35,11 @@ def one_bank(d, op):
     Standalone PSUM tensors may span banks (``nl.tile_size.psum_num_banks``); the
     engine writes one bank, so a result view of such a tensor must not cross a
     bank boundary (a tensor is taken to start at a bank, as the allocator places it)."""
+    if d._parent is None and not d.pdim and d._thunk is None and not d.nb:
+        data = d._data  # (a plain tile: its bytes per partition without the property calls)
+        parts = data.shape[0] if data.ndim else 0
+        if parts and data.size // parts * data.itemsize <= PSUM_BANK_BYTES:
+            return
     root = d
     while root._parent is not None:
         root = root._parent
@@ -54,6 +60,8 @@ def one_bank(d, op):
 
 def _row_pairs(perf_mode, stationary, moving) -> bool:
     """``perf_mode=double_row`` with both operands ``[K, 2, free]`` (a pair of rows per partition)."""
+    if perf_mode is _PERF_NONE:  # (the default, without the enum's value property)
+        return False
     name = getattr(perf_mode, "value", perf_mode)
     return (name in ("double_row", "double_row_gen3") and isinstance(stationary, Tile) and isinstance(moving, Tile)
             and len(stationary.shape) == 3 and len(moving.shape) == 3 and stationary.shape[1] == 2
