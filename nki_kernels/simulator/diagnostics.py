@@ -989,8 +989,11 @@ def _loop_log(obj, region, kind, hbm=False, key=None):
         else:
             last = ent[-1]
             ln = last[2]
+            lr = last[3]
             if ln == n - 1:
-                if last[0] == kind and (last[3] is region or _same_region(last[3], region)):
+                # (_same_region inlined: the starts differ for most accesses of a tiled loop)
+                if last[0] == kind and (lr is region or (lr.exact and region.exact and lr.lo == region.lo
+                                                         and lr.hi == region.hi and lr.shape == region.shape)):
                     if wh is None:
                         wh = where_from(sys._getframe(2))
                         if iw.depth:
@@ -998,7 +1001,9 @@ def _loop_log(obj, region, kind, hbm=False, key=None):
                     if last[4] == wh:
                         last[2] = n  # the previous iteration's access again: the run grows
                         continue
-            elif ln == n and read and last[0] == "r" and (last[3] is region or _same_region(last[3], region)):
+            elif ln == n and read and last[0] == "r" and (
+                    lr is region or (lr.exact and region.exact and lr.lo == region.lo and lr.hi == region.hi
+                                     and lr.shape == region.shape)):
                 # The same read again with nothing of this object logged in between: _analyse
                 # would give it the verdict of the logged one.
                 continue
