@@ -14,7 +14,10 @@ from nki_kernels.simulator import language as nl
 
 
 def _blas_threads():
-    return [lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"]
+    """Thread counts of NumPy's own BLAS (wheels bundle it under numpy.libs; other BLAS libraries a
+    framework loads later are not NumPy's)."""
+    return [lib["num_threads"] for lib in threadpool_info()
+            if lib["user_api"] == "blas" and "numpy" in lib["filepath"]]
 
 
 seen = []
