@@ -60,8 +60,9 @@ def rms_norm_fwd_kernel(x, w, eps=1e-6, return_rstd=False):
 
     sum_sq = nl.zeros((P, 1), dtype=nl.float32)
     for lo, hi in _chunks(d):
-        sq = nl.square(x_tile[:, lo:hi], dtype=nl.float32)
-        sum_sq += nl.sum(sq, axis=[1], keepdims=True)
+        # (one expression: a square still held by a name would be formed whole when sum_sq is
+        # updated, although the sum alone reads it)
+        sum_sq += nl.sum(nl.square(x_tile[:, lo:hi], dtype=nl.float32), axis=[1], keepdims=True)
     rstd = nl.rsqrt(nl.add(nl.multiply(sum_sq, 1.0 / d), eps))
 
     for lo, hi in _chunks(d):
