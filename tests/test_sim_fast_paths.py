@@ -793,3 +793,57 @@ def test_matmul_rules_behind_the_default_case_shortcuts_still_apply(bug):
             "int8 operands": ("operand", "has dtype int8"),
             "double_row on fp32": ("perf_mode", "perf_mode=double_row")}[bug]
     assert e.value.rule == want[0] and want[1] in str(e.value)
+
+
+def _block_kernel(general, read_unwritten=False, carried=False):
+    """Blocks of a [4, 128, 64] SBUF tensor loaded one by one (``b[k] = nl.load``: the block fast
+    path, or with ``general`` ``b[k, :, :]``: the general one), then summed."""
+
+    @nki.jit
+    def k(x):
+        out = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+        b = nl.ndarray((4, nl.par_dim(128), 64), dtype=nl.float32, buffer=nl.sbuf)
+        for i in nl.affine_range(3 if read_unwritten else 4):
+            t = nl.load(x[0:128, i * 64:(i + 1) * 64])
+            if general:
+                b[i, :, :] = t
+            else:
+                b[i] = t
+        if carried:
+            for i in nl.affine_range(4):
+                b[i] = nl.add(b[i], b[(i + 1) % 4])  # reads a block another iteration writes
+        acc = nl.add(nl.add(b[0], b[1]), nl.add(b[2], b[3]))
+        nl.store(out, value=acc)
+        return out
+
+    return k
+
+
+def test_block_assignment_fast_path_equals_the_general_path_and_numpy(monkeypatch):
+    from nki_kernels.simulator.core import Tile
+
+    taken = []
+    set_block = Tile._set_block
+    monkeypatch.setattr(Tile, "_set_block", lambda self, k, v: taken.append(set_block(self, k, v)) or taken[-1])
+    want = (A[:128, 0:64] + A[:128, 64:128]) + (A[:128, 128:192] + A[:128, 192:256])
+    fast = _block_kernel(False)(A)
+    assert taken == [True] * 4
+    general = _block_kernel(True)(A)
+    assert len(taken) == 4
+    np.testing.assert_array_equal(fast, general)
+    np.testing.assert_array_equal(fast, want)
+
+
+def test_block_assignment_fast_path_keeps_the_uninitialised_and_loop_carried_reports():
+    """Planted bugs next to ``b[k] = tile``: a block never assigned is read (reported; with the check
+    off it reads the NaN fill), and an iteration reads a block that another one assigns."""
+    from nki_kernels.simulator import config
+
+    with pytest.raises(NKIError) as e:
+        _block_kernel(False, read_unwritten=True)(A)
+    assert e.value.rule == "uninit"
+    with config.override(uninit="off"):
+        assert np.isnan(_block_kernel(False, read_unwritten=True)(A)).all()
+    with pytest.raises(NKIError) as e:
+        _block_kernel(False, carried=True)(A)
+    assert e.value.rule == "loop_carried"

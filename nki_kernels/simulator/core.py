@@ -138,6 +138,7 @@ class Program:
 
 
 _tls = threading.local()
+_F32 = np.dtype(np.float32)
 _loops = _diag.loops  # (the active affine loops: one list, changed in place)
 _lang = None  # (language._fit, language._values), bound on first use: language builds on core
 
@@ -556,6 +557,8 @@ class Tile(NkiTensor):
         return view
 
     def __setitem__(self, key, value):
+        if type(key) is int and type(value) is Tile and self.pdim == 1 and self._set_block(key, value):
+            return
         _fit, _values = _language_helpers()
         placed = self._placed_block(key)
         if placed is not None:
@@ -616,6 +619,43 @@ class Tile(NkiTensor):
                 self._thunk = None  # every block written whole: nothing left to fill
         if self._diag is not None or _diag.loops:
             _diag.on_write(self, idx, value)
+
+    def _set_block(self, k, value) -> bool:
+        """``self[k] = value`` (:meth:`__setitem__`) for block ``k`` of a one-block-dimension fp32 tile
+        (not placed, not a view, no pending op but its deferred fill) and an fp32 tile of the block's
+        shape written whole (no mask): the same bookkeeping and the same copy without the general
+        layers (``b[k] = nl.load(...)`` of a hoisted matmul). Returns False, having done nothing,
+        otherwise."""
+        data, vdata, m, thunk = self._data, value._data, self._mem, self._thunk
+        if (self._parent is not None or self.nb or value.nb or value._written is not None or value._thunk is not None
+                or data.dtype is not _F32 or vdata.dtype is not _F32 or (m is not None and m.tiles is not None)
+                or (thunk is not None and thunk[0] is not fill_sentinel) or vdata.shape != data.shape[1:]
+                or not -data.shape[0] <= k < data.shape[0]):
+            return False
+        b = k + data.shape[0] if k < 0 else k
+        if thunk is None:
+            self.own()  # (copy-on-write of a tile viewing HBM, and the pending op, as the general path)
+            data = self._data
+        else:
+            flush_pending()  # (the fill stays deferred: this block needs none)
+        if m is not None:
+            if m.blocks is not None:
+                m = _memory.block_rec(m, (b,))
+            if value._mem is not m:
+                _memory.assigned(m, value)
+        diag = self._diag is not None or _diag.loops
+        if value._diag is not None or _diag.loops:
+            _diag.on_read(value)
+        self._written = None
+        data[b] = vdata
+        if thunk is not None:
+            written = thunk[1][1]
+            written.add((b,))
+            if len(written) == data.shape[0]:
+                self._thunk = None  # every block written whole: nothing left to fill
+        if diag:
+            _diag.on_write(self, resolve(data.shape, k, self.buffer.tile_label), value)
+        return True
 
     def _unfilled_block(self, key, value):
         """The block ``self[key] = value`` writes whole when this is a block-dimension tile whose
