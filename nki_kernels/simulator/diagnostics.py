@@ -794,6 +794,9 @@ def on_read(tile) -> None:
         region = _region_of(tile, info)
         _check_tile_init(root, rinfo, region, "reads")
     if loops:
+        if rinfo is not None and rinfo.created is loops[-1].tag:
+            _reads.add(id(tile))  # (made in the running iteration of every loop: private, as _loop_log finds)
+            return
         if region is None:  # (_region_of inlined, with Region.whole's cache hit)
             if info is not None and info.root is not None:
                 region = Region.of(info.index)
@@ -867,6 +870,8 @@ def on_write(tile, index, value=None) -> None:
     if rinfo is not None and rinfo.written is not None:
         _set_written(root, rinfo, region)
     if loops:
+        if rinfo is not None and rinfo.created is loops[-1].tag:
+            return  # (made in the running iteration of every loop: private to it, as _loop_log finds)
         vinfo = None if value is None or type(value) is np.ndarray else getattr(value, "_diag", None)
         kind = "a" if (vinfo is not None and vinfo.accumulated and vinfo.root is root) else "w"
         _loop_log(root, region, kind)
