@@ -304,76 +304,45 @@ def test_both_cores_zeroing_then_writing_the_same_values_is_not_a_race():
     np.testing.assert_array_equal(got[32:], 0)
 
 
+def _zero_then_scatter(core1_values):
+    """Both cores zero ``out`` through a [4, 128] view of it, then scatter 4 values into the flat
+    [512] storage by indirect DMA at the same positions (nki-library's router top-k: zero the
+    affinities, then scatter the top-k through `.ap(vector_offset=...)`); core 1 scatters
+    ``core1_values`` (None: the same values as core 0)."""
+
+    @nki.jit
+    def k(x, x1, idx):
+        out = nl.ndarray((512,), dtype=nl.float32, buffer=nl.shared_hbm)
+        z = nl.ndarray((4, 128), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.memset(dst=z, value=0.0)
+        nisa.dma_copy(dst=out.reshape((4, 128)), src=z)
+        t = nl.ndarray((4, 1), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x if nl.program_id(0) == 0 else x1)
+        it = nl.ndarray((4, 1), dtype=nl.int32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=it, src=idx)
+        nisa.dma_copy(dst=out.ap([[1, 4], [1, 1]], offset=0, vector_offset=it, indirect_dim=0), src=t)
+        return out
+
+    x = np.arange(1, 5, dtype=np.float32).reshape(4, 1)
+    idx = np.array([[4], [100], [200], [451]], dtype=np.int32)
+    return k[2], x, (x if core1_values is None else core1_values), idx
+
+
+def test_both_cores_zeroing_one_view_and_scattering_the_same_values_through_another_is_not_a_race():
+    kern, x, x1, idx = _zero_then_scatter(None)
+    want = np.zeros(512, np.float32)
+    want[idx[:, 0]] = x[:, 0]
+    np.testing.assert_array_equal(kern(x, x1, idx), want)
+    kern, x, x1, idx = _zero_then_scatter(x + 1)
+    with pytest.raises(NKIError, match=r"\[race\]"):
+        kern(x, x1, idx)
+
+
 def test_a_core_zeroing_rows_the_other_core_filled_is_a_race():
     # Core 1 leaves zeros in rows 0..31 where core 0 leaves x: the result depends on which core's
     # DMA lands last.
     with pytest.raises(NKIError, match=r"\[race\].*logical cores 0 and 1"):
         _zero_then_fill(False)[2](rng.standard_normal((32, 8)).astype(np.float32))
-
-
-def _rewrite_across_turns(last_same):
-    """Each core stores its own id + 1 into ``out``, swaps a tile with the other core (the turn
-    passes: core 1's store lands on core 0's values), then stores its last values: 5.0 on both
-    cores when ``last_same``, else its id. No barrier on ``out``."""
-
-    @nki.jit
-    def k(x):
-        out = nl.ndarray((64, 8), dtype=x.dtype, buffer=nl.shared_hbm)
-        c = nl.program_id(0)
-        first = nl.ndarray((64, 8), dtype=x.dtype, buffer=nl.sbuf)
-        nisa.memset(dst=first, value=c + 1)
-        nisa.dma_copy(dst=out, src=first)
-        mine = nl.ndarray((1, 8), dtype=x.dtype, buffer=nl.sbuf)
-        theirs = nl.ndarray((1, 8), dtype=x.dtype, buffer=nl.sbuf)
-        nisa.memset(dst=mine, value=0.0)
-        nisa.sendrecv(src=mine, dst=theirs, send_to_rank=1 - c, recv_from_rank=1 - c, pipe_id=0)
-        last = nl.ndarray((64, 8), dtype=x.dtype, buffer=nl.sbuf)
-        nisa.memset(dst=last, value=5.0 if last_same else c)
-        nisa.dma_copy(dst=out[0:32, :], src=last[0:32, :])
-        nisa.dma_copy(dst=out[32:64, :], src=last[32:64, :])
-        return out
-
-    return k
-
-
-def test_cores_whose_last_writes_agree_after_different_earlier_ones_do_not_race():
-    # Both cores first store different values (1 and 2), then 5 everywhere: every interleaving
-    # ends with 5, so only each core's last value counts, not the one the other core overwrote.
-    np.testing.assert_array_equal(_rewrite_across_turns(True)[2](np.zeros((1, 1), np.float32)), 5.0)
-    with pytest.raises(NKIError, match=r"\[race\].*logical cores 0 and 1"):
-        _rewrite_across_turns(False)[2](np.zeros((1, 1), np.float32))
-
-
-@nki.jit
-def fill_rows_two_cores(x):
-    """Core c stores the row tile ``x`` [128, N] into every 128-row tile of its half of ``out``."""
-    rows, n = 4096, x.shape[1]
-    out = nl.ndarray((rows, n), dtype=x.dtype, buffer=nl.shared_hbm)
-    c = nl.program_id(0)
-    t = nl.ndarray((128, n), dtype=x.dtype, buffer=nl.sbuf)
-    nisa.dma_copy(dst=t, src=x)
-    half = rows // 2
-    for i in nl.affine_range(half // 128):
-        nisa.dma_copy(dst=out[c * half + i * 128:c * half + (i + 1) * 128, :], src=t)
-    return out
-
-
-def test_a_two_core_launch_keeps_no_copy_of_the_output_it_writes():
-    # The race check compares the cores' values only where both write; cores writing their own
-    # halves need no copy of either half (issue 16: peak extra memory <= 1x inputs + outputs).
-    import tracemalloc
-
-    x = rng.standard_normal((128, 1024)).astype(np.float32)
-    fill_rows_two_cores[2](x)
-    tracemalloc.start()
-    try:
-        base = tracemalloc.get_traced_memory()[0]
-        out = fill_rows_two_cores[2](x)
-        peak = tracemalloc.get_traced_memory()[1] - base
-    finally:
-        tracemalloc.stop()
-    np.testing.assert_array_equal(out.reshape(32, 128, 1024), np.broadcast_to(x, (32, 128, 1024)))
-    assert peak - out.nbytes <= 0.25 * (x.nbytes + out.nbytes), (peak, out.nbytes)
 
 
 def _update_own_half(use_other_half):

@@ -19,8 +19,7 @@ Barriers order HBM accesses for the race checker: each core counts the barriers 
 passed on a tensor's memory; two cores' accesses with different counts are ordered by a
 barrier, equal counts are concurrent. Two cores' concurrent writes to the same elements are
 still benign when each core's last write there stores the same value (any interleaving ends
-with it): for that comparison a core's value is saved when another core overwrites it, and only
-on the elements both write (:class:`CoreWrites`).
+with it): at the end of each turn a core's final values are recorded for that comparison.
 """
 
 from __future__ import annotations
@@ -235,6 +234,7 @@ class Group:
                 self.cv.notify_all()
                 return
             w.status = "running"
+            _segment_start(w)
         code = self.kernel.func.__code__
         if len(self.workers) > 1:
             sys.settrace(_return_tracer(code, w))
@@ -252,6 +252,7 @@ class Group:
                     prog.finish()
                     w.state.programs += 1
             flush_pending()
+            _segment_end(w)
         except _Aborted:
             pass
         except BaseException as e:  # noqa: BLE001 - re-raised by run() in the launching thread
@@ -289,6 +290,7 @@ class Group:
                 return
             # A deferred op may read HBM another core is about to write: compute it now.
             flush_pending()
+            _segment_end(w)
             w.wait = _Wait(ready, describe, _diag.where())
             w.status = "blocked"
             w.loops = list(_diag.loops)
@@ -299,6 +301,7 @@ class Group:
             if self.failure is not None:
                 raise _Aborted
             w.status, w.wait = "running", None
+            _segment_start(w)
             _diag.loops[:] = w.loops
 
     def _deadlock(self) -> NKIError:
@@ -514,156 +517,32 @@ def read_discarded(stamp) -> bool:
     return max(rec.last, rec.lastc) <= slot
 
 
-_BLOCK = 4096  # consecutive elements per block of a tensor's overlap store (CoreWrites)
+def _segment_start(w) -> None:
+    """Note how many HBM writes the launch log holds as ``w`` gets the turn (see :func:`_segment_end`)."""
+    log = getattr(w.state, "diag", None)
+    w.segment = {k: len(ent[2]) for k, ent in log.tensors.items()} if log is not None else None
 
 
-class CoreWrites:
-    """The HBM writes of one tensor by the cores of a multi-core launch, as the race checker's
-    :func:`same_final_values` needs them: each core's bounding box and write regions and, only in
-    blocks of the tensor where two cores' writes met, per element which core's value the memory
-    holds (``owner``, -1 where at most one core wrote) and the values other cores' last writes
-    stored (saved when another core overwrote them). A launch whose cores write disjoint parts
-    keeps no values at all."""
+def _segment_end(w) -> None:
+    """Record, for every HBM element core ``w`` wrote since it got the turn, the value it left there.
 
-    __slots__ = ("boxes", "regions", "slot_of", "used", "owner", "saved", "has", "blind")
-
-    def __init__(self):
-        self.boxes = {}  # core -> [lo, hi] around all its writes
-        self.regions = []  # (core, Region) of every write, in order
-        self.slot_of = None  # block number -> row of the arrays below (-1: none), made at the first overlap
-        self.used = 0  # rows in use
-        self.owner = None  # [rows, _BLOCK] int8
-        self.saved = {}  # core -> [rows, _BLOCK] values its last write stored where another core overwrote it
-        self.has = {}  # core -> [rows, _BLOCK] bool: saved holds a value
-        self.blind = False  # another core's value was overwritten unseen (a write logged after the fact)
-
-    def _grow(self, core, region) -> bool:
-        """Add a write's region; whether it meets another core's writes' bounding box."""
-        meets = any(c != core and all(a < d and c2 < b for a, b, c2, d in zip(region.lo, region.hi, lo, hi))
-                    for c, (lo, hi) in self.boxes.items())
-        box = self.boxes.get(core)
-        if box is None:
-            self.boxes[core] = [list(region.lo), list(region.hi)]
-        else:
-            box[0] = [min(a, b) for a, b in zip(box[0], region.lo)]
-            box[1] = [max(a, b) for a, b in zip(box[1], region.hi)]
-        self.regions.append((core, region))
-        return meets
-
-    def _rows(self, flat, size, make):
-        """``(row, column)`` of each flat element in the store; row -1 where its block has none (made
-        when ``make``)."""
-        col = flat % _BLOCK
-        if self.slot_of is None:
-            if not make:
-                return np.full(flat.shape, -1, np.int64), col
-            self.slot_of = np.full(-(-size // _BLOCK), -1, np.int64)
-            self.owner = np.full((0, _BLOCK), -1, np.int8)
-        blk = flat // _BLOCK
-        row = self.slot_of[blk]
-        if make and (row < 0).any():
-            new = np.unique(blk[row < 0])
-            self.slot_of[new] = np.arange(self.used, self.used + new.size)
-            self.used += new.size
-            if self.used > len(self.owner):  # capacity doubles: appending stays linear overall
-                extra = max(self.used, 2 * len(self.owner)) - len(self.owner)
-                self.owner = np.concatenate([self.owner, np.full((extra, _BLOCK), -1, np.int8)])
-                for c in self.saved:
-                    self.saved[c] = np.concatenate([self.saved[c], np.zeros((extra, _BLOCK), self.saved[c].dtype)])
-                    self.has[c] = np.concatenate([self.has[c], np.zeros((extra, _BLOCK), bool)])
-            row = self.slot_of[blk]
-        return row, col
-
-    def save_overwritten(self, tensor, index, mask, core) -> None:
-        """Core ``core`` is about to write ``index`` of ``tensor``: save, for every element whose
-        current value another core's write stored, that value as the other core's last one there."""
-        from .diagnostics import Region
-
-        region = Region.of(index, mask)
-        if region.empty() or not self._grow(core, region):
-            return
-        flat = index.element_indices(mask)
-        row, col = self._rows(flat, tensor.size, False)
-        known = row >= 0
-        holder = np.full(flat.shape, -1, np.int8)
-        if self.owner is not None:
-            holder[known] = self.owner[row[known], col[known]]
-        single = holder < 0
-        if single.any():
-            # An element no two cores wrote yet: another core's write covering it holds it.
-            coords = np.unravel_index(flat, tensor.shape)
-            for c, r in self.regions[:-1]:
-                if c != core and r.shape == region.shape and r.box_overlaps(region):
-                    holder[single & _inside(r, flat, coords)] = c
-        over = (holder >= 0) & (holder != core)
-        if not over.any() and not (known & (holder >= 0)).any():
-            return
-        row, col = self._rows(flat, tensor.size, over.any())
-        if over.any():
-            vals = tensor.data[np.unravel_index(flat[over], tensor.shape)]
-            for c in np.unique(holder[over]).tolist():
-                sel = holder[over] == c
-                saved = self.saved.get(c)
-                if saved is None:
-                    saved = self.saved[c] = np.zeros(self.owner.shape, tensor.dtype)
-                    self.has[c] = np.zeros(self.owner.shape, bool)
-                r, k = row[over][sel], col[over][sel]
-                saved[r, k] = vals[sel]
-                self.has[c][r, k] = True
-        multi = holder >= 0
-        self.owner[row[multi], col[multi]] = core  # its write now holds every element two cores wrote
-
-    def note_unseen(self, index, mask, core) -> None:
-        """A write by ``core`` logged after it changed the memory (an atomic accumulation): if it may
-        have overwritten another core's values, those values are unknown from now on."""
-        from .diagnostics import Region
-
-        region = Region.of(index, mask)
-        if region.empty() or not self._grow(core, region):
-            return
-        flat = region.elements()
-        coords = np.unravel_index(flat, region.shape)
-        for c, r in self.regions[:-1]:
-            if c != core and r.shape == region.shape and r.box_overlaps(region) and _inside(r, flat, coords).any():
-                self.blind = True
-                return
-
-    def finals(self, tensor, elems, core):
-        """The values ``core``'s last writes stored at ``elems`` (each written by it and another core),
-        or ``None`` where that is not known."""
-        if self.blind:
-            return None
-        row, col = self._rows(elems, tensor.size, False)
-        if (row < 0).any():
-            return None
-        own = self.owner[row, col]
-        if (own < 0).any():
-            return None
-        vals = tensor.data[np.unravel_index(elems, tensor.shape)]
-        gone = own != core
-        if gone.any():
-            if core not in self.saved or not self.has[core][row[gone], col[gone]].all():
-                return None
-            vals[gone] = self.saved[core][row[gone], col[gone]]
-        return vals
-
-
-def _inside(region, flat, coords) -> np.ndarray:
-    """Which of the elements (flat indices ``flat``, coordinates ``coords``) ``region`` selects."""
-    if region.exact:
-        inside = np.ones(flat.shape, bool)
-        for c, lo, hi in zip(coords, region.lo, region.hi):
-            inside &= (c >= lo) & (c < hi)
-        return inside
-    return np.isin(flat, region.elements())
-
-
-def core_writes(log, key, tensor) -> CoreWrites:
-    """The :class:`CoreWrites` of ``tensor`` (memory ``key``) in launch log ``log``."""
-    cw = log.finals.get(key)
-    if cw is None:
-        cw = log.finals[key] = CoreWrites()
-    return cw
+    Only ``w`` ran meanwhile, so the memory holds exactly that value; :func:`same_final_values`
+    uses these per-core final values to tell a benign overlap of two cores' writes from a race."""
+    log = getattr(w.state, "diag", None)
+    seg = getattr(w, "segment", None)
+    if log is None or seg is None or w.group.cores(w.rank) < 2:
+        return
+    for key, (tensor, _, writes) in log.tensors.items():
+        start = seg.get(key, 0)
+        if start >= len(writes):
+            continue
+        fin = log.finals.get((key, w.core))
+        if fin is None:
+            fin = log.finals[(key, w.core)] = (np.zeros(tensor.shape, tensor.dtype), np.zeros(tensor.shape, bool))
+        for _, idx, m, *_ in writes[start:]:
+            idx.write(fin[0], idx.read(tensor.data, m), m)
+            idx.write(fin[1], np.True_, m)
+    w.segment = None
 
 
 def same_final_values(key, log, ra, rb, sa, sb) -> bool:
@@ -674,19 +553,16 @@ def same_final_values(key, log, ra, rb, sa, sb) -> bool:
     the same rows, then scatter identical values into them)."""
     if sa is None or sb is None or sa.core == sb.core:
         return False
-    ent, cw = log.tensors.get(key), log.finals.get(key)
-    if ent is None or cw is None or ra.shape != rb.shape or tuple(ent[0].shape) != ra.shape:
+    fa, fb = log.finals.get((key, sa.core)), log.finals.get((key, sb.core))
+    if fa is None or fb is None or fa[0].shape != ra.shape:
         return False
-    tensor = ent[0]
     if ra.exact and rb.exact:
-        grids = np.ix_(*(np.arange(max(a, c), min(b, d)) for a, b, c, d in zip(ra.lo, ra.hi, rb.lo, rb.hi)))
-        common = np.ravel_multi_index(grids, ra.shape).ravel()
+        sel = tuple(slice(max(a, c), min(b, d)) for a, b, c, d in zip(ra.lo, ra.hi, rb.lo, rb.hi))
+        va, vb, da, db = fa[0][sel], fb[0][sel], fa[1][sel], fb[1][sel]
     else:
-        common = np.intersect1d(ra.elements(), rb.elements(), assume_unique=True)
-    va, vb = cw.finals(tensor, common, sa.core), cw.finals(tensor, common, sb.core)
-    if va is None or vb is None:
-        return False
-    return np.ascontiguousarray(va).tobytes() == np.ascontiguousarray(vb).tobytes()
+        sel = np.intersect1d(ra.elements(), rb.elements(), assume_unique=True)
+        va, vb, da, db = (x.reshape(-1)[sel] for x in (fa[0], fb[0], fa[1], fb[1]))
+    return bool(da.all() and db.all()) and np.ascontiguousarray(va).tobytes() == np.ascontiguousarray(vb).tobytes()
 
 
 def barrier_ordered(a, b) -> bool:

@@ -331,7 +331,7 @@ class LaunchLog:
         self.repeats = {}
         self.extent = {}  # key -> (lo, hi) box around all writes so far, None once unknown
         self.writers = {}  # key -> program ids that wrote it
-        self.finals = {}  # key -> cores.CoreWrites: what the cores of a multi-core launch wrote where they overlap
+        self.finals = {}  # (key, core) -> (values, written) each core of a multi-core launch left (cores.py)
 
     def add(self, tensor, access, mask, write, prog, wh=None, values=None):
         """Log one access of ``tensor`` by ``prog`` (``write`` or read) made at ``wh`` (file, line, fn);
@@ -341,15 +341,10 @@ class LaunchLog:
         if ent is None:
             ent = self.tensors[key] = [tensor, [], []]
         rec = (prog.pid, access.index, mask, wh or where(), _core_stamp(prog, tensor))
-        if write and rec[4] is not None:
-            from .cores import core_writes, note_write
+        if write and values is not None and rec[4] is not None:
+            from .cores import note_write
 
-            cw = core_writes(self, key, tensor)
-            if values is not None:
-                cw.save_overwritten(tensor, access.index, mask, rec[4].core)
-                note_write(rec[4], tensor, access, mask, values)
-            else:
-                cw.note_unseen(access.index, mask, rec[4].core)
+            note_write(rec[4], tensor, access, mask, values)
         if write and values is not None and ent[2] and self._may_overlap(key, access, mask, prog.pid, ent[2]) \
                 and _rewrites_same(tensor, access, mask, values):
             self.repeats.setdefault(key, set()).add(len(ent[2]))
