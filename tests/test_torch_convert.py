@@ -64,13 +64,13 @@ def test_dtype_maps():
 
 def _spy(monkeypatch):
     seen = []
-    real = dispatch.simulate
+    real = dispatch.simulate_into
 
-    def spy(kernel, grid, *arrays, **static):
+    def spy(outputs, kernel, grid, *arrays, **static):
         seen.append(arrays)
-        return real(kernel, grid, *arrays, **static)
+        return real(outputs, kernel, grid, *arrays, **static)
 
-    monkeypatch.setattr(dispatch, "simulate", spy)
+    monkeypatch.setattr(dispatch, "simulate_into", spy)
     return seen
 
 

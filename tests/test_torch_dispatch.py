@@ -106,3 +106,28 @@ def test_result_owns_fresh_memory():
     assert c.data_ptr() != a.data_ptr()
     c.add_(1)  # writable
     np.testing.assert_allclose(c.numpy(), 2 * a.numpy() + 1, rtol=1e-6)
+
+
+@nki.jit
+def _first_half_rows(x):
+    """Copies the first half of ``x``'s rows into a fresh output and never writes the rest."""
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    half = x.shape[0] // 2
+    i = nl.arange(half)[:, None]
+    j = nl.arange(x.shape[1])[None, :]
+    nl.store(out[i, j], value=nl.load(x[i, j]))
+    return out
+
+
+def test_an_output_left_partly_unwritten_is_still_reported_or_nan():
+    # The CPU path allocates outputs without the NaN fill only while the uninit check is an
+    # error: the unwritten rows are then that error; with the check off they stay NaN.
+    from nki_kernels.simulator import NKIError, config
+
+    x = torch.randn(8, 16)
+    with pytest.raises(NKIError, match=r"\[uninit\].*never stored"):
+        _first_half_rows[1](x)
+    with config.override(uninit="off"):
+        got = _first_half_rows[1](x)
+    np.testing.assert_array_equal(got[:4].numpy(), x[:4].numpy())
+    assert torch.isnan(got[4:]).all()

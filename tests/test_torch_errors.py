@@ -16,7 +16,7 @@ def no_kernel_may_run(monkeypatch):
     def forbidden(*args, **kwargs):
         raise AssertionError("a kernel ran before the argument check")
 
-    monkeypatch.setattr(dispatch, "simulate", forbidden)
+    monkeypatch.setattr(dispatch, "simulate_into", forbidden)
 
 
 F32 = torch.float32
