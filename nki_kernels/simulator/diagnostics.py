@@ -741,8 +741,13 @@ def on_view(parent, view, index) -> None:
         root, index = pinfo.root, pinfo.index  # a view of a view: the parent's region (a superset)
     else:
         root = parent
-    view._diag = TileInfo(_created_tag() if loops else (), None, root, index)
-    _changed()
+    info = view._diag
+    if info is not None and info.root is None and info.written is None:
+        info.root, info.index = root, index  # (the TileInfo Tile() gave the new view in a loop: its tag is now's)
+    else:
+        view._diag = TileInfo(_created_tag() if loops else (), None, root, index)
+    global _state
+    _state += 1  # (_changed inlined)
 
 
 def _root_region(tile):
