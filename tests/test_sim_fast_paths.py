@@ -847,3 +847,29 @@ def test_block_assignment_fast_path_keeps_the_uninitialised_and_loop_carried_rep
     with pytest.raises(NKIError) as e:
         _block_kernel(False, carried=True)(A)
     assert e.value.rule == "loop_carried"
+
+
+@pytest.mark.parametrize("fp32_side", ["stationary", "moving"])
+def test_matmul_of_float32_with_bfloat16_is_rejected_naming_the_float32_operand(fp32_side):
+    """The operand dtype pairing rule, checked once per matmul: float32 needs a float32 partner."""
+    sd = nl2.float32 if fp32_side == "stationary" else nl2.bfloat16
+    md = nl2.bfloat16 if fp32_side == "stationary" else nl2.float32
+
+    @nki2.jit
+    def k(x):
+        out = nl2.ndarray((128, 512), dtype=nl2.float32, buffer=nl2.shared_hbm)
+        a = nl2.ndarray((128, 128), dtype=sd, buffer=nl2.sbuf)
+        b = nl2.ndarray((128, 512), dtype=md, buffer=nl2.sbuf)
+        nisa2.memset(dst=a, value=1.0)
+        nisa2.memset(dst=b, value=2.0)
+        acc = nl2.ndarray((128, 512), dtype=nl2.float32, buffer=nl2.psum)
+        nisa2.nc_matmul(dst=acc, stationary=a, moving=b)
+        res = nl2.ndarray((128, 512), dtype=nl2.float32, buffer=nl2.sbuf)
+        nisa2.tensor_copy(dst=res, src=acc)
+        nisa2.dma_copy(dst=out, src=res)
+        return out
+
+    other = "moving" if fp32_side == "stationary" else "stationary"
+    with pytest.raises(NKIError) as e:
+        k(A[:128].copy())
+    assert f"{fp32_side} is float32 but {other} is bfloat16" in str(e.value)

@@ -72,12 +72,13 @@ def _matmul_product(stationary, moving, perf_mode=None):
     # SBUF for it, so PSUM operands are accepted here; the standalone API (dst=) has no such copies.
     s = _tile(stationary, "stationary", "nc_matmul", (_sbuf, _psum))
     m = _tile(moving, "moving", "nc_matmul", (_sbuf, _psum))
-    if s.ndim != 2 or m.ndim != 2:
+    s_shape, m_shape = s.shape, m.shape
+    if len(s_shape) != 2 or len(m_shape) != 2:
         raise _NKIError("matmul operands", f"nc_matmul needs 2-D tiles, got stationary {s.shape} and moving {m.shape}")
     _matmul_dtypes(s, m)
     _perf_mode_rule(perf_mode, s, m)
-    k, mm = s.shape
-    k2, n = m.shape
+    k, mm = s_shape
+    k2, n = m_shape
     if k != k2:
         raise _NKIError("matmul operands", f"contraction (partition) sizes differ: stationary {s.shape} vs "
                        f"moving {m.shape}")

@@ -104,8 +104,10 @@ def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_on
     elif d.dtype == dt.bfloat16 and get_nc_version() < nc_version.gen4:
         raise NKIError("dst dtype", f"nisa.nc_matmul: a bfloat16 result tile needs NeuronCore-v4; the target is "
                        f"{get_nc_version().name} (write float32 to PSUM)")
-    for a, b, an, bn in ((stationary, moving, "stationary", "moving"), (moving, stationary, "moving", "stationary")):
-        if isinstance(a, Tile) and isinstance(b, Tile) and a.dtype == dt.float32 and b.dtype != dt.float32:
+    if isinstance(stationary, Tile) and isinstance(moving, Tile):
+        s32, m32 = stationary.dtype == dt.float32, moving.dtype == dt.float32
+        if s32 != m32:
+            an, bn, b = ("stationary", "moving", moving) if s32 else ("moving", "stationary", stationary)
             raise NKIError("matmul operands", f"nisa.nc_matmul: {an} is float32 but {bn} is {b.dtype}; if one "
                            "input is float32/tfloat32 the other must be too")
     # a size-1 free axis moves neither the element order nor the count: [K, 1, M] is the [K, M] matrix
