@@ -712,6 +712,28 @@ def test_matmul_accumulating_in_place_equals_the_general_path_and_numpy(monkeypa
     np.testing.assert_array_equal(fast, want)
 
 
+def _psum_kernel(body, sd=nl2.float32, md=nl2.float32, width=512):
+    """A kernel that DMAs a [128, 128] stationary (dtype ``sd``) and a [128, 512] moving operand (``md``)
+    into SBUF, runs ``body(acc, a, b)`` on a [128, width] fp32 PSUM tile and stores its first 512
+    columns."""
+
+    @nki2.jit
+    def k(lhsT, rhs):
+        out = nl2.ndarray((128, 512), dtype=nl2.float32, buffer=nl2.shared_hbm)
+        acc = nl2.ndarray((128, width), dtype=nl2.float32, buffer=nl2.psum)
+        a = nl2.ndarray((128, 128), dtype=sd, buffer=nl2.sbuf)
+        b = nl2.ndarray((128, 512), dtype=md, buffer=nl2.sbuf)
+        nisa2.dma_copy(dst=a, src=lhsT)
+        nisa2.dma_copy(dst=b, src=rhs)
+        body(acc, a, b)
+        res = nl2.ndarray((128, 512), dtype=nl2.float32, buffer=nl2.sbuf)
+        nisa2.tensor_copy(dst=res, src=acc[:, 0:512])
+        nisa2.dma_copy(dst=out, src=res)
+        return out
+
+    return k
+
+
 def test_matmul_into_a_partly_written_psum_tile_overwrites_the_rest():
     """A matmul into the left half first, then into the whole tile: the left half accumulates, the
     right half (never written) is overwritten -- not added to its NaN fill by the in-place path."""
@@ -719,23 +741,12 @@ def test_matmul_into_a_partly_written_psum_tile_overwrites_the_rest():
     lhsT = rng.standard_normal((128, 128)).astype(np.float32)
     rhs = rng.standard_normal((128, 512)).astype(np.float32)
 
-    @nki2.jit
-    def k(lhsT, rhs):
-        out = nl2.ndarray((128, 512), dtype=nl2.float32, buffer=nl2.shared_hbm)
-        acc = nl2.ndarray((128, 512), dtype=nl2.float32, buffer=nl2.psum)
-        a = nl2.ndarray((128, 128), dtype=nl2.float32, buffer=nl2.sbuf)
-        b = nl2.ndarray((128, 512), dtype=nl2.float32, buffer=nl2.sbuf)
-        nisa2.dma_copy(dst=a, src=lhsT)
-        nisa2.dma_copy(dst=b, src=rhs)
+    def body(acc, a, b):
         nisa2.nc_matmul(dst=acc[:, 0:256], stationary=a, moving=b[:, 0:256])
         for _ in nl2.affine_range(2):
             nisa2.nc_matmul(dst=acc, stationary=a, moving=b)
-        res = nl2.ndarray((128, 512), dtype=nl2.float32, buffer=nl2.sbuf)
-        nisa2.tensor_copy(dst=res, src=acc)
-        nisa2.dma_copy(dst=out, src=res)
-        return out
 
-    got = k(lhsT, rhs)
+    got = _psum_kernel(body)(lhsT, rhs)
     p = lhsT.T @ rhs
     want = np.concatenate([p[:, :256] + p[:, :256] + p[:, :256], p[:, 256:] + p[:, 256:]], axis=1)
     np.testing.assert_array_equal(got, want)
@@ -745,23 +756,12 @@ def test_accumulate_true_into_a_partly_written_psum_tile_is_still_rejected():
     """Planted bug next to the in-place path: after a matmul into the left half, ``accumulate=True``
     into the whole tile adds onto never-written elements (the right half)."""
 
-    @nki2.jit
-    def k(lhsT, rhs):
-        out = nl2.ndarray((128, 512), dtype=nl2.float32, buffer=nl2.shared_hbm)
-        acc = nl2.ndarray((128, 512), dtype=nl2.float32, buffer=nl2.psum)
-        a = nl2.ndarray((128, 128), dtype=nl2.float32, buffer=nl2.sbuf)
-        b = nl2.ndarray((128, 512), dtype=nl2.float32, buffer=nl2.sbuf)
-        nisa2.dma_copy(dst=a, src=lhsT)
-        nisa2.dma_copy(dst=b, src=rhs)
+    def body(acc, a, b):
         nisa2.nc_matmul(dst=acc[:, 0:256], stationary=a, moving=b[:, 0:256])
         nisa2.nc_matmul(dst=acc, stationary=a, moving=b, accumulate=True)
-        res = nl2.ndarray((128, 512), dtype=nl2.float32, buffer=nl2.sbuf)
-        nisa2.tensor_copy(dst=res, src=acc)
-        nisa2.dma_copy(dst=out, src=res)
-        return out
 
     with pytest.raises(NKIError) as e:
-        k(A[:128, :128].copy(), A[:128].copy())
+        _psum_kernel(body)(A[:128, :128].copy(), A[:128].copy())
     assert e.value.rule == "matmul accumulate" and "never written" in str(e.value)
 
 
@@ -770,29 +770,32 @@ def test_matmul_rules_behind_the_default_case_shortcuts_still_apply(bug):
     """nc_matmul checks its common case (a one-bank PSUM tile, fp32 operands, no perf_mode) without
     the general layers; each planted bug beside that case is still rejected."""
     dt_ops = nl2.int8 if bug == "int8 operands" else nl2.float32
-    width = 1024 if bug == "two-bank dst" else 512
     perf = nisa2.matmul_perf_mode.double_row if bug == "double_row on fp32" else nisa2.matmul_perf_mode.none
 
-    @nki2.jit
-    def k(x):
-        out = nl2.ndarray((128, 512), dtype=nl2.float32, buffer=nl2.shared_hbm)
-        a = nl2.ndarray((128, 128), dtype=dt_ops, buffer=nl2.sbuf)
-        b = nl2.ndarray((128, 512), dtype=dt_ops, buffer=nl2.sbuf)
-        nisa2.memset(dst=a, value=1.0)
-        nisa2.memset(dst=b, value=2.0)
-        acc = nl2.ndarray((128, width), dtype=nl2.float32, buffer=nl2.psum)
+    def body(acc, a, b):
         nisa2.nc_matmul(dst=acc, stationary=a, moving=b, perf_mode=perf)
-        res = nl2.ndarray((128, 512), dtype=nl2.float32, buffer=nl2.sbuf)
-        nisa2.tensor_copy(dst=res, src=acc[:, 0:512])
-        nisa2.dma_copy(dst=out, src=res)
-        return out
 
+    k = _psum_kernel(body, dt_ops, dt_ops, 1024 if bug == "two-bank dst" else 512)
     with pytest.raises(NKIError) as e:
-        k(A[:128].copy())
+        k(A[:128, :128].copy(), A[:128].copy())
     want = {"two-bank dst": ("PSUM bank", "crossing from bank 0 into bank 1"),
             "int8 operands": ("operand", "has dtype int8"),
             "double_row on fp32": ("perf_mode", "perf_mode=double_row")}[bug]
     assert e.value.rule == want[0] and want[1] in str(e.value)
+
+
+@pytest.mark.parametrize("fp32_side", ["stationary", "moving"])
+def test_matmul_of_float32_with_bfloat16_is_rejected_naming_the_float32_operand(fp32_side):
+    """The operand dtype pairing rule, checked once per matmul: float32 needs a float32 partner."""
+    other = "moving" if fp32_side == "stationary" else "stationary"
+    dtypes = {fp32_side: nl2.float32, other: nl2.bfloat16}
+
+    def body(acc, a, b):
+        nisa2.nc_matmul(dst=acc, stationary=a, moving=b)
+
+    with pytest.raises(NKIError) as e:
+        _psum_kernel(body, dtypes["stationary"], dtypes["moving"])(A[:128, :128].copy(), A[:128].copy())
+    assert f"{fp32_side} is float32 but {other} is bfloat16" in str(e.value)
 
 
 def _block_kernel(general, read_unwritten=False, carried=False):
@@ -847,29 +850,3 @@ def test_block_assignment_fast_path_keeps_the_uninitialised_and_loop_carried_rep
     with pytest.raises(NKIError) as e:
         _block_kernel(False, carried=True)(A)
     assert e.value.rule == "loop_carried"
-
-
-@pytest.mark.parametrize("fp32_side", ["stationary", "moving"])
-def test_matmul_of_float32_with_bfloat16_is_rejected_naming_the_float32_operand(fp32_side):
-    """The operand dtype pairing rule, checked once per matmul: float32 needs a float32 partner."""
-    sd = nl2.float32 if fp32_side == "stationary" else nl2.bfloat16
-    md = nl2.bfloat16 if fp32_side == "stationary" else nl2.float32
-
-    @nki2.jit
-    def k(x):
-        out = nl2.ndarray((128, 512), dtype=nl2.float32, buffer=nl2.shared_hbm)
-        a = nl2.ndarray((128, 128), dtype=sd, buffer=nl2.sbuf)
-        b = nl2.ndarray((128, 512), dtype=md, buffer=nl2.sbuf)
-        nisa2.memset(dst=a, value=1.0)
-        nisa2.memset(dst=b, value=2.0)
-        acc = nl2.ndarray((128, 512), dtype=nl2.float32, buffer=nl2.psum)
-        nisa2.nc_matmul(dst=acc, stationary=a, moving=b)
-        res = nl2.ndarray((128, 512), dtype=nl2.float32, buffer=nl2.sbuf)
-        nisa2.tensor_copy(dst=res, src=acc)
-        nisa2.dma_copy(dst=out, src=res)
-        return out
-
-    other = "moving" if fp32_side == "stationary" else "stationary"
-    with pytest.raises(NKIError) as e:
-        k(A[:128].copy())
-    assert f"{fp32_side} is float32 but {other} is bfloat16" in str(e.value)

@@ -357,13 +357,19 @@ def _into(dst, fn, a, b, engine) -> bool:
     dst._written = None
     if m is not None:
         _memory.copied(m)
+    _wrote_whole(dst, data, m, prog, data)
+    return True
+
+
+def _wrote_whole(dst, data, m, prog, values):
+    """The diagnostics and memory-slot bookkeeping of an instruction that wrote all of the plain tile
+    ``dst`` (array ``data``, record ``m``) with ``values``."""
     if dst._diag is not None or _diag.loops:
         shape = data.shape
         idx = core._WHOLE_INDEX.get(shape)
-        _diag.on_write(dst, idx if idx is not None else core._whole_index(shape, sbuf.tile_label), data)
+        _diag.on_write(dst, idx if idx is not None else core._whole_index(shape, dst.buffer.tile_label), values)
     if prog is not None and m is not None:  # the instruction wrote dst: one memory slot
         _memory.wrote_dst(m, prog)
-    return True
 
 
 def psum_state(dst):
@@ -436,12 +442,7 @@ def _add_in_place(dst, vals) -> bool:
         _memory.copied(m)
     dst._written = None
     np.add(data, vals, out=data)
-    if dst._diag is not None or _diag.loops:
-        shape = data.shape
-        idx = core._WHOLE_INDEX.get(shape)
-        _diag.on_write(dst, idx if idx is not None else core._whole_index(shape, psum.tile_label), vals)
-    if prog is not None and m is not None:  # the instruction wrote dst: one memory slot
-        _memory.wrote_dst(m, prog)
+    _wrote_whole(dst, data, m, prog, vals)
     return True
 
 
