@@ -428,7 +428,7 @@ class Stamp:
 
     def __init__(self, core, epoch):
         self.core, self.epoch, self.loaded = core, epoch, None
-        self.kept = None  # for a write: where (bool, in the access's shape) it stored what was there
+        self.kept = None  # for a write: where it stored what was there (bits packed, in the access's shape)
 
 
 def memory_id(tensor) -> int:
@@ -482,7 +482,7 @@ def note_write(stamp, tensor, access, mask, values) -> None:
     bits = np.dtype(f"u{size}")
     kept = np.ascontiguousarray(old).view(bits) == np.ascontiguousarray(new).view(bits)
     if kept.any():
-        stamp.kept = kept
+        stamp.kept = (np.packbits(kept, axis=None), kept.shape)  # 1 bit an element: kept for the launch
 
 
 def write_keeps(write_rec, region) -> bool:
@@ -495,7 +495,8 @@ def write_keeps(write_rec, region) -> bool:
         return False
     _, idx, m = write_rec[:3]
     changed = np.zeros(idx.shape, bool)
-    idx.write(changed, ~st.kept, m)
+    packed, shape = st.kept
+    idx.write(changed, ~np.unpackbits(packed, count=int(np.prod(shape))).view(bool).reshape(shape), m)
     if region.exact:
         return not changed[region.box()].any()
     return not changed.reshape(-1)[region.elements()].any()
@@ -532,17 +533,85 @@ def _segment_end(w) -> None:
     seg = getattr(w, "segment", None)
     if log is None or seg is None or w.group.cores(w.rank) < 2:
         return
+    from .diagnostics import Region
+
     for key, (tensor, _, writes) in log.tensors.items():
         start = seg.get(key, 0)
         if start >= len(writes):
             continue
+        regions = [Region.of(idx, m) for _, idx, m, *_ in writes[start:]]
         fin = log.finals.get((key, w.core))
         if fin is None:
-            fin = log.finals[(key, w.core)] = (np.zeros(tensor.shape, tensor.dtype), np.zeros(tensor.shape, bool))
-        for _, idx, m, *_ in writes[start:]:
-            idx.write(fin[0], idx.read(tensor.data, m), m)
-            idx.write(fin[1], np.True_, m)
+            fin = log.finals[(key, w.core)] = CoreFinals(tensor)
+        boxes = [r for r in regions if not r.empty()]
+        if boxes:  # grown once per turn: the box's arrays are copied only when it grows
+            fin.cover([min(r.lo[a] for r in boxes) for a in range(tensor.ndim)],
+                      [max(r.hi[a] for r in boxes) for a in range(tensor.ndim)])
+        for r, (_, idx, m, *_) in zip(regions, writes[start:]):
+            fin.record(tensor, idx, m, r)
     w.segment = None
+
+
+class CoreFinals:
+    """The values one core's last writes left in one HBM tensor of a multi-core launch, kept over
+    the bounding box of what it wrote (not the whole tensor): cores that write their own parts
+    keep one copy of their part each."""
+
+    __slots__ = ("lo", "values", "written")
+
+    def __init__(self, tensor):
+        self.lo = None  # the box's first corner; values / written cover the box
+        self.values = np.zeros((0,) * tensor.ndim, tensor.dtype)
+        self.written = np.zeros((0,) * tensor.ndim, bool)
+
+    def cover(self, lo, hi) -> None:
+        """Grow the box to take the box ``[lo, hi)`` (around a turn's writes), keeping what it holds."""
+        if self.lo is not None:
+            old_hi = [a + n for a, n in zip(self.lo, self.values.shape)]
+            if all(a <= b for a, b in zip(self.lo, lo)) and all(a >= b for a, b in zip(old_hi, hi)):
+                return
+            lo = [min(a, b) for a, b in zip(self.lo, lo)]
+            hi = [max(a, b) for a, b in zip(old_hi, hi)]
+        shape = tuple(h - l for l, h in zip(lo, hi))
+        values, written = np.zeros(shape, self.values.dtype), np.zeros(shape, bool)
+        if self.lo is not None:
+            at = tuple(slice(a - b, a - b + n) for a, b, n in zip(self.lo, lo, self.values.shape))
+            values[at], written[at] = self.values, self.written
+        self.lo, self.values, self.written = lo, values, written
+
+    def _local(self, coords) -> tuple:
+        return tuple(c - l for c, l in zip(coords, self.lo))
+
+    def record(self, tensor, idx, mask, region) -> None:
+        """Take the values memory holds now at a write's elements (``idx`` / ``mask``, ``region``)."""
+        if region.empty():
+            return
+        if region.exact:  # a box: the write's elements are exactly the box's
+            box = region.box()
+            at = tuple(slice(b.start - l, b.stop - l) for b, l in zip(box, self.lo))
+            self.values[at] = tensor.data[box]
+            self.written[at] = True
+            return
+        coords = np.unravel_index(region.elements(), tensor.shape)
+        at = self._local(coords)
+        self.values[at] = tensor.data[coords]
+        self.written[at] = True
+
+    def at(self, elems, shape):
+        """``(values, written)`` at flat indices ``elems`` of the tensor (``shape``); ``None`` when
+        some lie outside the box (not written by this core)."""
+        coords = np.unravel_index(elems, shape)
+        if self.lo is None or any(((c < l) | (c >= l + n)).any() for c, l, n in zip(coords, self.lo, self.values.shape)):
+            return None
+        at = self._local(coords)
+        return self.values[at], self.written[at]
+
+    def box(self, sel):
+        """``(values, written)`` over the tensor box ``sel`` (slices); ``None`` when it leaves the box."""
+        if self.lo is None or any(s.start < l or s.stop > l + n for s, l, n in zip(sel, self.lo, self.values.shape)):
+            return None
+        at = tuple(slice(s.start - l, s.stop - l) for s, l in zip(sel, self.lo))
+        return self.values[at], self.written[at]
 
 
 def same_final_values(key, log, ra, rb, sa, sb) -> bool:
@@ -554,14 +623,17 @@ def same_final_values(key, log, ra, rb, sa, sb) -> bool:
     if sa is None or sb is None or sa.core == sb.core:
         return False
     fa, fb = log.finals.get((key, sa.core)), log.finals.get((key, sb.core))
-    if fa is None or fb is None or fa[0].shape != ra.shape:
+    if fa is None or fb is None or ra.shape != rb.shape or fa.values.ndim != len(ra.shape):
         return False
     if ra.exact and rb.exact:
         sel = tuple(slice(max(a, c), min(b, d)) for a, b, c, d in zip(ra.lo, ra.hi, rb.lo, rb.hi))
-        va, vb, da, db = fa[0][sel], fb[0][sel], fa[1][sel], fb[1][sel]
+        got_a, got_b = fa.box(sel), fb.box(sel)
     else:
         sel = np.intersect1d(ra.elements(), rb.elements(), assume_unique=True)
-        va, vb, da, db = (x.reshape(-1)[sel] for x in (fa[0], fb[0], fa[1], fb[1]))
+        got_a, got_b = fa.at(sel, ra.shape), fb.at(sel, ra.shape)
+    if got_a is None or got_b is None:
+        return False
+    (va, da), (vb, db) = got_a, got_b
     return bool(da.all() and db.all()) and np.ascontiguousarray(va).tobytes() == np.ascontiguousarray(vb).tobytes()
 
 
