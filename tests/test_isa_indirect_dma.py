@@ -65,15 +65,35 @@ def test_scatter_skip_drops_out_of_bounds_partitions():
     np.testing.assert_array_equal(got, want)
 
 
-def test_skip_on_a_direct_access_is_rejected():
-    @nki.jit
-    def k(a):
-        t = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
-        nisa.dma_copy(dst=t, src=a, oob_mode=nisa.oob_mode.skip)
-        return a
+@nki.jit
+def direct_skip_store_kernel(a, rows, offset):
+    """Loads ``a`` and stores it through a static ``.ap`` view of a (rows, F) output at ``offset``, with
+    oob_mode=skip on both DMAs, as nki-library's MoE CTE stores its down-projection tiles."""
+    P, F = a.shape
+    out = nl.ndarray((rows, F), dtype=a.dtype, buffer=nl.shared_hbm)
+    zero = nl.ndarray((rows, F), dtype=a.dtype, buffer=nl.sbuf)
+    nisa.memset(zero, 0)
+    nisa.dma_copy(dst=out, src=zero)
+    t = nl.ndarray((P, F), dtype=a.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=a, oob_mode=nisa.oob_mode.skip)
+    nisa.dma_copy(dst=out.ap(pattern=[[F, P], [1, F]], offset=offset), src=t, oob_mode=nisa.oob_mode.skip)
+    return out
 
-    with pytest.raises(NKIError, match="run-time offsets"):
-        nki.simulate(k)(np.zeros((4, 4), np.float32))
+
+def test_skip_on_a_direct_access_is_the_plain_copy():
+    # the pages give skip a meaning only for run-time offsets; a direct access copies as with error
+    a = RNG.standard_normal((4, 6)).astype(np.float32)
+    got = nki.simulate(direct_skip_store_kernel)(a, 8, 2 * 6)
+    want = np.zeros((8, 6), np.float32)
+    want[2:6] = a
+    np.testing.assert_array_equal(got, want)
+
+
+def test_skip_on_a_direct_access_is_still_bounds_checked():
+    # static bounds are not run-time ones: rows 6..9 of an 8-row output are an error even with skip
+    a = RNG.standard_normal((4, 6)).astype(np.float32)
+    with pytest.raises(NKIError, match="out-of-bounds"):
+        nki.simulate(direct_skip_store_kernel)(a, 8, 6 * 6)
 
 
 @nki.jit

@@ -124,7 +124,8 @@ def dma_copy(dst, src, priority=None, oob_mode=_oob_mode.error, dge_mode=_dge_mo
     """Copy ``src`` to ``dst`` with a DMA engine: each is an HBM tensor/region or an SBUF tile (PSUM is
     not reachable). Element counts must match (shapes may differ); different dtypes convert
     through fp32. ``oob_mode=skip`` skips the out-of-bounds part of an access with run-time offsets
-    (whole partitions for ``vector_offset``, elements for ``scalar_offset``). ``priority``, ``dge_mode`` and ``engine`` do not change results. Keyword-only, from
+    (whole partitions for ``vector_offset``, elements for ``scalar_offset``); on a direct access it is the
+    ordinary bounds-checked copy. ``priority``, ``dge_mode`` and ``engine`` do not change results. Keyword-only, from
     earlier releases' page: ``dst_rmw_op=nl.add`` adds src to what dst holds (only with
     oob_mode=error) and ``unique_indices``.
     (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/generated/nki.isa.dma_copy.html)
@@ -134,9 +135,9 @@ def dma_copy(dst, src, priority=None, oob_mode=_oob_mode.error, dge_mode=_dge_mo
     if oob_mode is not _oob_mode.error and getattr(oob_mode, "value", oob_mode) == "skip":
         if dst_rmw_op is not None:
             raise NKIError("oob_mode", f"nisa.{op}: dst_rmw_op allows only oob_mode=oob_mode.error")
-        copy_skipping_oob(dst, src, op)
-        _cores.after_load(dst)
-        return
+        if copy_skipping_oob(dst, src, op):
+            _cores.after_load(dst)
+            return
     vals = np.asarray(read(src, op))
     what = lazy_text(("source (shape {})", vals.shape))
     if dst_rmw_op is not None:
@@ -232,7 +233,10 @@ def _in_bounds(lay, what):
 def copy_skipping_oob(dst, src, op):
     """``dma_copy`` with ``oob_mode=skip``: a gather (src with run-time offsets) leaves the dst elements
     whose source is out of bounds unmodified; a scatter (dst with run-time offsets) drops the elements
-    whose destination is out of bounds (whole partitions for vector offsets)."""
+    whose destination is out of bounds (whole partitions for vector offsets). Returns False, copying
+    nothing, when neither side has run-time offsets: the pages give ``skip`` no meaning for a direct
+    access, whose bounds are static, so the caller's bounds-checked copy applies (nki-library's MoE CTE
+    passes ``skip`` for a plain ``.ap`` store when its config skips token DMAs)."""
     from .. import language as _nl
     from ..indexing import Index
 
@@ -254,7 +258,7 @@ def copy_skipping_oob(dst, src, op):
             _prof.dma(flat, got, "read", Access(flat, idx), None)  # (the HBM access log needs the access)
             out[sel] = dt.cast(dt.compute_view(got), d.dtype) if got.dtype != d.dtype else got
         write(d, out.reshape(d.shape), op, "gathered elements")
-        return
+        return True
     if dst_lay is not None:
         keep, addr, flat = _in_bounds(dst_lay, what)
         vals = np.asarray(read(src, op))
@@ -265,6 +269,5 @@ def copy_skipping_oob(dst, src, op):
         if sel.size:
             acc_addr = addr.reshape(-1)[sel]
             _nl.store(Access(flat, Index(flat.shape, acc_addr.shape, [acc_addr])), np.reshape(vals, -1)[sel])
-        return
-    raise NKIError("oob_mode", f"{what}: oob_mode applies to DMA with run-time offsets (an HBM side with "
-                   "vector_offset or scalar_offset); direct accesses are always bounds-checked")
+        return True
+    return False
