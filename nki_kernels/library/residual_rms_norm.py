@@ -93,11 +93,12 @@ def rms_backward_rows(dy, h, w, rstd, dx, dw_partial, dh_out=None, drstd=None):
     src = _Rows(sources, ip, rows, keep)
     w_chunk = _weight(w, d, keep)
     r = nl.load(rstd[ip, nl.arange(1)[None, :]], mask=rows)
-    ones = nl.full((P, 1), 1.0, dtype=nl.float32)
     ragged = n % P != 0
     if ragged:
-        # Rows past N hold no data (masked-off SBUF lanes are undefined on hardware): keep them out of dw.
+        # Rows past N hold no data (masked-off SBUF lanes are undefined on hardware, possibly NaN):
+        # keep them out of dw, zeroing both the products and the rstd they are contracted against.
         row_ok = nl.less(nisa.iota(ip, dtype=nl.int32), n, dtype=nl.float32)
+        r_dw = nl.where(row_ok, r, 0.0)
 
     dot = nl.zeros((P, 1), dtype=nl.float32)
     for lo, hi in chunks(d):
@@ -109,25 +110,25 @@ def rms_backward_rows(dy, h, w, rstd, dx, dw_partial, dh_out=None, drstd=None):
         # d rstd / d h = -rstd**3 * h / D = -(hhat * rstd) * (rstd / D): folded into mean_dot
         dr = nl.load(drstd[ip, nl.arange(1)[None, :]], mask=rows, dtype=nl.float32)
         mean_dot = nl.add(mean_dot, nl.multiply(nl.multiply(dr, r), 1.0 / d))
+    c = nl.multiply(mean_dot, r)  # dx = rstd * (g - h * c): hhat is never formed
 
     for lo, hi in chunks(d):
-        dy_c = src.chunk(0, lo, hi)
-        g = nl.multiply(dy_c, w_chunk(lo, hi), dtype=nl.float32)
-        hhat = nl.multiply(src.chunk(1, lo, hi), r, dtype=nl.float32)
-        centred = nl.subtract(g, nl.multiply(hhat, mean_dot))
-        if dh_out is None:
-            grad = nl.multiply(centred, r, dtype=h.dtype)
-        else:
-            grad = nl.add(nl.multiply(centred, r), src.chunk(2, lo, hi), dtype=h.dtype)
-        nl.store(dx[ip, cols(lo, hi)], value=grad, mask=rows)
-
-        contrib = nl.multiply(dy_c, hhat, dtype=nl.float32)
+        dy_c, h_c = src.chunk(0, lo, hi), src.chunk(1, lo, hi)
+        # dw = sum_rows(rstd * dy * h): rows of dy * h contracted against rstd on the Tensor engine
+        contrib = nl.multiply(dy_c, h_c, dtype=nl.float32)
         if ragged:
             contrib = nl.where(row_ok, contrib, 0.0)
         for mlo in range(lo, hi, MM_F):
             mhi = min(hi, mlo + MM_F)
-            part = nisa.nc_matmul(ones, contrib[:, mlo - lo:mhi - lo])
+            part = nisa.nc_matmul(r_dw if ragged else r, contrib[:, mlo - lo:mhi - lo])
             nl.store(dw_partial[nl.program_id(0) + nl.arange(1)[:, None], cols(mlo, mhi)], value=part)
+        g = nl.multiply(dy_c, w_chunk(lo, hi), dtype=nl.float32)
+        g -= nl.multiply(h_c, c, dtype=nl.float32)  # in place: no third full-size temporary
+        if dh_out is None:
+            grad = nl.multiply(g, r, dtype=h.dtype)
+        else:
+            grad = nl.add(nl.multiply(g, r), src.chunk(2, lo, hi), dtype=h.dtype)
+        nl.store(dx[ip, cols(lo, hi)], value=grad, mask=rows)
 
 
 @nki.jit
