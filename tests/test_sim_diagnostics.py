@@ -243,6 +243,14 @@ def test_output_partly_never_stored():
 
     e = err(k, A, grid=1)  # grid too small: rows 128..255 never written
     assert e.rule == "uninit" and "65536 of its 131072" in str(e) and "(128, 0)" in str(e)
+    # outputs skip the NaN fill only while this is an error; with the check off or a warning the
+    # never-stored rows still read NaN, as the official simulator's sentinel
+    for mode in ("off", "warn"):
+        with config.override(uninit=mode), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            got = k[1](A)
+        np.testing.assert_array_equal(got[:128], A[:128])
+        assert np.isnan(got[128:]).all()
     np.testing.assert_array_equal(k[2](np.tile(A[:128], (2, 1))), np.tile(A[:128], (2, 1)))
 
 

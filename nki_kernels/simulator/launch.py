@@ -24,6 +24,7 @@ from collections import namedtuple
 import numpy as np
 
 from . import blas as _blas
+from . import config as _config
 from . import cores as _cores
 from . import diagnostics as _diag
 from . import memory as _memory
@@ -254,6 +255,11 @@ def allocate_hbm(shape, dtype, buffer, fill, name):
             data = pre
             if fill is not None:
                 data[...] = fill
+        elif fill is None and _config.get("uninit") == "error":
+            # The NaN fill is a full-size write the kernel overwrites: while reading a never-stored
+            # element, or returning one, is the `uninit` error, no kernel can see what is there
+            # (the JAX custom-call's XLA buffers are not filled either).
+            data = np.empty(shape, dtype)
         else:
             data = _memory.uninitialised(shape, dtype) if fill is None else np.full(shape, fill, dtype)
         t = HBMTensor(data, buffer, name or f"out{i}")
