@@ -20,13 +20,9 @@ The launch itself is not differentiable: the operators in
 
 from __future__ import annotations
 
-import functools
-
-import numpy as np
 import torch
 
 from nki_kernels import backend as kernel_backend
-from nki_kernels.simulator import config
 from nki_kernels.simulator.launch import (Launch, ShapeDtype, eval_shape, normalize_grid, register_array_dispatch,
                                           simulate_into, split_arguments)
 
@@ -58,46 +54,10 @@ def _check_tensors(kernel, tensors) -> torch.device:
 
 
 def simulate_cpu(kernel, grid, tensors, static):
-    """Run the simulator on CPU tensors in place of their memory; returns CPU tensors.
-
-    While the ``uninit`` check is an error, the kernel's outputs are allocated without the NaN
-    fill of never-written memory (as the JAX custom-call's XLA buffers are): that fill is a
-    full-size write the kernel overwrites anyway, and an output left partly unwritten is the
-    check's error. Otherwise never-written elements stay NaN as everywhere else."""
-    arrays = [to_numpy(t) for t in tensors]
-    empty = _empty_results(kernel, grid, arrays, static) if config.get("uninit") == "error" else []
-    out = simulate_into(empty, kernel, grid, *arrays, **static)
+    """Run the simulator on CPU tensors in place of their memory; returns CPU tensors (the
+    simulator allocates their outputs without the NaN fill while the ``uninit`` check is an error)."""
+    out = simulate_into((), kernel, grid, *(to_numpy(t) for t in tensors), **static)
     return _map(out, from_numpy)
-
-
-def _empty_results(kernel, grid, arrays, static) -> list:
-    """Uninitialised arrays for a launch's results, in order (none when they cannot be known)."""
-    try:
-        specs = _result_specs(kernel, grid, tuple((a.shape, a.dtype) for a in arrays), tuple(sorted(static.items())))
-    except TypeError:  # an unhashable static argument (a list): no cache key
-        specs = None
-    return [np.empty(shape, dtype) for shape, dtype in specs or ()]
-
-
-@functools.lru_cache(maxsize=512)
-def _result_specs(kernel, grid, specs, static):
-    """``((shape, dtype), ...)`` of a launch's results, from its first program on zero inputs; ``None``
-    if that trace fails (the launch itself then reports what is wrong)."""
-    try:
-        got = eval_shape(kernel, grid, *(ShapeDtype(s, d) for s, d in specs), **dict(static))
-    except Exception:  # noqa: BLE001 - only the real launch's errors are the user's
-        return None
-    flat = []
-
-    def walk(r):
-        if isinstance(r, ShapeDtype):
-            flat.append((tuple(r.shape), r.dtype))
-        else:
-            for x in r:
-                walk(x)
-
-    walk(got)
-    return tuple(flat)
 
 
 def meta_results(kernel, grid, tensors, static, device):
