@@ -512,6 +512,27 @@ def test_a_masked_instruction_leaves_the_destinations_masked_off_elements_alone(
     np.testing.assert_allclose(k(x), want, rtol=1e-6)
 
 
+def test_num_programs_without_a_grid_is_one_program_and_a_bad_axis_is_named():
+    @nki.jit
+    def k(a):
+        out = nl.ndarray((1, 3), nl.float32, buffer=nl.shared_hbm)
+        t = nl.zeros((1, 3), nl.float32)
+        t[0, 0] = nl.num_programs(0) + nl.program_id(0)
+        t[0, 1] = nl.num_programs()
+        t[0, 2] = nl.num_programs((0,))
+        nl.store(out, t)
+        return out
+
+    np.testing.assert_array_equal(k(np.zeros(1, np.float32)), [[1, 1, 1]])
+
+    @nki.jit
+    def bad(a):
+        return nl.num_programs(1)
+
+    with pytest.raises(NKIError, match=r"num_programs.*axis 1 is outside the launch grid \(2,\)"):
+        bad[2](np.zeros(1, np.float32))
+
+
 @pytest.mark.parametrize("mask", [True, False, "rows"])
 def test_a_python_bool_or_column_mask_selects_whole_rows_or_everything(mask):
     # the official flash attention backward masks with `i_q * 128 >= i_k * 512` of loop integers:

@@ -1058,9 +1058,16 @@ def num_programs(axes=None):
     grid = current().launch.grid
     if axes is None:
         return int(np.prod(grid)) if grid else 1
-    if isinstance(axes, (tuple, list)):
-        return int(np.prod([grid[a] for a in axes]))
-    return grid[axes]
+    many = isinstance(axes, (tuple, list))
+    sizes = []
+    for a in (axes if many else (axes,)):
+        if not grid and a == 0:
+            sizes.append(1)  # a kernel launched without a grid is one program (program_id(0) is 0)
+        elif isinstance(a, (int, np.integer)) and -len(grid) <= a < len(grid):
+            sizes.append(grid[a])
+        else:
+            raise NKIError("num_programs", f"axis {a!r} is outside the launch grid {grid}")
+    return int(np.prod(sizes)) if many else sizes[0]
 
 
 def program_ndim():
