@@ -182,6 +182,29 @@ def _uninit_kernel(read_cols):
     return k
 
 
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_common_elements_of_scattered_regions_are_numpys_intersection(data):
+    # the race check's overlap of indirect-DMA regions (a map of one region's elements, reused while
+    # the same region meets several others) against np.intersect1d
+    from nki_kernels.simulator.diagnostics import _common_elements
+
+    shape = (data.draw(st.integers(1, 40)), data.draw(st.integers(1, 40)))
+    size = math.prod(shape)
+
+    def region():
+        elems = np.unique(np.array(data.draw(st.lists(st.integers(0, size - 1), max_size=60)), np.int64))
+        r = Region(shape, (0, 0), shape, False)
+        r._elems = elems
+        return r
+
+    a, others = region(), [region() for _ in range(3)]
+    for b in others + [a] + others[:1]:
+        np.testing.assert_array_equal(_common_elements(a, b), np.intersect1d(a.elements(), b.elements()))
+    c = region()
+    np.testing.assert_array_equal(_common_elements(c, a), np.intersect1d(c.elements(), a.elements()))
+
+
 def test_reading_the_unwritten_half_of_a_tile_through_a_view_is_reported():
     x = np.arange(128 * 64, dtype=np.float32).reshape(128, 64)
     np.testing.assert_array_equal(nki.simulate(_uninit_kernel(0))(x), x)
