@@ -32,8 +32,9 @@ floats and 4 for integers, as the official NKI CPU simulator does ("fills all ne
 tensors with sentinel values"), so a read of never-written memory poisons the result even with
 the ``uninit`` check off.
 
-``config.blas_threads`` (env ``NKI_SIM_BLAS_THREADS``, default 1; 0 leaves it alone) is the number
-of threads NumPy's BLAS uses while a launch runs (:mod:`nki_kernels.simulator.blas` says why).
+``config.blas_threads`` (env ``NKI_SIM_BLAS_THREADS``: ``auto``, the default, or a count; 0 leaves it
+alone) is the number of threads NumPy's BLAS uses while a launch runs; ``auto`` takes one thread per
+core the machine's load leaves idle, at least one (:mod:`nki_kernels.simulator.blas` says why).
 """
 
 from __future__ import annotations
@@ -53,17 +54,20 @@ nan_fill = os.environ.get("NKI_SIM_NAN_FILL", "1").strip().lower() not in ("0", 
 vectorize = os.environ.get("NKI_SIM_VECTORIZE", "1").strip().lower() not in ("0", "off", "false", "no")
 
 
-def _blas_threads(text: str) -> int:
+def _blas_threads(text: str):
+    if text.lower() == "auto":
+        return "auto"
     try:
         n = int(text)
     except ValueError:
         n = -1
     if n < 0:
-        raise ValueError(f"NKI_SIM_BLAS_THREADS={text!r}: expected a thread count >= 0 (0 leaves BLAS as it is)")
+        raise ValueError(f"NKI_SIM_BLAS_THREADS={text!r}: expected 'auto' or a thread count >= 0 (0 leaves BLAS "
+                         "as it is)")
     return n
 
 
-blas_threads = _blas_threads(os.environ.get("NKI_SIM_BLAS_THREADS", "1").strip() or "1")
+blas_threads = _blas_threads(os.environ.get("NKI_SIM_BLAS_THREADS", "auto").strip() or "auto")
 
 
 class NKIWarning(UserWarning):
