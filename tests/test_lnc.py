@@ -3,6 +3,7 @@
 with both cores' source lines (never a hang), and the race checker knows what a barrier orders."""
 
 import inspect
+import sys
 import time
 
 import numpy as np
@@ -193,6 +194,33 @@ def test_sendrecv_on_different_pipes_is_a_deadlock():
     msg = _deadlock(pipes_do_not_match)
     assert msg.count(f"test_lnc.py:{line_of(pipes_do_not_match, '# PIPE')}") >= 2
     assert "pipe_id=0" in msg and "pipe_id=1" in msg
+
+
+@nki.jit
+def core1_returns_early(x, traces):
+    out = nl.ndarray((128, 8), dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray((128, 8), dtype=x.dtype, buffer=nl.sbuf)
+    traces.append(sys.gettrace())
+    nisa.dma_copy(dst=t, src=x)
+    if nl.program_id(0) == 1:
+        return out  # EARLY
+    nisa.core_barrier(out, (0, 1))  # WAITS
+    nisa.dma_copy(dst=out, src=t)
+    return out  # LATE
+
+
+def test_deadlock_names_the_return_a_finished_core_took_and_kernels_run_untraced():
+    traces = []
+    x = np.ones((128, 8), np.float32)
+    with pytest.raises(NKIError, match=r"\[deadlock\]") as e:
+        core1_returns_early[2](x, traces=traces)
+    msg = str(e.value)
+    assert f"test_lnc.py:{line_of(core1_returns_early, '# EARLY')}" in msg
+    assert f"test_lnc.py:{line_of(core1_returns_early, '# WAITS')}" in msg
+    assert f"test_lnc.py:{line_of(core1_returns_early, '# LATE')}" not in msg
+    # A trace function makes CPython run the kernel unspecialised (slow); the return line comes
+    # from the finished frame instead, so neither core's kernel body runs traced.
+    assert traces == [None, None]
 
 
 def test_deadlock_leaves_the_simulator_usable():
