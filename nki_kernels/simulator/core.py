@@ -114,6 +114,8 @@ class Program:
 
     nb = 0
     bshape = ()
+    box = None  # the grid box a batch of programs stands for (vectorize.BatchProgram)
+    loop_batch = False  # iterations of one affine loop of this program run batched (loop_batch.LoopBatch)
 
     def __init__(self, launch, pid: tuple):
         self.launch = launch

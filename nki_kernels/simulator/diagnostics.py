@@ -95,6 +95,29 @@ def fmt_where(w) -> str:
 # ---------------------------------------------------------------------------
 # regions: what an index (and mask) selects, as a box plus exact elements on demand
 # ---------------------------------------------------------------------------
+def _strided_elements(index):
+    """The flat indices a strided (affine) index selects, made in increasing order without a sort:
+    its tile axes walked from the largest flat step to the smallest. ``None`` when that order is
+    not increasing (a negative step, steps whose ranges interleave or repeat elements), or for
+    another kind of index. (A batch of loop iterations' tiles strided through an output: sorting
+    the million indices of each such store took most of a launch's race check.)"""
+    if index.strided is None:
+        return None
+    start, coefs = index.strided
+    row = [math.prod(index.shape[t + 1:]) for t in range(len(index.shape))]
+    out = index.out_shape
+    steps = [sum(c[ax] * r for c, r in zip(coefs, row)) for ax in range(len(out))]
+    axes = sorted((ax for ax, n in enumerate(out) if n > 1), key=lambda ax: -steps[ax])
+    if any(steps[ax] <= 0 for ax in axes):
+        return None
+    e = np.array([sum(s * r for s, r in zip(start, row))], np.int64)
+    for ax in axes:
+        e = np.add.outer(e, np.arange(out[ax], dtype=np.int64) * steps[ax]).ravel()
+    if e.size > 1 and not (e[1:] > e[:-1]).all():
+        return None
+    return e
+
+
 def sorted_unique(a) -> np.ndarray:
     """The sorted distinct values of ``a``, by sorting: NumPy 2.4's hash-based ``np.unique`` takes
     about 2 s for the million element indices of one large tile view, sorting about 0.05 s (the
@@ -212,9 +235,12 @@ class Region:
                 from .indexing import full_mask
 
                 m = self.mask
-                e = self.index.element_indices(m if full_mask(m, self.index.out_shape) is not None else None) \
-                    if m is not None else self.index.element_indices()
-                self._elems = sorted_unique(e)
+                e = _strided_elements(self.index) if m is None else None
+                if e is None:
+                    e = self.index.element_indices(m if full_mask(m, self.index.out_shape) is not None else None) \
+                        if m is not None else self.index.element_indices()
+                    e = sorted_unique(e)
+                self._elems = e
         return self._elems
 
     def box(self) -> tuple:

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import builtins
 import math
+import sys as _sys
 import weakref as _weakref
 
 import numpy as np
 
 from . import diagnostics as _diag
 from . import dtypes as dt
+from . import loop_batch as _loop_batch
 from . import memory as _memory
 from . import profile as _prof
 from .core import (Access, Buffer, HBMTensor, PMAX, Tile, current, current_or_none, hbm, par_dim,
@@ -475,6 +477,9 @@ def _allocate(shape, dtype, buffer, fill=None, name="", address=None):
                        "nl.shared_hbm, nl.private_hbm, or an nki.compiler allocation)")
     if not buffer.on_chip:
         from .launch import allocate_hbm
+
+        if getattr(current_or_none(), "loop_batch", False):
+            raise NotBatchable("an HBM tensor allocated in a batched loop body (one per iteration)")
 
         return allocate_hbm(shape, dtype, buffer, fill, name)
     prog = current_or_none()
@@ -1042,7 +1047,7 @@ class spmd_dim:
 def program_id(axis: int = 0):
     """This program's index along grid ``axis`` (``nl.program_id``)."""
     prog = current()
-    if prog.nb:
+    if prog.box is not None:
         if not 0 <= axis < prog.nb:
             raise NotBatchable("program_id axis outside the grid")
         return BExpr.program_id(axis, prog.box[axis][0], prog.bshape)
@@ -1101,7 +1106,17 @@ class _Range:
     def __iter__(self):
         if _nb():
             return iter(self._r)  # a batch's tile-level checks were made by its reference program
-        it = _diag.loop_iter(self._r, self.kind)
+        if self.kind == "affine" and len(self._r) > 2 and _loop_batch.enabled():
+            frame = _sys._getframe(1)  # (the function running the for statement)
+            body = _loop_batch.site(frame)
+            values = _loop_batch.free_values(body, frame) if body is not None else None
+            if values is not None:
+                return _loop_batch.iterate(self, body, values)
+        return self._reference(self._r)
+
+    def _reference(self, r):
+        """Iterate ``r`` one iteration at a time, with the loop's diagnostics."""
+        it = _diag.loop_iter(r, self.kind)
         # affine / sequential bodies are traced once: their placements are made once (memory.traced_loop)
         return it if self.kind == "static" else _memory.traced_loop(it)
 

@@ -127,11 +127,15 @@ def store_batched(prog, acc, value, mask):
     full = idx.out_shape
     if isinstance(value, Tile) and value._thunk is not None and value.dtype == t.dtype \
             and tuple(value._thunk[2]) == full:
+        if prog.loop_batch:
+            prog.undo.append((view, view.copy()))
         _compute_into(t, value, view)
     else:
         vals = _fit(_values(value, "value"), full, "nl.store", f"{t.name}{list(acc.shape)}")
         if t._borrowers:
             t.materialize_borrowers()
+        if prog.loop_batch:
+            prog.undo.append((view, view.copy()))
         view[...] = dt.cast(vals, t.dtype)
     _prof.dma(t, view, "write", acc, mask, written=True)
 

@@ -1,0 +1,254 @@
+"""Affine loops run batched: the iterations of an ``nl.affine_range`` loop as one NumPy program.
+
+``nl.affine_range`` iterations are independent by the language's contract, so, as the launcher
+batches the programs of a grid (:mod:`.vectorize`), a loop's iterations can run together: the
+loop index becomes a symbolic batch index (:class:`~.index_expr.BExpr`), an HBM access one strided
+view over every iteration's region, and each tile the body makes carries the iterations as a
+leading axis. One run of the body then does the work of every iteration with whole-array NumPy.
+
+The per-iteration path stays the reference:
+
+* The first two iterations always run one at a time through the user's own ``for`` statement,
+  with every diagnostic (the loop-carried check compares them; the memory model traces them).
+* The rest run batched only when the loop body is *self-contained*, which is decided from its
+  source (:func:`site`): the body's statements are assignments, calls and nested loops, no ``if``,
+  ``while``, ``return``, ``break``, comprehension or ``lambda``; every name it binds is its own
+  (not bound or read anywhere else in the function, so the values the user's frame keeps after the
+  loop are never seen); and every name it reads from outside holds, when the loop starts, a value
+  without Python state of its own: a number, a string, a dtype, an HBM tensor or view, a module or
+  function of NumPy or of the simulator (:func:`_inert`). A tile, a list, a user function or any
+  other object keeps the loop on the reference path: the body could change them, and running it
+  once instead of once per iteration would then change the program.
+* Then the body runs once, compiled from its source as a function of the loop index (the
+  iterator calls it; the ``for`` statement's own body is not re-entered). The first thing with no
+  batched meaning (an op without a batched form, Python control flow or ``int()`` on the index, a
+  load of what the launch writes, iterations storing to overlapping elements, an HBM allocation)
+  raises :class:`NotBatchable`; so does any error. The HBM writes made so far are then undone
+  (:class:`LoopBatch` keeps their old values) and the iterations run one at a time through the
+  ``for`` statement, the reference; a site that failed is not tried again for that trip count.
+* HBM writes of a batch are logged for the launch's race / uninitialised-output analysis when it
+  completes, as the program's own writes.
+
+On when the launcher may batch (:func:`.vectorize.enabled`: not in thorough diagnostics mode,
+not while a profile is recorded, not with ``NKI_SIM_VECTORIZE=0``), only in a program that runs
+alone (not in a batch of grid programs, not on a simulated LNC core).
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import inspect
+import textwrap
+import types
+
+import numpy as np
+
+from . import diagnostics as _diag
+from .core import Access, HBMTensor, Program, Tile, current_or_none, flush_pending, set_current
+from .index_expr import AffineExpr, BExpr
+
+# Builtins a self-contained body may call: pure functions of their arguments.
+_PURE_BUILTINS = frozenset({"range", "len", "min", "max", "abs", "int", "float", "bool", "slice", "tuple", "list",
+                            "dict", "zip", "enumerate", "divmod", "round", "isinstance", "getattr", "sum", "reversed",
+                            "sorted", "type", "str", "all", "any", "Ellipsis", "None", "True", "False"})
+# Packages whose modules and functions have no Python state a loop body could change.
+_INERT_PACKAGES = frozenset({"numpy", "math", "ml_dtypes", "nki_kernels", "neuronxcc", "nki"})
+_STATEMENTS = (ast.Assign, ast.AugAssign, ast.Expr, ast.For, ast.Pass)
+_FORBIDDEN_EXPRESSIONS = (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp, ast.NamedExpr,
+                          ast.Yield, ast.YieldFrom, ast.Await)
+
+_sites = {}  # (code object, line of the for statement) -> Body, or None where the loop is not self-contained
+batched_iterations = 0  # iterations run batched in this process (a count for tests and benchmarks)
+
+
+class Body:
+    """A self-contained affine loop body compiled as ``fn(index, *free values)``."""
+
+    def __init__(self, fn, free):
+        self.fn = fn
+        self.free = free  # names the body reads from outside, in ``fn``'s argument order
+        self.failed = set()  # trip counts whose batch raised NotBatchable
+
+
+class LoopBatch(Program):
+    """The iterations ``rest`` of an affine loop of program ``outer`` run as one program with one
+    leading batch axis (``nb == 1``); HBM writes keep their old values in ``undo`` until it ends."""
+
+    loop_batch = True
+
+    def __init__(self, outer, rest):
+        super().__init__(outer.launch, outer.pid)
+        self.nb = 1
+        self.bshape = (len(rest),)
+        self.staged = []  # HBM writes, logged for diagnostics when the batch completes
+        self.undo = []  # (view, old values) of each HBM write, restored if the batch fails
+
+
+def enabled() -> bool:
+    """Whether affine loops may run batched now (as the launcher's grid batching)."""
+    from . import vectorize
+
+    return vectorize.enabled()
+
+
+def site(frame):
+    """The :class:`Body` of the ``for`` statement running in ``frame`` when its loop is
+    self-contained (see the module text), else None. Decided once per statement."""
+    key = (frame.f_code, frame.f_lineno)
+    try:
+        return _sites[key]
+    except KeyError:
+        pass
+    try:
+        body = _compile(frame.f_code, frame.f_lineno)
+    except (OSError, TypeError, SyntaxError, IndexError):  # (no source: a lambda, exec'd or interactive code)
+        body = None
+    _sites[key] = body
+    return body
+
+
+def _compile(code, line):
+    lines, start = inspect.getsourcelines(code)
+    tree = ast.parse(textwrap.dedent("".join(lines)))
+    ast.increment_lineno(tree, start - 1)
+    func = next((n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))), None)
+    if func is None:
+        return None
+    loops = [n for n in ast.walk(func) if isinstance(n, ast.For) and n.lineno <= line <= n.iter.end_lineno]
+    if len(loops) != 1 or not isinstance(loops[0].target, ast.Name) or loops[0].orelse:
+        return None
+    loop = loops[0]
+    own = {loop.target.id}
+    if not all(_self_contained(s, own) for s in loop.body):
+        return None
+    inside = {id(n) for n in ast.walk(loop)}
+    outside = {n.id for n in ast.walk(func) if isinstance(n, ast.Name) and id(n) not in inside}
+    outside |= {a.arg for a in ast.walk(func.args) if isinstance(a, ast.arg)}
+    if own & outside:
+        return None  # the user's frame would keep a name the body binds: the loop must run as written
+    free = sorted({n.id for s in loop.body for n in ast.walk(s)
+                   if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)} - own)
+    template = ast.parse(f"def _affine_loop_body({', '.join([loop.target.id] + free)}):\n    pass\n")
+    template.body[0].body = loop.body
+    ast.fix_missing_locations(template)
+    namespace = {}
+    exec(compile(template, code.co_filename, "exec"), {"__builtins__": builtins}, namespace)  # noqa: S102
+    return Body(namespace["_affine_loop_body"], free)
+
+
+def _self_contained(stmt, own) -> bool:
+    """Whether ``stmt`` is a statement a batched body may hold; adds the names it binds to ``own``."""
+    if not isinstance(stmt, _STATEMENTS):
+        return False
+    if any(isinstance(n, _FORBIDDEN_EXPRESSIONS) for n in ast.walk(stmt)):
+        return False
+    if isinstance(stmt, ast.For):
+        if stmt.orelse or not all(isinstance(n, ast.Name) for n in ast.walk(stmt.target)
+                                  if not isinstance(n, (ast.Tuple, ast.List, ast.expr_context))):
+            return False
+        own.update(n.id for n in ast.walk(stmt.target) if isinstance(n, ast.Name))
+        return all(_self_contained(s, own) for s in stmt.body)
+    if isinstance(stmt, (ast.Assign, ast.AugAssign)):
+        targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+        for t in targets:
+            for n in (t.elts if isinstance(t, (ast.Tuple, ast.List)) else [t]):
+                if isinstance(n, ast.Name):
+                    if isinstance(stmt, ast.AugAssign) and n.id not in own:
+                        return False  # accumulating into a value from outside the body
+                    own.add(n.id)
+                elif isinstance(n, ast.Subscript):
+                    root = n.value
+                    while isinstance(root, (ast.Subscript, ast.Attribute)):
+                        root = root.value
+                    if not isinstance(root, ast.Name) or root.id not in own:
+                        return False  # only elements of the body's own tiles are written
+                else:
+                    return False
+    return True
+
+
+def _inert(value) -> bool:
+    """Whether a value a loop body reads from outside has no Python state the body could change."""
+    if value is None or value is Ellipsis or isinstance(value, (bool, int, float, complex, str, bytes, slice,
+                                                                  np.generic, np.dtype, HBMTensor, Access)):
+        return not isinstance(value, Tile)
+    if isinstance(value, (tuple, frozenset)):
+        return all(_inert(v) for v in value)
+    if isinstance(value, types.ModuleType):
+        return value.__name__.partition(".")[0] in _INERT_PACKAGES
+    if isinstance(value, Tile):
+        return False
+    if isinstance(value, (type, types.FunctionType, types.BuiltinFunctionType, np.ufunc, types.MethodType)):
+        module = getattr(value, "__module__", None) or ""
+        if isinstance(value, types.MethodType):
+            return _inert(value.__self__) and _inert(value.__func__)
+        return module.partition(".")[0] in _INERT_PACKAGES or (module == "builtins" and value.__name__ in _PURE_BUILTINS)
+    # objects of the simulator's own classes (enums, tile-size records, ...) other than tiles
+    return type(value).__module__.partition(".")[0] in _INERT_PACKAGES and not isinstance(value, (list, dict, set))
+
+
+def free_values(body, frame):
+    """The values of ``body``'s free names in ``frame`` (locals, globals, then builtins), or None
+    when one is missing or not :func:`_inert`."""
+    values = []
+    f_locals, f_globals = frame.f_locals, frame.f_globals
+    for name in body.free:
+        if name in f_locals:
+            v = f_locals[name]
+        elif name in f_globals:
+            v = f_globals[name]
+        elif name in _PURE_BUILTINS and hasattr(builtins, name):
+            v = getattr(builtins, name)
+        else:
+            return None
+        if not _inert(v):
+            return None
+        values.append(v)
+    return values
+
+
+def iterate(loop, body, values):
+    """Iterate affine ``loop`` (a ``nl.affine_range``): two reference iterations through the ``for``
+    statement, then the rest as one batch of ``body`` when it can run so, else one at a time."""
+    r = loop._r
+    yield from loop._reference(r[:2])
+    rest = r[2:]
+    if len(rest) in body.failed or not _run_batch(body, values, rest):
+        yield from loop._reference(rest)
+
+
+def _run_batch(body, values, rest) -> bool:
+    """Run iterations ``rest`` as one batch of ``body``; False (HBM writes undone) if they cannot."""
+    outer = current_or_none()
+    if type(outer) is not Program:
+        return False
+    flush_pending()
+    batch = LoopBatch(outer, rest)
+    loops = list(_diag.loops)
+    _diag.loops.clear()  # (tile-level checks were made by the reference iterations)
+    set_current(batch)
+    index = BExpr(AffineExpr((), rest.start, ()), (rest.step,), (len(rest),))
+    done = False
+    try:
+        body.fn(index, *values)
+        done = True
+    except Exception:  # noqa: BLE001 - NotBatchable, or an error the reference iterations will raise with context
+        pass
+    finally:
+        set_current(outer)
+        _diag.loops[:] = loops
+    if not done:
+        for view, old in reversed(batch.undo):
+            view[...] = old
+        body.failed.add(len(rest))
+        return False
+    log = getattr(outer.launch, "diag", None)
+    if log is not None:
+        for tensor, access, mask, wh in batch.staged:
+            log.add(tensor, access, mask, True, outer, wh)
+    global batched_iterations
+    batched_iterations += len(rest)
+    return True
+
+

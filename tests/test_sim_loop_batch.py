@@ -1,0 +1,276 @@
+"""Affine loops run batched (nki_kernels.simulator.loop_batch) against the per-iteration reference.
+
+Every kernel runs with batching on and off (``config.vectorize``); results must be bit-identical
+and match NumPy. The tests check that the loops batched where the body is self-contained, that
+loops whose body is not (Python control flow, values from outside with state of their own, names
+used after the loop, ops without a batched form) run one iteration at a time with the same results,
+and that diagnostics are those of the reference path.
+"""
+
+import contextlib
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from nki_kernels.simulator import NKIError, config, loop_batch, nki
+from nki_kernels.simulator import isa as nisa
+from nki_kernels.simulator import language as nl
+from nki_kernels.simulator.diagnostics import _strided_elements, sorted_unique
+from nki_kernels.simulator.indexing import resolve
+
+rng = np.random.default_rng(11)
+
+
+@contextlib.contextmanager
+def vectorize(on):
+    saved = config.vectorize
+    config.vectorize = on
+    try:
+        yield
+    finally:
+        config.vectorize = saved
+
+
+def run(kernel, *args, **kwargs):
+    """(result batched, result per iteration, iterations run batched)."""
+    with vectorize(False):
+        ref = kernel(*args, **kwargs)
+    before = loop_batch.batched_iterations
+    got = kernel(*args, **kwargs)
+    batched = loop_batch.batched_iterations - before
+    for r, g in zip(ref if isinstance(ref, tuple) else (ref,), got if isinstance(got, tuple) else (got,)):
+        np.testing.assert_array_equal(g, r)  # bit-identical to the reference path
+    return got, batched
+
+
+# --- self-contained bodies: batched ---------------------------------------------------------------
+@nki.jit
+def exp_rows(x):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    for i in nl.affine_range(x.shape[0] // 128):
+        t = nl.load(x[i * 128:(i + 1) * 128, :])
+        nl.store(out[i * 128:(i + 1) * 128, :], value=nl.exp(t) * 2.0 + t)
+    return out
+
+
+def test_an_elementwise_loop_runs_batched_and_bit_identical():
+    x = rng.standard_normal((1024, 96), dtype=np.float32)
+    got, batched = run(exp_rows, x)
+    assert batched == 8 - 2  # the first two iterations are the reference
+    np.testing.assert_allclose(got, np.exp(x.astype(np.float64)) * 2 + x, rtol=1e-5, atol=1e-6)
+
+
+@nki.jit
+def tiled_matmul(lhsT, rhs):
+    K, M = lhsT.shape
+    N = rhs.shape[1]
+    out = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.shared_hbm)
+    for m in nl.affine_range(M // 128):
+        for n in nl.affine_range(N // 256):
+            acc = nl.zeros((128, 256), nl.float32, buffer=nl.psum)
+            for k in nl.affine_range(K // 128):
+                a = nl.load(lhsT[k * 128:(k + 1) * 128, m * 128:(m + 1) * 128])
+                b = nl.load(rhs[k * 128:(k + 1) * 128, n * 256:(n + 1) * 256])
+                acc += nisa.nc_matmul(a, b)
+            nl.store(out[m * 128:(m + 1) * 128, n * 256:(n + 1) * 256], value=nl.copy(acc))
+    return out
+
+
+def test_a_tiled_matmul_batches_its_outer_loop_and_accumulates_the_same_bits():
+    lhsT = rng.standard_normal((384, 512), dtype=np.float32)
+    rhs = rng.standard_normal((384, 768), dtype=np.float32)
+    got, batched = run(tiled_matmul, lhsT, rhs)
+    assert batched >= 4 - 2
+    np.testing.assert_allclose(got, lhsT.T.astype(np.float64) @ rhs, rtol=1e-4, atol=1e-4)
+
+
+@nki.jit
+def hoisted_blocks(lhsT, rhs):
+    K, M = lhsT.shape
+    N = rhs.shape[1]
+    KT = K // 128
+    out = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.shared_hbm)
+    for m in nl.affine_range(M // 128):
+        a = nl.ndarray((KT, nl.par_dim(128), 128), dtype=lhsT.dtype, buffer=nl.sbuf)
+        for k in nl.affine_range(KT):
+            a[k] = nl.load(lhsT[k * 128:(k + 1) * 128, m * 128:(m + 1) * 128])
+        b = nl.ndarray((KT, nl.par_dim(128), N), dtype=rhs.dtype, buffer=nl.sbuf)
+        for k in nl.affine_range(KT):
+            b[k] = nl.load(rhs[k * 128:(k + 1) * 128, :])
+        acc = nl.zeros((128, N), nl.float32, buffer=nl.psum)
+        for k in nl.affine_range(KT):
+            acc += nisa.nc_matmul(a[k], b[k])
+        row = nl.sum(acc, axis=1, keepdims=True)
+        nl.store(out[m * 128:(m + 1) * 128, :], value=acc - row)
+    return out
+
+
+def test_block_tiles_made_in_the_body_and_a_reduction_batch():
+    lhsT = rng.standard_normal((256, 640), dtype=np.float32)
+    rhs = rng.standard_normal((256, 128), dtype=np.float32)
+    got, batched = run(hoisted_blocks, lhsT, rhs)
+    assert batched == 5 - 2
+    p = lhsT.T.astype(np.float64) @ rhs
+    np.testing.assert_allclose(got, p - p.sum(axis=1, keepdims=True), rtol=1e-3, atol=1e-3)
+
+
+@nki.jit
+def strided_stores(x):
+    # iteration i writes rows 2i*64 .. and (2i+1)*64 ..: each store is strided through the output
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    for i in nl.affine_range(x.shape[0] // 128):
+        for h in nl.affine_range(2):
+            t = nl.load(x[(2 * i + h) * 64:(2 * i + h + 1) * 64, :])
+            nl.store(out[(2 * i + h) * 64:(2 * i + h + 1) * 64, :], value=t + 1.0)
+    return out
+
+
+def test_stores_strided_through_the_output_and_their_race_check():
+    x = rng.standard_normal((768, 64), dtype=np.float32)
+    got, batched = run(strided_stores, x)
+    assert batched == 6 - 2
+    np.testing.assert_array_equal(got, x + np.float32(1))
+
+
+# --- bodies that are not self-contained: per iteration, same results ------------------------------
+@nki.jit
+def branch_on_index(x):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    for i in nl.affine_range(4):
+        t = nl.load(x[i * 128:(i + 1) * 128, :])
+        if i == 0:
+            t = t * 3.0
+        nl.store(out[i * 128:(i + 1) * 128, :], value=t)
+    return out
+
+
+@nki.jit
+def last_tile_used_after_the_loop(x):
+    out = nl.ndarray((128, x.shape[1]), dtype=x.dtype, buffer=nl.shared_hbm)
+    for i in nl.affine_range(4):
+        t = nl.load(x[i * 128:(i + 1) * 128, :])
+    nl.store(out, value=t)  # the last iteration's tile, as Python runs the loop
+    return out
+
+
+@nki.jit
+def accumulate_into_an_outer_tile(x):
+    out = nl.ndarray((128, x.shape[1]), dtype=x.dtype, buffer=nl.shared_hbm)
+    acc = nl.zeros((128, x.shape[1]), nl.float32, buffer=nl.sbuf)
+    for i in nl.affine_range(4):
+        acc += nl.load(x[i * 128:(i + 1) * 128, :])
+    nl.store(out, value=acc)
+    return out
+
+
+def _scale(t):
+    return t * 2.0
+
+
+@nki.jit
+def user_helper_in_the_body(x):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    for i in nl.affine_range(4):
+        nl.store(out[i * 128:(i + 1) * 128, :], value=_scale(nl.load(x[i * 128:(i + 1) * 128, :])))
+    return out
+
+
+@nki.jit
+def list_from_outside(x):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    scales = [1.0, 2.0, 3.0, 4.0]
+    for i in nl.affine_range(4):
+        nl.store(out[i * 128:(i + 1) * 128, :], value=nl.load(x[i * 128:(i + 1) * 128, :]) * scales[i])
+    return out
+
+
+@nki.jit
+def op_without_a_batched_form_after_a_store(x):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    out2 = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    for i in nl.affine_range(4):
+        t = nl.load(x[i * 128:(i + 1) * 128, :])
+        nl.store(out[i * 128:(i + 1) * 128, :], value=t + 1.0)
+        u = nl.ndarray((128, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=u, src=x[i * 128:(i + 1) * 128, :])  # (no batched form: NotBatchable)
+        nl.store(out2[i * 128:(i + 1) * 128, :], value=u)
+    return out, out2
+
+
+@pytest.mark.parametrize("kernel, expected", [
+    (branch_on_index, lambda x: np.concatenate([x[:128] * 3, x[128:512]])),
+    (last_tile_used_after_the_loop, lambda x: x[384:512]),
+    (accumulate_into_an_outer_tile, lambda x: x[:128] + x[128:256] + x[256:384] + x[384:512]),
+    (user_helper_in_the_body, lambda x: x[:512] * 2),
+    (list_from_outside, lambda x: x[:512] * np.repeat([1, 2, 3, 4], 128)[:, None].astype(np.float32)),
+])
+def test_bodies_that_are_not_self_contained_run_per_iteration(kernel, expected):
+    x = rng.standard_normal((512, 64), dtype=np.float32)
+    got, batched = run(kernel, x)
+    assert batched == 0
+    np.testing.assert_allclose(got, expected(x), rtol=1e-6)
+
+
+def test_an_op_without_a_batched_form_falls_back_after_the_batch_stored():
+    x = rng.standard_normal((512, 64), dtype=np.float32)
+    (out, out2), batched = run(op_without_a_batched_form_after_a_store, x)
+    assert batched == 0
+    np.testing.assert_array_equal(out, x + np.float32(1))
+    np.testing.assert_array_equal(out2, x)
+
+
+# --- diagnostics are the reference path's ----------------------------------------------------------
+@nki.jit
+def past_the_end(x):
+    out = nl.ndarray((640, 64), dtype=x.dtype, buffer=nl.shared_hbm)
+    for i in nl.affine_range(5):
+        nl.store(out[i * 128:(i + 1) * 128, :], value=nl.load(x[i * 128:(i + 1) * 128, :]))
+    return out
+
+
+def test_an_out_of_bounds_access_in_a_late_iteration_is_the_reference_error():
+    x = rng.standard_normal((600, 64), dtype=np.float32)  # iteration 4 reads rows 512..640 of 600
+    messages = []
+    for on in (False, True):
+        with vectorize(on), pytest.raises(NKIError, match="out-of-bounds") as e:
+            past_the_end(x)
+        messages.append(str(e.value))
+    assert messages[0] == messages[1]
+
+
+@nki.jit
+def both_programs_write_every_row(x):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    for i in nl.affine_range(x.shape[0] // 128):
+        nl.store(out[i * 128:(i + 1) * 128, :], value=nl.load(x[i * 128:(i + 1) * 128, :]) + 1.0)
+    return out
+
+
+def test_a_race_between_programs_through_batched_iterations_is_reported():
+    x = rng.standard_normal((512, 64), dtype=np.float32)
+    before = loop_batch.batched_iterations
+    with pytest.raises(NKIError, match=r"\[race\]"):
+        both_programs_write_every_row[2](x)
+    assert loop_batch.batched_iterations > before  # program 0's loop ran batched, and was logged
+
+
+# --- the sorted elements of a strided index -------------------------------------------------------
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(1, 5), min_size=1, max_size=3), st.data())
+def test_strided_elements_are_the_sorted_unique_elements(out_shape, data):
+    shape = (40, 30, 20)
+    comps = []
+    for dim in shape:
+        coefs = [data.draw(st.integers(-3, 6)) for _ in out_shape]
+        span = sum(abs(c) * (n - 1) for c, n in zip(coefs, out_shape))
+        lo = sum(min(0, c) * (n - 1) for c, n in zip(coefs, out_shape))
+        if span >= dim:
+            coefs, span, lo = [0] * len(out_shape), 0, 0
+        off = data.draw(st.integers(-lo, dim - 1 - span + lo)) if dim - 1 - span + lo >= -lo else 0
+        comps.append(nl.AffineExpr(tuple(out_shape), off, tuple(coefs)))
+    index = resolve(shape, tuple(comps))
+    fast = _strided_elements(index)
+    if fast is not None:
+        np.testing.assert_array_equal(fast, sorted_unique(index.element_indices()))
