@@ -752,6 +752,26 @@ def test_matmul_into_a_partly_written_psum_tile_overwrites_the_rest():
     np.testing.assert_array_equal(got, want)
 
 
+def test_matmuls_into_views_of_a_psum_tile_overwrite_then_accumulate_as_numpy():
+    """Matmuls into views only (nki-library's ``psum[0:128, 0:512]``): the left half first, then the
+    whole-tile view (left adds, right overwrites), then it again and the right half (every element
+    written: both add) -- fp32 sums in order, bit for bit."""
+    rng = np.random.default_rng(6)
+    lhsT = rng.standard_normal((128, 128)).astype(np.float32)
+    rhs = rng.standard_normal((128, 512)).astype(np.float32)
+
+    def body(acc, a, b):
+        nisa2.nc_matmul(dst=acc[:, 0:256], stationary=a, moving=b[:, 0:256])
+        nisa2.nc_matmul(dst=acc[0:128, 0:512], stationary=a, moving=b)
+        nisa2.nc_matmul(dst=acc[0:128, 0:512], stationary=a, moving=b)
+        nisa2.nc_matmul(dst=acc[:, 256:512], stationary=a, moving=b[:, 256:512])
+
+    got = _psum_kernel(body)(lhsT, rhs)
+    p = lhsT.T @ rhs
+    want = np.concatenate([(p[:, :256] + p[:, :256]) + p[:, :256], (p[:, 256:] + p[:, 256:]) + p[:, 256:]], axis=1)
+    np.testing.assert_array_equal(got, want)
+
+
 def test_accumulate_true_into_a_partly_written_psum_tile_is_still_rejected():
     """Planted bug next to the in-place path: after a matmul into the left half, ``accumulate=True``
     into the whole tile adds onto never-written elements (the right half)."""

@@ -412,7 +412,10 @@ def write_accumulating(dst, values, accumulate, op):
         return
     if accumulate is not False and dst.dtype == np.float32 and not dst.nb:
         vals = np.asarray(values)
-        if vals.dtype == np.float32 and vals.shape == dst.shape and psum_state(dst).all():
+        # (a view of a PSUM tile every element of which holds a value -- nki-library's matmuls into
+        # psum[0:128, 0:512] -- needs no region of the mask; finding that also ends write's marking)
+        if vals.dtype == np.float32 and vals.shape == dst.shape and (_all_written(root_of(dst))
+                                                                      or psum_state(dst).all()):
             dst.data  # noqa: B018 - the instruction reads its accumulator (the memory model's live range)
             write(dst, vals, op, add=True)
             return
