@@ -274,3 +274,50 @@ def test_strided_elements_are_the_sorted_unique_elements(out_shape, data):
     fast = _strided_elements(index)
     if fast is not None:
         np.testing.assert_array_equal(fast, sorted_unique(index.element_indices()))
+
+
+# --- the source a body is compiled from is the code running ---------------------------------------
+_MODULE = '''
+from nki_kernels.simulator import nki
+from nki_kernels.simulator import language as nl
+
+
+@nki.jit
+def plus(x):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    for i in nl.affine_range(x.shape[0] // 128):
+        nl.store(out[i * 128:(i + 1) * 128, :], value=nl.load(x[i * 128:(i + 1) * 128, :]) + 1.0)
+    return out
+'''
+
+
+def test_a_kernel_file_edited_after_import_runs_the_code_imported(tmp_path, monkeypatch):
+    import importlib
+    import linecache
+
+    path = tmp_path / "edited_kernel_mod.py"
+    path.write_text(_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    mod = importlib.import_module("edited_kernel_mod")
+    path.write_text(_MODULE.replace("+ 1.0", "+ 5.0"))  # the same lines, another constant
+    linecache.checkcache(str(path))
+    x = rng.standard_normal((512, 32), dtype=np.float32)
+    got, batched = run(mod.plus, x)
+    assert batched == 0  # the loop found in the file is not the one running
+    np.testing.assert_array_equal(got, x + np.float32(1))
+
+
+def test_a_kernel_defined_inside_a_function_batches_with_its_closure():
+    scale = 3.0
+
+    @nki.jit
+    def scaled(x):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        for i in nl.affine_range(x.shape[0] // 128):
+            nl.store(out[i * 128:(i + 1) * 128, :], value=nl.load(x[i * 128:(i + 1) * 128, :]) * scale)
+        return out
+
+    x = rng.standard_normal((640, 32), dtype=np.float32)
+    got, batched = run(scaled, x)
+    assert batched == 5 - 2
+    np.testing.assert_array_equal(got, x * np.float32(3))

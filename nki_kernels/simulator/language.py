@@ -1106,7 +1106,7 @@ class _Range:
     def __iter__(self):
         if _nb():
             return iter(self._r)  # a batch's tile-level checks were made by its reference program
-        if self.kind == "affine" and len(self._r) > 2 and _loop_batch.enabled():
+        if self.kind == "affine" and len(self._r) > 3 and _loop_batch.enabled():
             frame = _sys._getframe(1)  # (the function running the for statement)
             body = _loop_batch.site(frame)
             values = _loop_batch.free_values(body, frame) if body is not None else None

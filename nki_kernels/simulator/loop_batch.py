@@ -38,8 +38,7 @@ from __future__ import annotations
 
 import ast
 import builtins
-import inspect
-import textwrap
+import linecache
 import types
 
 import numpy as np
@@ -102,17 +101,23 @@ def site(frame):
         pass
     try:
         body = _compile(frame.f_code, frame.f_lineno)
-    except (OSError, TypeError, SyntaxError, IndexError):  # (no source: a lambda, exec'd or interactive code)
+    except (SyntaxError, ValueError, TypeError):  # (no usable source: exec'd or interactive code)
         body = None
     _sites[key] = body
     return body
 
 
 def _compile(code, line):
-    lines, start = inspect.getsourcelines(code)
-    tree = ast.parse(textwrap.dedent("".join(lines)))
-    ast.increment_lineno(tree, start - 1)
-    func = next((n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))), None)
+    source = "".join(linecache.getlines(code.co_filename))
+    if not source:
+        return None
+    tree = ast.parse(source)
+    running = _code_named(compile(tree, code.co_filename, "exec", dont_inherit=True), code)
+    if running is None or not _same_code(running, code):
+        return None  # the source is not the code running (edited since it was imported)
+    func = next((n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+                 and n.name == code.co_name and min([n.lineno] + [d.lineno for d in n.decorator_list])
+                 == code.co_firstlineno), None)
     if func is None:
         return None
     loops = [n for n in ast.walk(func) if isinstance(n, ast.For) and n.lineno <= line <= n.iter.end_lineno]
@@ -135,6 +140,26 @@ def _compile(code, line):
     namespace = {}
     exec(compile(template, code.co_filename, "exec"), {"__builtins__": builtins}, namespace)  # noqa: S102
     return Body(namespace["_affine_loop_body"], free)
+
+
+def _code_named(parent, code):
+    """The code object in ``parent`` (recursively) with ``code``'s name and first line."""
+    for c in parent.co_consts:
+        if isinstance(c, types.CodeType):
+            if c.co_name == code.co_name and c.co_firstlineno == code.co_firstlineno:
+                return c
+            found = _code_named(c, code)
+            if found is not None:
+                return found
+    return None
+
+
+def _same_code(a, b) -> bool:
+    if (a.co_code, a.co_names, a.co_varnames, a.co_freevars, a.co_cellvars) != \
+            (b.co_code, b.co_names, b.co_varnames, b.co_freevars, b.co_cellvars) or len(a.co_consts) != len(b.co_consts):
+        return False
+    return all(_same_code(x, y) if isinstance(x, types.CodeType) and isinstance(y, types.CodeType)
+               else type(x) is type(y) and x == y for x, y in zip(a.co_consts, b.co_consts))
 
 
 def _self_contained(stmt, own) -> bool:
@@ -177,8 +202,8 @@ def _inert(value) -> bool:
         return all(_inert(v) for v in value)
     if isinstance(value, types.ModuleType):
         return value.__name__.partition(".")[0] in _INERT_PACKAGES
-    if isinstance(value, Tile):
-        return False
+    if isinstance(value, (Tile, np.ndarray)):
+        return False  # on-chip tiles and NumPy arrays hold values a body could change
     if isinstance(value, (type, types.FunctionType, types.BuiltinFunctionType, np.ufunc, types.MethodType)):
         module = getattr(value, "__module__", None) or ""
         if isinstance(value, types.MethodType):
@@ -210,12 +235,21 @@ def free_values(body, frame):
 
 def iterate(loop, body, values):
     """Iterate affine ``loop`` (a ``nl.affine_range``): two reference iterations through the ``for``
-    statement, then the rest as one batch of ``body`` when it can run so, else one at a time."""
+    statement, then the rest as one batch of ``body`` when it can run so, else one at a time (the
+    same reference iterator goes on: diagnostics and the memory model see one loop)."""
     r = loop._r
-    yield from loop._reference(r[:2])
-    rest = r[2:]
-    if len(rest) in body.failed or not _run_batch(body, values, rest):
-        yield from loop._reference(rest)
+    it = loop._reference(r)
+    try:
+        for n, i in enumerate(it):
+            yield i
+            if n == 1 and len(r) - 2 not in body.failed and _run_batch(body, values, r[2:]):
+                # (closing the reference iterator skips the loop-carried analysis of the two reference
+                # iterations: a body that batched reads no tile and no HBM written by another iteration)
+                return
+    finally:
+        close = getattr(it, "close", None)
+        if close is not None:
+            close()
 
 
 def _run_batch(body, values, rest) -> bool:
