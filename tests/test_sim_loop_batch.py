@@ -7,8 +7,6 @@ used after the loop, ops without a batched form) run one iteration at a time wit
 and that diagnostics are those of the reference path.
 """
 
-import contextlib
-
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -23,20 +21,13 @@ from nki_kernels.simulator.indexing import resolve
 rng = np.random.default_rng(11)
 
 
-@contextlib.contextmanager
-def vectorize(on):
-    saved = config.vectorize
-    config.vectorize = on
-    try:
-        yield
-    finally:
-        config.vectorize = saved
-
-
 def run(kernel, *args, **kwargs):
     """(result batched, result per iteration, iterations run batched)."""
-    with vectorize(False):
+    saved, config.vectorize = config.vectorize, False
+    try:
         ref = kernel(*args, **kwargs)
+    finally:
+        config.vectorize = saved
     before = loop_batch.batched_iterations
     got = kernel(*args, **kwargs)
     batched = loop_batch.batched_iterations - before
@@ -230,11 +221,12 @@ def past_the_end(x):
     return out
 
 
-def test_an_out_of_bounds_access_in_a_late_iteration_is_the_reference_error():
+def test_an_out_of_bounds_access_in_a_late_iteration_is_the_reference_error(monkeypatch):
     x = rng.standard_normal((600, 64), dtype=np.float32)  # iteration 4 reads rows 512..640 of 600
     messages = []
     for on in (False, True):
-        with vectorize(on), pytest.raises(NKIError, match="out-of-bounds") as e:
+        monkeypatch.setattr(config, "vectorize", on)
+        with pytest.raises(NKIError, match="out-of-bounds") as e:
             past_the_end(x)
         messages.append(str(e.value))
     assert messages[0] == messages[1]

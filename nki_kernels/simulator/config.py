@@ -23,7 +23,8 @@ when their bounding boxes overlap, which gives the same answers.
 
 ``config.vectorize`` (env ``NKI_SIM_VECTORIZE=0`` turns it off) lets a launch run
 programs that do not interact as one batched NumPy program
-(:mod:`nki_kernels.simulator.vectorize`); results and diagnostics are the same,
+(:mod:`nki_kernels.simulator.vectorize`), and the iterations of a self-contained
+``affine_range`` loop too (:mod:`nki_kernels.simulator.loop_batch`); results and diagnostics are the same,
 only faster. Thorough mode and profiling always run one program at a time.
 
 ``config.nan_fill`` (env ``NKI_SIM_NAN_FILL=0`` turns it off) fills memory handed out
