@@ -125,6 +125,25 @@ def test_stores_strided_through_the_output_and_their_race_check():
     np.testing.assert_array_equal(got, x + np.float32(1))
 
 
+@nki.jit
+def ragged_rows(x):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    i_p = nl.arange(128)[:, None]
+    i_f = nl.arange(x.shape[1])[None, :]
+    for i in nl.affine_range((x.shape[0] + 127) // 128):
+        rows = i * 128 + i_p
+        t = nl.load(x[rows, i_f], mask=(rows < x.shape[0]))
+        nl.store(out[rows, i_f], value=nl.sqrt(nl.abs(t)), mask=(rows < x.shape[0]))
+    return out
+
+
+def test_a_ragged_last_tile_runs_alone_and_the_iterations_before_it_batch():
+    x = rng.standard_normal((6 * 128 + 50, 40), dtype=np.float32)
+    got, batched = run(ragged_rows, x)
+    assert batched == 7 - 2 - 1  # iterations 2..5 batched; 6 (rows 768..817 of 818) alone
+    np.testing.assert_allclose(got, np.sqrt(np.abs(x)), rtol=1e-6)
+
+
 # --- bodies that are not self-contained: per iteration, same results ------------------------------
 @nki.jit
 def branch_on_index(x):

@@ -25,7 +25,8 @@ The per-iteration path stays the reference:
   load of what the launch writes, iterations storing to overlapping elements, an HBM allocation)
   raises :class:`NotBatchable`; so does any error. The HBM writes made so far are then undone
   (:class:`LoopBatch` keeps their old values) and the iterations run one at a time through the
-  ``for`` statement, the reference; a site that failed is not tried again for that trip count.
+  ``for`` statement, the reference. A mask cutting a ragged last tile batches the iterations
+  before it. How many iterations of a trip count batched is remembered per site.
 * HBM writes of a batch are logged for the launch's race / uninitialised-output analysis when it
   completes, as the program's own writes.
 
@@ -45,6 +46,7 @@ import numpy as np
 
 from . import diagnostics as _diag
 from .core import Access, HBMTensor, Program, Tile, current_or_none, flush_pending, set_current
+from .errors import NotBatchable
 from .index_expr import AffineExpr, BExpr
 
 # Builtins a self-contained body may call: pure functions of their arguments.
@@ -67,7 +69,7 @@ class Body:
     def __init__(self, fn, free):
         self.fn = fn
         self.free = free  # names the body reads from outside, in ``fn``'s argument order
-        self.failed = set()  # trip counts whose batch raised NotBatchable
+        self.plan = {}  # trip count after the reference iterations -> how many of them batch
 
 
 class LoopBatch(Program):
@@ -236,53 +238,78 @@ def free_values(body, frame):
 def iterate(loop, body, values):
     """Iterate affine ``loop`` (a ``nl.affine_range``): two reference iterations through the ``for``
     statement, then the rest as one batch of ``body`` when it can run so, else one at a time (the
-    same reference iterator goes on: diagnostics and the memory model see one loop)."""
+    same reference iterator goes on: diagnostics and the memory model see one loop). Where only
+    the last iterations cannot batch (a mask cutting a ragged last tile), the others batch and
+    those run one at a time."""
     r = loop._r
     it = loop._reference(r)
+    skip = 0
     try:
         for n, i in enumerate(it):
+            if skip:
+                skip -= 1  # (run in the batch)
+                continue
             yield i
-            if n == 1 and len(r) - 2 not in body.failed and _run_batch(body, values, r[2:]):
-                # (closing the reference iterator skips the loop-carried analysis of the two reference
-                # iterations: a body that batched reads no tile and no HBM written by another iteration)
-                return
+            if n == 1:
+                skip = _batch(body, values, r[2:])
+                if skip == len(r) - 2:
+                    # (closing the reference iterator skips the loop-carried analysis of the two reference
+                    # iterations: a body that batched reads no tile and no HBM written by another iteration)
+                    return
     finally:
         close = getattr(it, "close", None)
         if close is not None:
             close()
 
 
-def _run_batch(body, values, rest) -> bool:
-    """Run iterations ``rest`` as one batch of ``body``; False (HBM writes undone) if they cannot."""
+def _batch(body, values, rest) -> int:
+    """Run the first iterations of ``rest`` as one batch of ``body``: all of them, or those before
+    a ragged end; returns how many ran (0: none, their HBM writes undone)."""
+    n = body.plan.get(len(rest), len(rest))
+    if n < 2:
+        return 0
+    try:
+        _run_batch(body, values, rest[:n])
+    except NotBatchable as e:
+        hi = e.hint.get(0, (1, 0)) if isinstance(e.hint, dict) else (1, 0)
+        if hi[0] == 0 and 2 <= hi[1] < n:
+            n = hi[1]  # the iterations before a ragged end batch; the others run one at a time
+            try:
+                _run_batch(body, values, rest[:n])
+            except NotBatchable:
+                n = 0
+        else:
+            n = 0
+    except Exception:  # noqa: BLE001 - an error the reference iterations will raise with its context
+        n = 0
+    body.plan[len(rest)] = n
+    return n
+
+
+def _run_batch(body, values, rest) -> None:
+    """Run iterations ``rest`` as one batch of ``body``; on any error the batch's HBM writes are
+    undone and the error (NotBatchable, or one the reference path will raise) propagates."""
     outer = current_or_none()
     if type(outer) is not Program:
-        return False
+        raise NotBatchable("loops batch only in a program running alone")
     flush_pending()
     batch = LoopBatch(outer, rest)
     loops = list(_diag.loops)
     _diag.loops.clear()  # (tile-level checks were made by the reference iterations)
     set_current(batch)
     index = BExpr(AffineExpr((), rest.start, ()), (rest.step,), (len(rest),))
-    done = False
     try:
         body.fn(index, *values)
-        done = True
-    except Exception:  # noqa: BLE001 - NotBatchable, or an error the reference iterations will raise with context
-        pass
+    except BaseException:
+        for view, old in reversed(batch.undo):
+            view[...] = old
+        raise
     finally:
         set_current(outer)
         _diag.loops[:] = loops
-    if not done:
-        for view, old in reversed(batch.undo):
-            view[...] = old
-        body.failed.add(len(rest))
-        return False
     log = getattr(outer.launch, "diag", None)
     if log is not None:
         for tensor, access, mask, wh in batch.staged:
             log.add(tensor, access, mask, True, outer, wh)
     global batched_iterations
     batched_iterations += len(rest)
-    return True
-
-
