@@ -144,6 +144,45 @@ def test_a_ragged_last_tile_runs_alone_and_the_iterations_before_it_batch():
     np.testing.assert_allclose(got, np.sqrt(np.abs(x)), rtol=1e-6)
 
 
+@nki.jit
+def weights_loaded_before_the_loop(w, x):
+    out = nl.ndarray((x.shape[0], w.shape[1]), dtype=nl.float32, buffer=nl.shared_hbm)
+    wt = nl.load(w)  # [K, N], read by every iteration
+    bias = nl.load(x[0:128, 0:1])
+    for i in nl.affine_range(x.shape[0] // 128):
+        xt = nl.load(x[i * 128:(i + 1) * 128, :])  # [128, K]
+        p = nisa.nc_matmul(nisa.nc_transpose(xt), wt)
+        nl.store(out[i * 128:(i + 1) * 128, :], value=nl.copy(p) + bias)
+    return out
+
+
+def test_tiles_made_before_the_loop_are_read_by_the_batch():
+    w = rng.standard_normal((64, 96), dtype=np.float32)
+    x = rng.standard_normal((640, 64), dtype=np.float32)
+    got, batched = run(weights_loaded_before_the_loop, w, x)
+    assert batched == 5 - 2
+    np.testing.assert_allclose(got, x.astype(np.float64) @ w + np.tile(x[:128, :1], (5, 1)), rtol=1e-4, atol=1e-4)
+
+
+@nki.jit
+def write_through_a_view_of_an_outer_tile(x):
+    out = nl.ndarray((128, x.shape[1]), dtype=x.dtype, buffer=nl.shared_hbm)
+    acc = nl.zeros((128, x.shape[1]), nl.float32, buffer=nl.sbuf)
+    for i in nl.affine_range(4):
+        top = acc[0:64, :]
+        top[...] = nl.load(x[i * 128:i * 128 + 64, :])
+    nl.store(out, value=acc)
+    return out
+
+
+def test_a_write_into_a_tile_made_before_the_loop_runs_per_iteration():
+    x = rng.standard_normal((512, 48), dtype=np.float32)
+    got, batched = run(write_through_a_view_of_an_outer_tile, x)
+    assert batched == 0
+    np.testing.assert_array_equal(got[:64], x[384:448])  # the last iteration's rows, as Python runs it
+    np.testing.assert_array_equal(got[64:], 0)
+
+
 # --- bodies that are not self-contained: per iteration, same results ------------------------------
 @nki.jit
 def branch_on_index(x):

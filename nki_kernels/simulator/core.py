@@ -472,6 +472,8 @@ class Tile(NkiTensor):
         if self._thunk is not None:
             self.force()
         if not self._data.flags.writeable:
+            if prog is not None and prog.loop_batch and prog.writes_outer(self._data):
+                raise NotBatchable("a write into a tile made before a batched loop")
             if self._review is not None:
                 # A view of a copy-on-write tile: the parent takes its private copy and the view
                 # is derived again from it, so writes through the view reach the parent.

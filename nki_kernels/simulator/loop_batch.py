@@ -16,9 +16,10 @@ The per-iteration path stays the reference:
   (not bound or read anywhere else in the function, so the values the user's frame keeps after the
   loop are never seen); and every name it reads from outside holds, when the loop starts, a value
   without Python state of its own: a number, a string, a dtype, an HBM tensor or view, a module or
-  function of NumPy or of the simulator (:func:`_inert`). A tile, a list, a user function or any
-  other object keeps the loop on the reference path: the body could change them, and running it
-  once instead of once per iteration would then change the program.
+  function of NumPy or of the simulator (:func:`_inert`), or a tile, which the batch sees
+  read-only. A list, a user function or any other object keeps the loop on the reference path:
+  the body could change them, and running it once instead of once per iteration would then
+  change the program.
 * Then the body runs once, compiled from its source as a function of the loop index (the
   iterator calls it; the ``for`` statement's own body is not re-entered). The first thing with no
   batched meaning (an op without a batched form, Python control flow or ``int()`` on the index, a
@@ -84,6 +85,12 @@ class LoopBatch(Program):
         self.bshape = (len(rest),)
         self.staged = []  # HBM writes, logged for diagnostics when the batch completes
         self.undo = []  # (view, old values) of each HBM write, restored if the batch fails
+        self.outer = []  # data of the tiles made before the loop that the body reads
+
+    def writes_outer(self, data) -> bool:
+        """Whether a copy-on-write of ``data`` would be a write into a tile made before the loop
+        (the batch sees those read-only; the reference path would change them)."""
+        return any(np.may_share_memory(data, a) for a in self.outer)
 
 
 def enabled() -> bool:
@@ -217,7 +224,8 @@ def _inert(value) -> bool:
 
 def free_values(body, frame):
     """The values of ``body``'s free names in ``frame`` (locals, globals, then builtins), or None
-    when one is missing or not :func:`_inert`."""
+    when one is missing, or neither :func:`_inert` nor a tile (which the body may only read: it
+    assigns into no tile of its own but its own, which :func:`site` checks)."""
     values = []
     f_locals, f_globals = frame.f_locals, frame.f_globals
     for name in body.free:
@@ -229,7 +237,7 @@ def free_values(body, frame):
             v = getattr(builtins, name)
         else:
             return None
-        if not _inert(v):
+        if not (_inert(v) or type(v) is Tile):
             return None
         values.append(v)
     return values
@@ -286,6 +294,15 @@ def _batch(body, values, rest) -> int:
     return n
 
 
+def _read_only(tile, batch):
+    """A tile made before the loop, as every iteration of ``batch`` sees it: its values broadcast
+    along the batch axis, read-only (a write into it, or into a view of it, raises NotBatchable
+    where the tile would take its copy-on-write copy, and the iterations run one at a time)."""
+    data = tile.data
+    batch.outer.append(data)
+    return Tile(np.broadcast_to(data, batch.bshape + data.shape), tile.buffer, tile.pdim)
+
+
 def _run_batch(body, values, rest) -> None:
     """Run iterations ``rest`` as one batch of ``body``; on any error the batch's HBM writes are
     undone and the error (NotBatchable, or one the reference path will raise) propagates."""
@@ -299,7 +316,7 @@ def _run_batch(body, values, rest) -> None:
     set_current(batch)
     index = BExpr(AffineExpr((), rest.start, ()), (rest.step,), (len(rest),))
     try:
-        body.fn(index, *values)
+        body.fn(index, *[_read_only(v, batch) if type(v) is Tile else v for v in values])
     except BaseException:
         for view, old in reversed(batch.undo):
             view[...] = old
