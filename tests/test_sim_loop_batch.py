@@ -183,6 +183,46 @@ def test_a_write_into_a_tile_made_before_the_loop_runs_per_iteration():
     np.testing.assert_array_equal(got[64:], 0)
 
 
+@nki.jit
+def names_reused_by_later_loops(x):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    for i in nl.affine_range(x.shape[0] // 256):
+        t = nl.load(x[i * 256:i * 256 + 128, :])
+        nl.store(out[i * 256:i * 256 + 128, :], value=t * 2.0)
+    for i in nl.affine_range(x.shape[0] // 256):  # the same names, bound again before any read
+        t = nl.load(x[i * 256 + 128:(i + 1) * 256, :])
+        nl.store(out[i * 256 + 128:(i + 1) * 256, :], value=t - 1.0)
+    return out
+
+
+@nki.jit
+def name_read_after_a_later_loop(x):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    last = nl.ndarray((128, x.shape[1]), dtype=x.dtype, buffer=nl.shared_hbm)
+    for i in nl.affine_range(x.shape[0] // 128):
+        t = nl.load(x[i * 128:(i + 1) * 128, :])
+        nl.store(out[i * 128:(i + 1) * 128, :], value=t)
+    for j in nl.affine_range(0):  # never runs: t is still the first loop's last tile
+        t = nl.load(x[0:128, :])
+    nl.store(last, value=t)
+    return out, last
+
+
+def test_names_bound_again_by_later_loops_do_not_keep_a_loop_per_iteration():
+    x = rng.standard_normal((1024, 32), dtype=np.float32)
+    got, batched = run(names_reused_by_later_loops, x)
+    assert batched == 2 * (4 - 2)
+    expected = x.reshape(4, 2, 128, 32) * np.array([2, 1], np.float32)[:, None, None] - np.array([0, 1], np.float32)[:, None, None]
+    np.testing.assert_array_equal(got, expected.reshape(x.shape))
+
+
+def test_a_name_read_after_the_loop_keeps_it_per_iteration_even_past_a_loop_that_binds_it():
+    x = rng.standard_normal((512, 32), dtype=np.float32)
+    (out, last), batched = run(name_read_after_a_later_loop, x)
+    assert batched == 0
+    np.testing.assert_array_equal(last, x[384:])
+
+
 # --- bodies that are not self-contained: per iteration, same results ------------------------------
 @nki.jit
 def branch_on_index(x):

@@ -136,10 +136,7 @@ def _compile(code, line):
     own = {loop.target.id}
     if not all(_self_contained(s, own) for s in loop.body):
         return None
-    inside = {id(n) for n in ast.walk(loop)}
-    outside = {n.id for n in ast.walk(func) if isinstance(n, ast.Name) and id(n) not in inside}
-    outside |= {a.arg for a in ast.walk(func.args) if isinstance(a, ast.arg)}
-    if own & outside:
+    if not _names_stay_inside(func, loop, own):
         return None  # the user's frame would keep a name the body binds: the loop must run as written
     free = sorted({n.id for s in loop.body for n in ast.walk(s)
                    if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)} - own)
@@ -149,6 +146,36 @@ def _compile(code, line):
     namespace = {}
     exec(compile(template, code.co_filename, "exec"), {"__builtins__": builtins}, namespace)  # noqa: S102
     return Body(namespace["_affine_loop_body"], free)
+
+
+def _names_stay_inside(func, loop, own) -> bool:
+    """Whether no code of ``func`` outside ``loop`` can read a value ``loop``'s body bound to a name
+    of ``own`` (after a batch the frame holds an early iteration's): every other occurrence of such
+    a name is in another loop that binds it first (as its loop variable, or by the first statement
+    of its body that mentions it), not around ``loop``, and not in that loop's range expression."""
+    if own & {a.arg for a in ast.walk(func.args) if isinstance(a, ast.arg)}:
+        return False
+    inside = {id(n) for n in ast.walk(loop)}
+    covered = {}
+    for other in ast.walk(func):
+        if not isinstance(other, ast.For) or id(other) in inside or any(n is loop for n in ast.walk(other)):
+            continue
+        bound = {n.id for n in ast.walk(other.target) if isinstance(n, ast.Name)}
+        for name in own:
+            if name in bound or _assigned_first(other.body, name):
+                covered.setdefault(name, set()).update(
+                    id(n) for part in [other.target, *other.body] for n in ast.walk(part))
+    return all(id(n) in covered.get(n.id, ()) for n in ast.walk(func)
+               if isinstance(n, ast.Name) and n.id in own and id(n) not in inside)
+
+
+def _assigned_first(body, name) -> bool:
+    """Whether the first statement of ``body`` that mentions ``name`` is ``name = <value without it>``."""
+    for stmt in body:
+        if any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(stmt)):
+            return (isinstance(stmt, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in stmt.targets)
+                    and not any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(stmt.value)))
+    return False
 
 
 def _code_named(parent, code):
