@@ -223,6 +223,130 @@ def test_a_name_read_after_the_loop_keeps_it_per_iteration_even_past_a_loop_that
     np.testing.assert_array_equal(last, x[384:])
 
 
+# --- assignments into tiles made before the loop ---------------------------------------------------
+@nki.jit
+def hoisted_into_an_outer_buffer(v, q):
+    n, d = v.shape[0] // 128, v.shape[1]
+    out = nl.ndarray((128, n * d), dtype=nl.float32, buffer=nl.shared_hbm)
+    trans = nl.ndarray((nl.par_dim(128), n, d), dtype=v.dtype)  # written tile by tile below
+    ip, jf = nl.arange(128)[:, None], nl.arange(d)[None, :]
+    for i in nl.affine_range(n):
+        trans[ip, i, jf] = nl.load(v[i * 128 + ip, jf])
+    blocks = nl.ndarray((n, nl.par_dim(128), d), dtype=v.dtype)  # a block-dimension tile
+    for i in nl.affine_range(n):
+        blocks[i] = nl.exp(nl.load(q[i * 128:(i + 1) * 128, :]))
+    sums = nl.zeros((nl.par_dim(128), n, d), dtype=nl.float32)
+    for i in nl.affine_range(n):
+        sums[ip, i, jf] += trans[ip, i, jf] * blocks[i]
+    for i in nl.affine_range(n):
+        nl.store(out[:, i * d:(i + 1) * d], value=sums[ip, i, jf])
+    return out
+
+
+def test_loads_hoisted_into_tiles_made_before_the_loop_batch_and_stay_defined():
+    v = rng.standard_normal((768, 32), dtype=np.float32)
+    q = rng.standard_normal((768, 32), dtype=np.float32)
+    got, batched = run(hoisted_into_an_outer_buffer, v, q)
+    assert batched == 4 * (6 - 2)  # each loop: its reads after it find every tile written
+    want = (v.astype(np.float64) * np.exp(q.astype(np.float64))).reshape(6, 128, 32).transpose(1, 0, 2).reshape(128, -1)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+@nki.jit
+def matmul_groups_into_an_outer_psum(lhsT, rhs):
+    n = rhs.shape[1] // 128
+    out = nl.ndarray((128, rhs.shape[1]), dtype=nl.float32, buffer=nl.shared_hbm)
+    a = nl.load(lhsT)
+    ps = nl.ndarray((n, nl.par_dim(128), 128), dtype=nl.float32, buffer=nl.psum)
+    for j in nl.affine_range(n):
+        ps[j] += nisa.nc_matmul(a, nl.load(rhs[:, j * 128:(j + 1) * 128]))  # starts each group
+    for j in nl.affine_range(n):
+        nl.store(out[:, j * 128:(j + 1) * 128], value=nl.copy(ps[j]))
+    return out
+
+
+def test_an_accumulation_group_starting_in_a_psum_tile_made_before_the_loop_runs_per_iteration():
+    lhsT = rng.standard_normal((64, 128), dtype=np.float32)
+    rhs = rng.standard_normal((64, 512), dtype=np.float32)
+    got, batched = run(matmul_groups_into_an_outer_psum, lhsT, rhs)
+    assert batched == 0 + (4 - 2)  # the group starts read never-written PSUM: the first loop per iteration
+    np.testing.assert_allclose(got, lhsT.T.astype(np.float64) @ rhs, rtol=1e-4, atol=1e-4)
+
+
+@nki.jit
+def same_region_every_iteration(x):
+    out = nl.ndarray((128, x.shape[1]), dtype=x.dtype, buffer=nl.shared_hbm)
+    buf = nl.ndarray((128, x.shape[1]), dtype=x.dtype)
+    for i in nl.affine_range(x.shape[0] // 128):
+        buf[...] = nl.load(x[i * 128:(i + 1) * 128, :])
+    nl.store(out, value=buf)
+    return out
+
+
+@nki.jit
+def write_through_a_name_bound_from_an_outer_buffer(x):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    buf = nl.zeros((x.shape[0] // 128, nl.par_dim(128), x.shape[1]), dtype=x.dtype)
+    for i in nl.affine_range(x.shape[0] // 128):
+        buf[i] = nl.load(x[i * 128:(i + 1) * 128, :])
+        row = buf[i]
+        row[0:1, :] = 0.0  # writes buf's block i in the reference path
+    for i in nl.affine_range(x.shape[0] // 128):
+        nl.store(out[i * 128:(i + 1) * 128, :], value=buf[i])
+    return out
+
+
+@nki.jit
+def overlapping_column_windows(x):
+    n = x.shape[1] // 16
+    out = nl.ndarray((128, 8 * n + 8), dtype=x.dtype, buffer=nl.shared_hbm)
+    wide = nl.zeros((128, 8 * n + 8), dtype=x.dtype)
+    for i in nl.affine_range(n):
+        wide[:, i * 8:i * 8 + 16] = nl.load(x[:, i * 16:(i + 1) * 16])  # overlaps the next iteration's window
+    nl.store(out, value=wide)
+    return out
+
+
+def test_assignments_the_batch_cannot_give_stay_per_iteration():
+    x = rng.standard_normal((512, 16), dtype=np.float32)
+    got, batched = run(same_region_every_iteration, x)
+    assert batched == 0
+    np.testing.assert_array_equal(got, x[384:])
+    got, batched = run(write_through_a_name_bound_from_an_outer_buffer, x)
+    want = x.copy()
+    want[::128] = 0
+    np.testing.assert_array_equal(got, want)
+    assert batched == 4 - 2  # (the loop storing buf batches; the one writing through `row` does not)
+    y = rng.standard_normal((128, 96), dtype=np.float32)
+    got, batched = run(overlapping_column_windows, y)
+    assert batched == 0
+    want = np.zeros((128, 56), np.float32)
+    for i in range(6):
+        want[:, i * 8:i * 8 + 16] = y[:, i * 16:(i + 1) * 16]
+    np.testing.assert_array_equal(got, want)
+
+
+@nki.jit
+def reads_the_previous_iterations_tile(x):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    buf = nl.zeros((x.shape[0] // 128 + 1, nl.par_dim(128), x.shape[1]), dtype=x.dtype)
+    for i in nl.affine_range(x.shape[0] // 128):
+        buf[i + 1] = nl.load(x[i * 128:(i + 1) * 128, :])
+        nl.store(out[i * 128:(i + 1) * 128, :], value=buf[i])  # iteration i-1 wrote it
+    return out
+
+
+def test_a_loop_carried_read_through_a_tile_made_before_the_loop_is_the_reference_error(monkeypatch):
+    x = rng.standard_normal((512, 16), dtype=np.float32)
+    messages = []
+    for on in (False, True):
+        monkeypatch.setattr(config, "vectorize", on)
+        with pytest.raises(NKIError, match="loop_carried") as e:
+            reads_the_previous_iterations_tile(x)
+        messages.append(str(e.value))
+    assert messages[0] == messages[1]
+
+
 # --- bodies that are not self-contained: per iteration, same results ------------------------------
 @nki.jit
 def branch_on_index(x):

@@ -47,8 +47,11 @@ import numpy as np
 
 from . import diagnostics as _diag
 from .core import Access, HBMTensor, Program, Tile, current_or_none, flush_pending, set_current
+from . import dtypes as dt
+from . import memory as _memory
 from .errors import NotBatchable
 from .index_expr import AffineExpr, BExpr
+from .indexing import resolve_batched
 
 # Builtins a self-contained body may call: pure functions of their arguments.
 _PURE_BUILTINS = frozenset({"range", "len", "min", "max", "abs", "int", "float", "bool", "slice", "tuple", "list",
@@ -67,9 +70,10 @@ batched_iterations = 0  # iterations run batched in this process (a count for te
 class Body:
     """A self-contained affine loop body compiled as ``fn(index, *free values)``."""
 
-    def __init__(self, fn, free):
+    def __init__(self, fn, free, writes=frozenset()):
         self.fn = fn
         self.free = free  # names the body reads from outside, in ``fn``'s argument order
+        self.writes = writes  # those of them that are tiles the body assigns into
         self.plan = {}  # trip count after the reference iterations -> how many of them batch
 
 
@@ -86,6 +90,7 @@ class LoopBatch(Program):
         self.staged = []  # HBM writes, logged for diagnostics when the batch completes
         self.undo = []  # (view, old values) of each HBM write, restored if the batch fails
         self.outer = []  # data of the tiles made before the loop that the body reads
+        self.tile_writes = []  # (tile made before the loop, batched index) of each assignment into one
 
     def writes_outer(self, data) -> bool:
         """Whether a copy-on-write of ``data`` would be a write into a tile made before the loop
@@ -133,9 +138,11 @@ def _compile(code, line):
     if len(loops) != 1 or not isinstance(loops[0].target, ast.Name) or loops[0].orelse:
         return None
     loop = loops[0]
-    own = {loop.target.id}
-    if not all(_self_contained(s, own) for s in loop.body):
+    scan = _Scan(loop.target.id)
+    if not all(_self_contained(s, scan) for s in loop.body) or scan.writes & scan.own \
+            or loop.target.id in scan.writes or scan.aliases_outer_written():
         return None
+    own = scan.own
     if not _names_stay_inside(func, loop, own):
         return None  # the user's frame would keep a name the body binds: the loop must run as written
     free = sorted({n.id for s in loop.body for n in ast.walk(s)
@@ -145,7 +152,7 @@ def _compile(code, line):
     ast.fix_missing_locations(template)
     namespace = {}
     exec(compile(template, code.co_filename, "exec"), {"__builtins__": builtins}, namespace)  # noqa: S102
-    return Body(namespace["_affine_loop_body"], free)
+    return Body(namespace["_affine_loop_body"], free, scan.writes)
 
 
 def _names_stay_inside(func, loop, own) -> bool:
@@ -198,32 +205,68 @@ def _same_code(a, b) -> bool:
                else type(x) is type(y) and x == y for x, y in zip(a.co_consts, b.co_consts))
 
 
-def _self_contained(stmt, own) -> bool:
-    """Whether ``stmt`` is a statement a batched body may hold; adds the names it binds to ``own``."""
+class _Scan:
+    """What :func:`_self_contained` learns of a body: the names it binds (``own``), the tiles from
+    outside it assigns into (``writes``), the names it writes through (``roots``) and what each
+    binding is made of (``binds``)."""
+
+    def __init__(self, target):
+        self.own = {target}
+        self.writes, self.roots, self.binds = set(), set(), []
+
+    def aliases_outer_written(self) -> bool:
+        """Whether a name the body writes through may view a tile from outside that the body
+        assigns into (bound, directly or through other names, from an expression naming it)."""
+        tainted, grew = set(), True
+        while grew:
+            grew = False
+            for name, mentioned in self.binds:
+                if name not in tainted and mentioned & (self.writes | tainted):
+                    tainted.add(name)
+                    grew = True
+        return bool(tainted & self.roots)
+
+
+def _names(node) -> set:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+
+
+def _self_contained(stmt, scan) -> bool:
+    """Whether ``stmt`` is a statement a batched body may hold; records what it binds in ``scan``."""
     if not isinstance(stmt, _STATEMENTS):
         return False
     if any(isinstance(n, _FORBIDDEN_EXPRESSIONS) for n in ast.walk(stmt)):
         return False
+    own = scan.own
     if isinstance(stmt, ast.For):
         if stmt.orelse or not all(isinstance(n, ast.Name) for n in ast.walk(stmt.target)
                                   if not isinstance(n, (ast.Tuple, ast.List, ast.expr_context))):
             return False
-        own.update(n.id for n in ast.walk(stmt.target) if isinstance(n, ast.Name))
-        return all(_self_contained(s, own) for s in stmt.body)
+        for name in _names(stmt.target):
+            own.add(name)
+            scan.binds.append((name, _names(stmt.iter)))
+        return all(_self_contained(s, scan) for s in stmt.body)
     if isinstance(stmt, (ast.Assign, ast.AugAssign)):
         targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
         for t in targets:
             for n in (t.elts if isinstance(t, (ast.Tuple, ast.List)) else [t]):
                 if isinstance(n, ast.Name):
-                    if isinstance(stmt, ast.AugAssign) and n.id not in own:
-                        return False  # accumulating into a value from outside the body
+                    if isinstance(stmt, ast.AugAssign):
+                        if n.id not in own:
+                            return False  # accumulating into a value from outside the body
+                        scan.roots.add(n.id)
                     own.add(n.id)
+                    scan.binds.append((n.id, _names(stmt.value)))
                 elif isinstance(n, ast.Subscript):
                     root = n.value
-                    while isinstance(root, (ast.Subscript, ast.Attribute)):
+                    while isinstance(root, ast.Subscript):
                         root = root.value
-                    if not isinstance(root, ast.Name) or root.id not in own:
-                        return False  # only elements of the body's own tiles are written
+                    if not isinstance(root, ast.Name):
+                        return False  # (an attribute's element: an object's state)
+                    if root.id in own:
+                        scan.roots.add(root.id)
+                    else:
+                        scan.writes.add(root.id)  # a tile from outside: written region by region
                 else:
                     return False
     return True
@@ -264,7 +307,7 @@ def free_values(body, frame):
             v = getattr(builtins, name)
         else:
             return None
-        if not (_inert(v) or type(v) is Tile):
+        if not (type(v) is Tile if name in body.writes else (_inert(v) or type(v) is Tile)):
             return None
         values.append(v)
     return values
@@ -286,11 +329,9 @@ def iterate(loop, body, values):
                 continue
             yield i
             if n == 1:
+                # (the reference iterator then goes past the batched iterations without running them: at
+                # its end come the loop-carried analysis of the iterations that ran and the loop's exit)
                 skip = _batch(body, values, r[2:])
-                if skip == len(r) - 2:
-                    # (closing the reference iterator skips the loop-carried analysis of the two reference
-                    # iterations: a body that batched reads no tile and no HBM written by another iteration)
-                    return
     finally:
         close = getattr(it, "close", None)
         if close is not None:
@@ -321,13 +362,109 @@ def _batch(body, values, rest) -> int:
     return n
 
 
-def _read_only(tile, batch):
-    """A tile made before the loop, as every iteration of ``batch`` sees it: its values broadcast
-    along the batch axis, read-only (a write into it, or into a view of it, raises NotBatchable
-    where the tile would take its copy-on-write copy, and the iterations run one at a time)."""
-    data = tile.data
-    batch.outer.append(data)
-    return Tile(np.broadcast_to(data, batch.bshape + data.shape), tile.buffer, tile.pdim)
+class _Outer(Tile):
+    """A tile made before the loop, as every iteration of a batch sees it: its values broadcast
+    along the batch axis. ``t[key]`` whose key moves with the loop index selects one region per
+    iteration (one strided view over the iterations). Only a tile the body assigns into
+    (``written``) takes assignments, each writing every iteration's region at once (regions of
+    different iterations must not overlap); any other write into it, or into a view of it, raises
+    NotBatchable where the tile would take its copy-on-write copy. Reading elements never written
+    (an uninitialised read, a PSUM accumulation group's start), views and placed tensors, masked or
+    ``loop_reduce`` values raise NotBatchable too."""
+
+    __slots__ = ("outer", "batch", "written", "batch_written")
+
+    @classmethod
+    def of(cls, tile, batch, written):
+        """``tile`` as ``batch`` sees it (``written``: the body assigns into it)."""
+        m = tile._mem
+        if written:
+            if tile._parent is not None or (m is not None and (m.tiles is not None or m.place is not None)):
+                raise NotBatchable("an assignment into a view or a placed tile made before the loop")
+            tile.own()  # (its private, writeable storage: a loaded tile may view HBM)
+        data = tile.data
+        if not written:
+            batch.outer.append(data)
+        self = cls(np.broadcast_to(data, batch.bshape + data.shape), tile.buffer, tile.pdim)
+        self.outer, self.batch, self.written, self.batch_written = tile, batch, written, None
+        return self
+
+    def _index(self, key):
+        t = self.outer
+        if t._as_column(key) is not None:
+            raise NotBatchable("a vector addressed as a column")
+        return resolve_batched(t.shape, key, t.buffer.tile_label, self.batch.bshape)
+
+    def __getitem__(self, key):
+        idx = self._index(key)
+        if idx is None:
+            if self.written:
+                raise NotBatchable("every iteration reads the same region of a tile the batch assigns into")
+            return Tile.__getitem__(self, key)
+        t = self.outer
+        unwritten = _diag.unwritten(t)
+        if unwritten is not None and self.batch_written is not None:
+            unwritten &= ~self.batch_written  # (what the batch assigned is marked written when it completes)
+        if unwritten is not None and idx.view(unwritten).any():
+            raise NotBatchable("a read of elements never written (an uninitialised read, or a PSUM accumulation "
+                               "group's start)")
+        view = idx.view(t._data)
+        # (a tile the batch assigns into is read as a copy: the body writes through no name bound from it)
+        return Tile(np.array(view) if self.written else _read_only_view(view), t.buffer, 0)
+
+    def __setitem__(self, key, value):
+        if not self.written:
+            Tile.__setitem__(self, key, value)  # (raises NotBatchable where it would copy the tile)
+            raise NotBatchable("a write into a tile made before a batched loop")
+        idx = self._index(key)
+        if idx is None:
+            raise NotBatchable("every iteration assigns into the same region of a tile made before the loop")
+        if getattr(value, "_accumulate_into", None) is not None or getattr(value, "_written", None) is not None:
+            raise NotBatchable("a masked or loop_reduce result assigned into a tile made before the loop")
+        t = self.outer
+        data = t._data
+        if idx._overlaps(data):
+            raise NotBatchable("iterations assign into overlapping elements of a tile made before the loop")
+        flush_pending()
+        view = idx.view(data)
+        vals = _lang()._fit(_lang()._values(value, "value"), view.shape, "tile assignment", t.buffer.region_label)
+        self.batch.undo.append((view, view.copy()))
+        view[...] = dt.cast(vals, data.dtype)
+        self.batch.tile_writes.append((t, idx))
+        if t._diag is not None and t._diag.written is not None:
+            if self.batch_written is None:
+                self.batch_written = np.zeros(t.shape, bool)
+            idx.view(self.batch_written)[...] = True
+
+
+def _read_only_view(a):
+    v = a.view()
+    v.flags.writeable = False
+    return v
+
+
+def _assigned(tile, idx):
+    """Bookkeeping of the reference path's assignments for a batch's writes into ``tile`` (made
+    before the loop) through ``idx``: the elements are written (``uninit``), and the tile -- or each
+    block of a block-dimension tile -- is copied into now (the memory model's live ranges)."""
+    m = tile._mem
+    if (tile._diag is None or tile._diag.written is None) and m is None:
+        return
+    written = np.zeros(tile.shape, bool)
+    idx.view(written)[...] = True
+    _diag.mark_written(tile, written)
+    if m is not None and m.blocks is not None:
+        lead = tile.shape[:tile.pdim]
+        for b in np.argwhere(written.reshape(lead + (-1,)).any(axis=-1)):
+            _memory.copied(_memory.block_rec(m, tuple(int(i) for i in b)))
+    elif m is not None:
+        _memory.copied(m)
+
+
+def _lang():
+    from . import language
+
+    return language
 
 
 def _run_batch(body, values, rest) -> None:
@@ -343,7 +480,8 @@ def _run_batch(body, values, rest) -> None:
     set_current(batch)
     index = BExpr(AffineExpr((), rest.start, ()), (rest.step,), (len(rest),))
     try:
-        body.fn(index, *[_read_only(v, batch) if type(v) is Tile else v for v in values])
+        body.fn(index, *[_Outer.of(v, batch, name in body.writes) if type(v) is Tile else v
+                         for name, v in zip(body.free, values)])
     except BaseException:
         for view, old in reversed(batch.undo):
             view[...] = old
@@ -351,6 +489,8 @@ def _run_batch(body, values, rest) -> None:
     finally:
         set_current(outer)
         _diag.loops[:] = loops
+    for tile, idx in batch.tile_writes:
+        _assigned(tile, idx)
     log = getattr(outer.launch, "diag", None)
     if log is not None:
         for tensor, access, mask, wh in batch.staged:
