@@ -12,24 +12,29 @@ The per-iteration path stays the reference:
   with every diagnostic (the loop-carried check compares them; the memory model traces them).
 * The rest run batched only when the loop body is *self-contained*, which is decided from its
   source (:func:`site`): the body's statements are assignments, calls and nested loops, no ``if``,
-  ``while``, ``return``, ``break``, comprehension or ``lambda``; every name it binds is its own
-  (not bound or read anywhere else in the function, so the values the user's frame keeps after the
-  loop are never seen); and every name it reads from outside holds, when the loop starts, a value
-  without Python state of its own: a number, a string, a dtype, an HBM tensor or view, a module or
-  function of NumPy or of the simulator (:func:`_inert`), or a tile, which the batch sees
-  read-only. A list, a user function or any other object keeps the loop on the reference path:
-  the body could change them, and running it once instead of once per iteration would then
-  change the program.
+  ``while``, ``return``, ``break``, comprehension or ``lambda``; a name it binds is read nowhere
+  else in the function but where another loop binds it first (after a batch the user's frame
+  holds an early iteration's values); it assigns into no tile from outside but region by region
+  (``buf[i] = ...``, ``buf[ip, i, jf] += ...``), and writes through no name bound from such a
+  tile; and every name it reads from outside holds, when the loop starts, a value without Python
+  state of its own: a number, a string, a dtype, an HBM tensor or view, a module or function of
+  NumPy or of the simulator (:func:`_inert`), or a tile (:class:`_Outer`: read-only but for the
+  region-by-region assignments). A list, a NumPy array, a user function or any other object
+  keeps the loop on the reference path: the body could change them, and running it once instead
+  of once per iteration would then change the program. The file must also compile to the code
+  running (an edited file is not the loop running).
 * Then the body runs once, compiled from its source as a function of the loop index (the
   iterator calls it; the ``for`` statement's own body is not re-entered). The first thing with no
   batched meaning (an op without a batched form, Python control flow or ``int()`` on the index, a
   load of what the launch writes, iterations storing to overlapping elements, an HBM allocation)
-  raises :class:`NotBatchable`; so does any error. The HBM writes made so far are then undone
-  (:class:`LoopBatch` keeps their old values) and the iterations run one at a time through the
-  ``for`` statement, the reference. A mask cutting a ragged last tile batches the iterations
+  raises :class:`NotBatchable`; so does any error. The HBM and tile writes made so far are then
+  undone (:class:`LoopBatch` keeps their old values) and the iterations run one at a time through
+  the ``for`` statement, the reference. A mask cutting a ragged last tile batches the iterations
   before it. How many iterations of a trip count batched is remembered per site.
 * HBM writes of a batch are logged for the launch's race / uninitialised-output analysis when it
-  completes, as the program's own writes.
+  completes, as the program's own writes; its assignments into tiles from outside are marked
+  written and copied into (``uninit``, live ranges). The reference iterator then goes past the
+  batched iterations, so the loop-carried analysis of the two that ran still runs.
 
 On when the launcher may batch (:func:`.vectorize.enabled`: not in thorough diagnostics mode,
 not while a profile is recorded, not with ``NKI_SIM_VECTORIZE=0``), only in a program that runs
