@@ -347,6 +347,54 @@ def test_a_loop_carried_read_through_a_tile_made_before_the_loop_is_the_referenc
     assert messages[0] == messages[1]
 
 
+@nki.jit
+def accumulate_products_across_iterations(lhsT, rhs):
+    out = nl.ndarray((lhsT.shape[1], rhs.shape[1]), dtype=nl.float32, buffer=nl.shared_hbm)
+    acc = nl.zeros((lhsT.shape[1], rhs.shape[1]), nl.float32, buffer=nl.psum)
+    for k in nl.affine_range(lhsT.shape[0] // 128):
+        acc += nisa.nc_matmul(nl.load(lhsT[k * 128:(k + 1) * 128, :]), nl.load(rhs[k * 128:(k + 1) * 128, :]))
+    part = nl.zeros((lhsT.shape[1], rhs.shape[1]), nl.float32, buffer=nl.sbuf)
+    for k in nl.affine_range(lhsT.shape[0] // 128):
+        part[...] += nl.load_transpose2d(lhsT[k * 128:(k + 1) * 128, 0:rhs.shape[1]])
+    nl.store(out, value=acc + part)
+    return out
+
+
+def test_accumulations_across_iterations_batch_in_iteration_order():
+    lhsT = rng.standard_normal((768, 128), dtype=np.float32)
+    rhs = rng.standard_normal((768, 128), dtype=np.float32)
+    got, batched = run(accumulate_products_across_iterations, lhsT, rhs)  # (bit-identical: same fp32 sums)
+    assert batched == 2 * (6 - 2)
+    part = lhsT.astype(np.float64).reshape(6, 128, 128).transpose(0, 2, 1).sum(0)
+    np.testing.assert_allclose(got, lhsT.T.astype(np.float64) @ rhs + part, rtol=1e-4, atol=1e-3)
+    x = rng.standard_normal((512, 64), dtype=np.float32)
+    got, batched = run(accumulate_into_an_outer_tile, x)
+    assert batched == 4 - 2
+    np.testing.assert_allclose(got, x[:128] + x[128:256] + x[256:384] + x[384:512], rtol=1e-5, atol=1e-5)
+
+
+@nki.jit
+def subtract_across_iterations(x):
+    out = nl.ndarray((128, x.shape[1]), dtype=x.dtype, buffer=nl.shared_hbm)
+    acc = nl.zeros((128, x.shape[1]), nl.float32, buffer=nl.sbuf)
+    for i in nl.affine_range(4):
+        acc -= nl.load(x[i * 128:(i + 1) * 128, :])
+    nl.store(out, value=acc)
+    return out
+
+
+@nki.jit
+def count_iterations(x):
+    out = nl.ndarray((128, x.shape[1]), dtype=x.dtype, buffer=nl.shared_hbm)
+    copies = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    n = 0
+    for i in nl.affine_range(4):
+        n += 1
+        nl.store(copies[i * 128:(i + 1) * 128, :], value=nl.load(x[i * 128:(i + 1) * 128, :]))
+    nl.store(out, value=nl.load(x[0:128, :]) * float(n))
+    return out
+
+
 # --- bodies that are not self-contained: per iteration, same results ------------------------------
 @nki.jit
 def branch_on_index(x):
@@ -415,9 +463,10 @@ def op_without_a_batched_form_after_a_store(x):
 @pytest.mark.parametrize("kernel, expected", [
     (branch_on_index, lambda x: np.concatenate([x[:128] * 3, x[128:512]])),
     (last_tile_used_after_the_loop, lambda x: x[384:512]),
-    (accumulate_into_an_outer_tile, lambda x: x[:128] + x[128:256] + x[256:384] + x[384:512]),
     (user_helper_in_the_body, lambda x: x[:512] * 2),
     (list_from_outside, lambda x: x[:512] * np.repeat([1, 2, 3, 4], 128)[:, None].astype(np.float32)),
+    (subtract_across_iterations, lambda x: -x[:128] - x[128:256] - x[256:384] - x[384:512]),
+    (count_iterations, lambda x: x[:128] * 4),
 ])
 def test_bodies_that_are_not_self_contained_run_per_iteration(kernel, expected):
     x = rng.standard_normal((512, 64), dtype=np.float32)

@@ -741,6 +741,12 @@ def load_transpose2d(src, *, mask=None, dtype=None):
     mask = acc.local_mask(mask)
     if len(acc.shape) != 2:
         raise NKIError("load_transpose2d", f"needs a 2-D region, got shape {acc.shape}")
+    prog = current_or_none()
+    if prog is not None and prog.nb:
+        from .vectorize import load_batched
+
+        data = np.swapaxes(load_batched(prog, acc, mask, None).data, -1, -2)
+        return Tile(np.ascontiguousarray(dt.cast(data, dt.as_dtype(dtype) or data.dtype)), sbuf)
     data = acc.index.read(acc.tensor.data, mask, what=acc.tensor.name).T
     d = dt.as_dtype(dtype) or data.dtype
     _prof.dma(acc.tensor, data, "read", acc, mask)
@@ -1295,6 +1301,7 @@ _install_operators()
 BATCH_SAFE = set(_UNARY) | set(_BINARY) | {
     "where", "sum", "mean", "max", "min", "prod", "all", "any", "var", "softmax", "matmul", "transpose",
     "ndarray", "zeros", "ones", "full", "zeros_like", "ones_like", "full_like", "empty_like", "load", "store",
+    "load_transpose2d",
     "copy", "broadcast_to", "expand_dims", "arange", "program_id", "num_programs", "program_ndim",
     "affine_range", "sequential_range", "static_range", "loop_reduce", "np_function"}
 

@@ -56,7 +56,7 @@ from . import dtypes as dt
 from . import memory as _memory
 from .errors import NotBatchable
 from .index_expr import AffineExpr, BExpr
-from .indexing import resolve_batched
+from .indexing import resolve, resolve_batched
 
 # Builtins a self-contained body may call: pure functions of their arguments.
 _PURE_BUILTINS = frozenset({"range", "len", "min", "max", "abs", "int", "float", "bool", "slice", "tuple", "list",
@@ -258,7 +258,14 @@ def _self_contained(stmt, scan) -> bool:
                 if isinstance(n, ast.Name):
                     if isinstance(stmt, ast.AugAssign):
                         if n.id not in own:
-                            return False  # accumulating into a value from outside the body
+                            # `acc += x` into a tile from outside (an accumulation across iterations): in
+                            # place, as a tile's += is, so the body is compiled with `acc[...] += x`
+                            if not isinstance(stmt.op, ast.Add):
+                                return False
+                            scan.writes.add(n.id)
+                            stmt.target = ast.Subscript(ast.Name(n.id, ast.Load()), ast.Constant(Ellipsis),
+                                                        ast.Store())
+                            continue
                         scan.roots.add(n.id)
                     own.add(n.id)
                     scan.binds.append((n.id, _names(stmt.value)))
@@ -404,7 +411,7 @@ class _Outer(Tile):
         idx = self._index(key)
         if idx is None:
             if self.written:
-                raise NotBatchable("every iteration reads the same region of a tile the batch assigns into")
+                return _Accumulator(self, key)  # (the same region in every iteration: only `t[key] += x`)
             return Tile.__getitem__(self, key)
         t = self.outer
         unwritten = _diag.unwritten(t)
@@ -421,6 +428,9 @@ class _Outer(Tile):
         if not self.written:
             Tile.__setitem__(self, key, value)  # (raises NotBatchable where it would copy the tile)
             raise NotBatchable("a write into a tile made before a batched loop")
+        if type(value) is _Sum and value.target is self and value.key is key:
+            self._accumulate(key, value.addend)
+            return
         idx = self._index(key)
         if idx is None:
             raise NotBatchable("every iteration assigns into the same region of a tile made before the loop")
@@ -440,6 +450,54 @@ class _Outer(Tile):
             if self.batch_written is None:
                 self.batch_written = np.zeros(t.shape, bool)
             idx.view(self.batch_written)[...] = True
+
+
+    def _accumulate(self, key, addend):
+        """``t[key] += addend`` of every iteration, in iteration order: the reference path's fp32
+        in-place adds, one per iteration (an accumulation across iterations, which affine loops
+        allow), into a region written before (a PSUM accumulation group's start stays per iteration)."""
+        t = self.outer
+        idx = resolve(t.shape, key, t.buffer.tile_label)
+        if not idx.is_view:
+            raise NotBatchable("an accumulation into a gathered region")
+        unwritten = _diag.unwritten(t)
+        if unwritten is not None and idx.view(unwritten).any():
+            raise NotBatchable("an accumulation into elements never written")
+        flush_pending()
+        cur = idx.view(t._data)
+        vals = _lang()._values(addend, "other")
+        if np.ndim(vals) < 1 or np.shape(vals)[0] != self.batch.bshape[0]:
+            raise NotBatchable("an accumulated value without the iteration axis")
+        self.batch.undo.append((cur, cur.copy()))
+        for v in vals:
+            if cur.dtype == np.float32 and np.result_type(cur, v) == np.float32 and np.shape(v) == cur.shape:
+                np.add(cur, v, out=cur)  # (the reference path's fp32 in-place add)
+            else:
+                cur[...] = dt.cast(np.add(dt.compute_view(cur), v), cur.dtype)
+        self.batch.tile_writes.append((t, idx))
+
+
+class _Accumulator:
+    """``t[key]`` of a tile from outside that every iteration of a batch reads at the same region:
+    it may only be the target of ``+=`` (an accumulation across iterations); any other use fails and
+    the iterations run one at a time."""
+
+    __slots__ = ("target", "key")
+
+    def __init__(self, target, key):
+        self.target, self.key = target, key
+
+    def __iadd__(self, addend):
+        return _Sum(self.target, self.key, addend)
+
+
+class _Sum:
+    """``t[key] + addend`` of every iteration, which only ``t[key] = ...`` (the end of ``+=``) takes."""
+
+    __slots__ = ("target", "key", "addend")
+
+    def __init__(self, target, key, addend):
+        self.target, self.key, self.addend = target, key, addend
 
 
 def _read_only_view(a):
