@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import copy
 import linecache
 import types
 
@@ -69,6 +70,7 @@ _FORBIDDEN_EXPRESSIONS = (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, a
                           ast.Yield, ast.YieldFrom, ast.Await)
 
 _sites = {}  # (code object, line of the for statement) -> Body, or None where the loop is not self-contained
+_modules = {}  # source file -> (its text, syntax tree, code), parsed once per text
 batched_iterations = 0  # iterations run batched in this process (a count for tests and benchmarks)
 
 
@@ -126,12 +128,25 @@ def site(frame):
     return body
 
 
-def _compile(code, line):
-    source = "".join(linecache.getlines(code.co_filename))
+def _module(filename):
+    """(syntax tree, code) of the source file ``filename`` as linecache holds it, parsed and compiled
+    once per file and text; None without source."""
+    source = "".join(linecache.getlines(filename))
     if not source:
         return None
-    tree = ast.parse(source)
-    running = _code_named(compile(tree, code.co_filename, "exec", dont_inherit=True), code)
+    hit = _modules.get(filename)
+    if hit is None or hit[0] != source:
+        tree = ast.parse(source)
+        hit = _modules[filename] = (source, tree, compile(tree, filename, "exec", dont_inherit=True))
+    return hit[1], hit[2]
+
+
+def _compile(code, line):
+    parsed = _module(code.co_filename)
+    if parsed is None:
+        return None
+    tree, module = parsed
+    running = _code_named(module, code)
     if running is None or not _same_code(running, code):
         return None  # the source is not the code running (edited since it was imported)
     func = next((n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
@@ -142,13 +157,13 @@ def _compile(code, line):
     loops = [n for n in ast.walk(func) if isinstance(n, ast.For) and n.lineno <= line <= n.iter.end_lineno]
     if len(loops) != 1 or not isinstance(loops[0].target, ast.Name) or loops[0].orelse:
         return None
-    loop = loops[0]
+    loop = copy.deepcopy(loops[0])  # (the scan rewrites `acc += x` into a tile from outside)
     scan = _Scan(loop.target.id)
     if not all(_self_contained(s, scan) for s in loop.body) or scan.writes & scan.own \
             or loop.target.id in scan.writes or scan.aliases_outer_written():
         return None
     own = scan.own
-    if not _names_stay_inside(func, loop, own):
+    if not _names_stay_inside(func, loops[0], own):
         return None  # the user's frame would keep a name the body binds: the loop must run as written
     free = sorted({n.id for s in loop.body for n in ast.walk(s)
                    if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)} - own)
