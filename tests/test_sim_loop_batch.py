@@ -7,6 +7,8 @@ used after the loop, ops without a batched form) run one iteration at a time wit
 and that diagnostics are those of the reference path.
 """
 
+import dataclasses
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -395,6 +397,37 @@ def count_iterations(x):
     return out
 
 
+@dataclasses.dataclass(frozen=True)
+class Options:
+    scale: float = 2.0
+    shift: bool = True
+
+
+@nki.jit
+def static_options(x, square=False, options=Options()):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    for i in nl.affine_range(x.shape[0] // 128):
+        t = nl.load(x[nl.ds(i * 128, 128), :])
+        if square:
+            t = t * t
+        elif options.shift:
+            t = t + options.scale
+        nl.store(out[nl.ds(i * 128, 128), :], value=t)
+    return out
+
+
+@pytest.mark.parametrize("square, options, expected", [
+    (True, Options(), lambda x: x * x),
+    (False, Options(), lambda x: x + np.float32(2)),
+    (False, Options(3.0, False), lambda x: x),
+])
+def test_branches_on_static_options_and_a_frozen_options_record_batch(square, options, expected):
+    x = rng.standard_normal((640, 32), dtype=np.float32)
+    got, batched = run(static_options, x, square=square, options=options)
+    assert batched == 5 - 2
+    np.testing.assert_array_equal(got, expected(x))
+
+
 # --- bodies that are not self-contained: per iteration, same results ------------------------------
 @nki.jit
 def branch_on_index(x):
@@ -403,6 +436,18 @@ def branch_on_index(x):
         t = nl.load(x[i * 128:(i + 1) * 128, :])
         if i == 0:
             t = t * 3.0
+        nl.store(out[i * 128:(i + 1) * 128, :], value=t)
+    return out
+
+
+@nki.jit
+def branch_on_a_tile(x):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    flag = nl.load(x[0:1, 0:1])
+    for i in nl.affine_range(4):
+        t = nl.load(x[i * 128:(i + 1) * 128, :])
+        if flag is not None:
+            t = t + 1.0
         nl.store(out[i * 128:(i + 1) * 128, :], value=t)
     return out
 
@@ -463,6 +508,7 @@ def op_without_a_batched_form_after_a_store(x):
 @pytest.mark.parametrize("kernel, expected", [
     (branch_on_index, lambda x: np.concatenate([x[:128] * 3, x[128:512]])),
     (last_tile_used_after_the_loop, lambda x: x[384:512]),
+    (branch_on_a_tile, lambda x: x[:512] + np.float32(1)),
     (user_helper_in_the_body, lambda x: x[:512] * 2),
     (list_from_outside, lambda x: x[:512] * np.repeat([1, 2, 3, 4], 128)[:, None].astype(np.float32)),
     (subtract_across_iterations, lambda x: -x[:128] - x[128:256] - x[256:384] - x[384:512]),

@@ -1301,7 +1301,7 @@ _install_operators()
 BATCH_SAFE = set(_UNARY) | set(_BINARY) | {
     "where", "sum", "mean", "max", "min", "prod", "all", "any", "var", "softmax", "matmul", "transpose",
     "ndarray", "zeros", "ones", "full", "zeros_like", "ones_like", "full_like", "empty_like", "load", "store",
-    "load_transpose2d",
+    "load_transpose2d", "ds",
     "copy", "broadcast_to", "expand_dims", "arange", "program_id", "num_programs", "program_ndim",
     "affine_range", "sequential_range", "static_range", "loop_reduce", "np_function"}
 

@@ -65,7 +65,7 @@ _PURE_BUILTINS = frozenset({"range", "len", "min", "max", "abs", "int", "float",
                             "sorted", "type", "str", "all", "any", "Ellipsis", "None", "True", "False"})
 # Packages whose modules and functions have no Python state a loop body could change.
 _INERT_PACKAGES = frozenset({"numpy", "math", "ml_dtypes", "nki_kernels", "neuronxcc", "nki"})
-_STATEMENTS = (ast.Assign, ast.AugAssign, ast.Expr, ast.For, ast.Pass)
+_STATEMENTS = (ast.Assign, ast.AugAssign, ast.Expr, ast.For, ast.If, ast.Pass)
 _FORBIDDEN_EXPRESSIONS = (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp, ast.NamedExpr,
                           ast.Yield, ast.YieldFrom, ast.Await)
 
@@ -77,10 +77,11 @@ batched_iterations = 0  # iterations run batched in this process (a count for te
 class Body:
     """A self-contained affine loop body compiled as ``fn(index, *free values)``."""
 
-    def __init__(self, fn, free, writes=frozenset()):
+    def __init__(self, fn, free, writes=frozenset(), tests=frozenset()):
         self.fn = fn
         self.free = free  # names the body reads from outside, in ``fn``'s argument order
         self.writes = writes  # those of them that are tiles the body assigns into
+        self.tests = tests  # those of them that ``if`` statements of the body test (no tiles)
         self.plan = {}  # trip count after the reference iterations -> how many of them batch
 
 
@@ -172,7 +173,7 @@ def _compile(code, line):
     ast.fix_missing_locations(template)
     namespace = {}
     exec(compile(template, code.co_filename, "exec"), {"__builtins__": builtins}, namespace)  # noqa: S102
-    return Body(namespace["_affine_loop_body"], free, scan.writes)
+    return Body(namespace["_affine_loop_body"], free, scan.writes, scan.tests)
 
 
 def _names_stay_inside(func, loop, own) -> bool:
@@ -232,7 +233,7 @@ class _Scan:
 
     def __init__(self, target):
         self.own = {target}
-        self.writes, self.roots, self.binds = set(), set(), []
+        self.writes, self.roots, self.binds, self.tests = set(), set(), [], set()
 
     def aliases_outer_written(self) -> bool:
         """Whether a name the body writes through may view a tile from outside that the body
@@ -258,6 +259,13 @@ def _self_contained(stmt, scan) -> bool:
     if any(isinstance(n, _FORBIDDEN_EXPRESSIONS) for n in ast.walk(stmt)):
         return False
     own = scan.own
+    if isinstance(stmt, ast.If):
+        # a branch on values from outside only (a kernel's static options): the same in every iteration
+        names = _names(stmt.test)
+        if names & own:
+            return False
+        scan.tests |= names
+        return all(_self_contained(s, scan) for s in stmt.body + stmt.orelse)
     if isinstance(stmt, ast.For):
         if stmt.orelse or not all(isinstance(n, ast.Name) for n in ast.walk(stmt.target)
                                   if not isinstance(n, (ast.Tuple, ast.List, ast.expr_context))):
@@ -315,6 +323,9 @@ def _inert(value) -> bool:
         if isinstance(value, types.MethodType):
             return _inert(value.__self__) and _inert(value.__func__)
         return module.partition(".")[0] in _INERT_PACKAGES or (module == "builtins" and value.__name__ in _PURE_BUILTINS)
+    params = getattr(type(value), "__dataclass_params__", None)
+    if params is not None and params.frozen:  # a kernel's options record (FlashConfig)
+        return all(_inert(getattr(value, f)) for f in type(value).__dataclass_fields__)
     # objects of the simulator's own classes (enums, tile-size records, ...) other than tiles
     return type(value).__module__.partition(".")[0] in _INERT_PACKAGES and not isinstance(value, (list, dict, set))
 
@@ -334,7 +345,7 @@ def free_values(body, frame):
             v = getattr(builtins, name)
         else:
             return None
-        if not (type(v) is Tile if name in body.writes else (_inert(v) or type(v) is Tile)):
+        if not (type(v) is Tile if name in body.writes else _inert(v) or (type(v) is Tile and name not in body.tests)):
             return None
         values.append(v)
     return values
