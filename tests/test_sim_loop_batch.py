@@ -55,6 +55,16 @@ def test_an_elementwise_loop_runs_batched_and_bit_identical():
     np.testing.assert_allclose(got, np.exp(x.astype(np.float64)) * 2 + x, rtol=1e-5, atol=1e-6)
 
 
+def test_a_loop_whose_batch_outgrows_its_memory_runs_in_smaller_batches(monkeypatch):
+    monkeypatch.setattr(loop_batch, "BATCH_BYTES", 400_000)  # about two iterations' new tiles
+    x = rng.standard_normal((2048, 96), dtype=np.float32)
+    got, batched = run(exp_rows, x)
+    assert batched == 16 - 2  # every iteration after the reference ones, in several batches
+    chunks = [b.chunk for (code, _), b in loop_batch._sites.items() if b is not None and code.co_name == "exp_rows"]
+    assert chunks and all(2 <= c < 14 for c in chunks)
+    np.testing.assert_allclose(got, np.exp(x.astype(np.float64)) * 2 + x, rtol=1e-5, atol=1e-6)
+
+
 @nki.jit
 def tiled_matmul(lhsT, rhs):
     K, M = lhsT.shape

@@ -384,6 +384,8 @@ class Tile(NkiTensor):
             if full[:nb] != prog.bshape:
                 raise NotBatchable(f"a tile of shape {full} lacks the batch axes {prog.bshape}")
             shape = tuple(full[nb:])
+            if prog.loop_batch and (thunk is not None or data.base is None):  # (memory of its own)
+                prog.charge(full, thunk[3] if thunk is not None else data.dtype)
         else:
             shape = full if type(full) is tuple else tuple(full)
         if _loops:  # diagnostics state: the creating iterations (diagnostics.on_new_tile, inlined)

@@ -47,6 +47,7 @@ import ast
 import builtins
 import copy
 import linecache
+import math
 import types
 
 import numpy as np
@@ -72,6 +73,7 @@ _FORBIDDEN_EXPRESSIONS = (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, a
 _sites = {}  # (code object, line of the for statement) -> Body, or None where the loop is not self-contained
 _modules = {}  # source file -> (its text, syntax tree, code), parsed once per text
 batched_iterations = 0  # iterations run batched in this process (a count for tests and benchmarks)
+BATCH_BYTES = 256 * 1024 * 1024  # tiles one batch may make (as the grid batches': vectorize.BATCH_BYTES)
 
 
 class Body:
@@ -82,7 +84,8 @@ class Body:
         self.free = free  # names the body reads from outside, in ``fn``'s argument order
         self.writes = writes  # those of them that are tiles the body assigns into
         self.tests = tests  # those of them that ``if`` statements of the body test (no tiles)
-        self.plan = {}  # trip count after the reference iterations -> how many of them batch
+        self.plan = {}  # iterations left after the reference ones -> 0 where they do not batch
+        self.chunk = 1 << 30  # iterations one batch may hold (lowered when a batch outgrew BATCH_BYTES)
 
 
 class LoopBatch(Program):
@@ -99,6 +102,15 @@ class LoopBatch(Program):
         self.undo = []  # (view, old values) of each HBM write, restored if the batch fails
         self.outer = []  # data of the tiles made before the loop that the body reads
         self.tile_writes = []  # (tile made before the loop, batched index) of each assignment into one
+        self.nbytes = 0  # of the tiles the batch made so far
+
+    def charge(self, shape, dtype) -> None:
+        """A tile of ``shape`` (with the iteration axis) was made: raise :class:`_TooLarge` once the
+        batch's tiles pass :data:`BATCH_BYTES`, naming the iterations that would have fitted."""
+        self.nbytes += math.prod(shape) * np.dtype(dtype).itemsize
+        if self.nbytes > BATCH_BYTES:
+            n = self.bshape[0]
+            raise _TooLarge("a batch of loop iterations outgrew its memory", {0: (0, n * BATCH_BYTES // self.nbytes)})
 
     def writes_outer(self, data) -> bool:
         """Whether a copy-on-write of ``data`` would be a write into a tile made before the loop
@@ -353,51 +365,58 @@ def free_values(body, frame):
 
 def iterate(loop, body, values):
     """Iterate affine ``loop`` (a ``nl.affine_range``): two reference iterations through the ``for``
-    statement, then the rest as one batch of ``body`` when it can run so, else one at a time (the
-    same reference iterator goes on: diagnostics and the memory model see one loop). Where only
-    the last iterations cannot batch (a mask cutting a ragged last tile), the others batch and
-    those run one at a time."""
+    statement, then the rest in batches of ``body`` while they can run so, else one at a time (the
+    same reference iterator goes on: diagnostics and the memory model see one loop). A batch holds
+    as many iterations as :data:`BATCH_BYTES` of new tiles allow; where only the last iterations
+    cannot batch (a mask cutting a ragged last tile), the others batch and those run one at a time."""
     r = loop._r
     it = loop._reference(r)
-    skip = 0
+    until = 0
     try:
         for n, i in enumerate(it):
-            if skip:
-                skip -= 1  # (run in the batch)
-                continue
+            if n < until:
+                continue  # (run in a batch)
             yield i
             if n == 1:
                 # (the reference iterator then goes past the batched iterations without running them: at
                 # its end come the loop-carried analysis of the iterations that ran and the loop's exit)
-                skip = _batch(body, values, r[2:])
+                until = n + 1
+                while until < len(r):
+                    k = _batch(body, values, r[until:])
+                    if not k:
+                        break
+                    until += k
     finally:
         close = getattr(it, "close", None)
         if close is not None:
             close()
 
 
+class _TooLarge(NotBatchable):
+    """A batch's new tiles outgrew :data:`BATCH_BYTES`; ``hint`` names the iterations that fit."""
+
+
 def _batch(body, values, rest) -> int:
-    """Run the first iterations of ``rest`` as one batch of ``body``: all of them, or those before
-    a ragged end; returns how many ran (0: none, their HBM writes undone)."""
-    n = body.plan.get(len(rest), len(rest))
-    if n < 2:
+    """Run the first iterations of ``rest`` as one batch of ``body``: as many as fit in memory, or
+    those before a ragged end; returns how many ran (0: none, their writes undone)."""
+    if body.plan.get(len(rest)) == 0:
         return 0
-    try:
-        _run_batch(body, values, rest[:n])
-    except NotBatchable as e:
-        hi = e.hint.get(0, (1, 0)) if isinstance(e.hint, dict) else (1, 0)
-        if hi[0] == 0 and 2 <= hi[1] < n:
-            n = hi[1]  # the iterations before a ragged end batch; the others run one at a time
-            try:
-                _run_batch(body, values, rest[:n])
-            except NotBatchable:
-                n = 0
-        else:
-            n = 0
-    except Exception:  # noqa: BLE001 - an error the reference iterations will raise with its context
-        n = 0
-    body.plan[len(rest)] = n
-    return n
+    n = min(len(rest), body.chunk)
+    while n >= 2:
+        try:
+            _run_batch(body, values, rest[:n])
+            return n
+        except NotBatchable as e:
+            hi = e.hint.get(0, (1, 0)) if isinstance(e.hint, dict) else (1, 0)
+            if not (hi[0] == 0 and 2 <= hi[1] < n):
+                break
+            if isinstance(e, _TooLarge):
+                body.chunk = hi[1]  # (later batches of this loop take no more)
+            n = hi[1]  # the iterations that fit, or those before a ragged end
+        except Exception:  # noqa: BLE001 - an error the reference iterations will raise with its context
+            break
+    body.plan[len(rest)] = 0
+    return 0
 
 
 class _Outer(Tile):
