@@ -8,7 +8,7 @@ import inspect
 import numpy as np
 import pytest
 
-from nki_kernels.simulator import NKIError, nki
+from nki_kernels.simulator import NKIError, config, nki
 from nki_kernels.simulator import isa as nisa
 from nki_kernels.simulator import language as nl
 from nki_kernels.simulator import standalone as nki2
@@ -845,6 +845,7 @@ def _block_kernel(general, read_unwritten=False, carried=False):
 def test_block_assignment_fast_path_equals_the_general_path_and_numpy(monkeypatch):
     from nki_kernels.simulator.core import Tile
 
+    monkeypatch.setattr(config, "vectorize", False)  # (the per-iteration path: batched iterations take neither)
     taken = []
     set_block = Tile._set_block
     monkeypatch.setattr(Tile, "_set_block", lambda self, k, v: taken.append(set_block(self, k, v)) or taken[-1])
