@@ -205,6 +205,21 @@ def test_common_elements_of_scattered_regions_are_numpys_intersection(data):
     np.testing.assert_array_equal(_common_elements(c, a), np.intersect1d(c.elements(), a.elements()))
 
 
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(1, 5000), st.integers(-(1 << 40), 1 << 40), st.sampled_from([1, 3, 64, 65, 1000]),
+       st.sampled_from([np.int64, np.int32]), st.integers(0, 2**32 - 1))
+def test_sorted_unique_is_numpys_unique(n, lo, spread, dtype, seed):
+    # dense element lists (the span at most 64 times the count) take a map of the span, others a sort
+    from nki_kernels.simulator.diagnostics import sorted_unique
+
+    rng = np.random.default_rng(seed)
+    lo = int(np.clip(lo, np.iinfo(dtype).min, np.iinfo(dtype).max - n * spread))
+    a = (lo + rng.integers(0, n * spread, size=n)).astype(dtype)
+    got, want = sorted_unique(a), np.unique(a)
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
+
+
 def test_reading_the_unwritten_half_of_a_tile_through_a_view_is_reported():
     x = np.arange(128 * 64, dtype=np.float32).reshape(128, 64)
     np.testing.assert_array_equal(nki.simulate(_uninit_kernel(0))(x), x)
