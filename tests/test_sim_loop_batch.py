@@ -38,6 +38,17 @@ def run(kernel, *args, **kwargs):
     return got, batched
 
 
+def same_error(monkeypatch, match, kernel, *args):
+    """``kernel(*args)`` raises the same NKIError (matching ``match``) batched and per iteration."""
+    messages = []
+    for on in (False, True):
+        monkeypatch.setattr(config, "vectorize", on)
+        with pytest.raises(NKIError, match=match) as e:
+            kernel(*args)
+        messages.append(str(e.value))
+    assert messages[0] == messages[1]
+
+
 # --- self-contained bodies: batched ---------------------------------------------------------------
 @nki.jit
 def exp_rows(x):
@@ -350,13 +361,7 @@ def reads_the_previous_iterations_tile(x):
 
 def test_a_loop_carried_read_through_a_tile_made_before_the_loop_is_the_reference_error(monkeypatch):
     x = rng.standard_normal((512, 16), dtype=np.float32)
-    messages = []
-    for on in (False, True):
-        monkeypatch.setattr(config, "vectorize", on)
-        with pytest.raises(NKIError, match="loop_carried") as e:
-            reads_the_previous_iterations_tile(x)
-        messages.append(str(e.value))
-    assert messages[0] == messages[1]
+    same_error(monkeypatch, "loop_carried", reads_the_previous_iterations_tile, x)
 
 
 @nki.jit
@@ -550,13 +555,7 @@ def past_the_end(x):
 
 def test_an_out_of_bounds_access_in_a_late_iteration_is_the_reference_error(monkeypatch):
     x = rng.standard_normal((600, 64), dtype=np.float32)  # iteration 4 reads rows 512..640 of 600
-    messages = []
-    for on in (False, True):
-        monkeypatch.setattr(config, "vectorize", on)
-        with pytest.raises(NKIError, match="out-of-bounds") as e:
-            past_the_end(x)
-        messages.append(str(e.value))
-    assert messages[0] == messages[1]
+    same_error(monkeypatch, "out-of-bounds", past_the_end, x)
 
 
 @nki.jit
@@ -573,6 +572,25 @@ def test_a_race_between_programs_through_batched_iterations_is_reported():
     with pytest.raises(NKIError, match=r"\[race\]"):
         both_programs_write_every_row[2](x)
     assert loop_batch.batched_iterations > before  # program 0's loop ran batched, and was logged
+
+
+@nki.jit
+def rows_on_each_core(x):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    c = nl.program_id(0)
+    half = x.shape[0] // 2
+    for i in nl.affine_range(half // 128):
+        rows = c * half + i * 128
+        nl.store(out[rows:rows + 128, :], value=nl.load(x[rows:rows + 128, :]) * 2.0)
+    return out
+
+
+def test_loops_on_simulated_logical_cores_run_per_iteration():
+    x = rng.standard_normal((1024, 32), dtype=np.float32)
+    before = loop_batch.batched_iterations
+    got = rows_on_each_core[nl.nc(2)](x)
+    assert loop_batch.batched_iterations == before  # (a core's HBM writes carry values the LNC race check compares)
+    np.testing.assert_array_equal(got, x * np.float32(2))
 
 
 # --- the sorted elements of a strided index -------------------------------------------------------

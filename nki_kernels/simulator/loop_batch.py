@@ -578,8 +578,11 @@ def _lang():
 def _run_batch(body, values, rest) -> None:
     """Run iterations ``rest`` as one batch of ``body``; on any error the batch's HBM writes are
     undone and the error (NotBatchable, or one the reference path will raise) propagates."""
+    from .cores import in_worker
+
     outer = current_or_none()
-    if type(outer) is not Program:
+    if type(outer) is not Program or in_worker():
+        # (a simulated core's HBM writes carry the values the LNC race analysis compares)
         raise NotBatchable("loops batch only in a program running alone")
     flush_pending()
     batch = LoopBatch(outer, rest)
