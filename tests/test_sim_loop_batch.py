@@ -8,6 +8,9 @@ and that diagnostics are those of the reference path.
 """
 
 import dataclasses
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -591,6 +594,22 @@ def test_loops_on_simulated_logical_cores_run_per_iteration():
     got = rows_on_each_core[nl.nc(2)](x)
     assert loop_batch.batched_iterations == before  # (a core's HBM writes carry values the LNC race check compares)
     np.testing.assert_array_equal(got, x * np.float32(2))
+
+
+def test_loop_batching_alone_turns_off(monkeypatch):
+    monkeypatch.setattr(config, "loop_batch", False)
+    x = rng.standard_normal((1024, 96), dtype=np.float32)
+    before = loop_batch.batched_iterations
+    got = exp_rows(x)
+    assert loop_batch.batched_iterations == before
+    np.testing.assert_allclose(got, np.exp(x.astype(np.float64)) * 2 + x, rtol=1e-5, atol=1e-6)
+    env = {k: v for k, v in os.environ.items() if k != "NKI_SIM_LOOP_BATCH"}
+    code = "from nki_kernels.simulator import config; print(config.loop_batch)"
+    for value, expected in ((None, "True"), ("0", "False"), ("off", "False")):
+        if value is not None:
+            env["NKI_SIM_LOOP_BATCH"] = value
+        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+        assert r.stdout.strip() == expected
 
 
 # --- the sorted elements of a strided index -------------------------------------------------------

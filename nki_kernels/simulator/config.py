@@ -25,7 +25,8 @@ when their bounding boxes overlap, which gives the same answers.
 programs that do not interact as one batched NumPy program
 (:mod:`nki_kernels.simulator.vectorize`), and the iterations of a self-contained
 ``affine_range`` loop too (:mod:`nki_kernels.simulator.loop_batch`); results and diagnostics are the same,
-only faster. Thorough mode and profiling always run one program at a time.
+only faster. Thorough mode and profiling always run one program at a time. ``config.loop_batch``
+(env ``NKI_SIM_LOOP_BATCH=0`` turns it off) switches the loop batching alone.
 
 ``config.nan_fill`` (env ``NKI_SIM_NAN_FILL=0`` turns it off) fills memory handed out
 uninitialised (``nl.ndarray`` tiles and HBM tensors, placed SBUF/PSUM storage) with NaN for
@@ -53,6 +54,7 @@ _modes = {r: "error" for r in RULES}
 thorough = os.environ.get("NKI_SIM_THOROUGH", "") not in ("", "0")
 nan_fill = os.environ.get("NKI_SIM_NAN_FILL", "1").strip().lower() not in ("0", "off", "false", "no")
 vectorize = os.environ.get("NKI_SIM_VECTORIZE", "1").strip().lower() not in ("0", "off", "false", "no")
+loop_batch = os.environ.get("NKI_SIM_LOOP_BATCH", "1").strip().lower() not in ("0", "off", "false", "no")
 
 
 def _blas_threads(text: str):

@@ -37,7 +37,8 @@ The per-iteration path stays the reference:
   batched iterations, so the loop-carried analysis of the two that ran still runs.
 
 On when the launcher may batch (:func:`.vectorize.enabled`: not in thorough diagnostics mode,
-not while a profile is recorded, not with ``NKI_SIM_VECTORIZE=0``), only in a program that runs
+not while a profile is recorded, not with ``NKI_SIM_VECTORIZE=0``) and ``NKI_SIM_LOOP_BATCH`` is not
+``0``, only in a program that runs
 alone (not in a batch of grid programs, not on a simulated LNC core).
 """
 
@@ -52,6 +53,7 @@ import types
 
 import numpy as np
 
+from . import config
 from . import diagnostics as _diag
 from .core import Access, HBMTensor, Program, Tile, current_or_none, flush_pending, set_current
 from . import dtypes as dt
@@ -119,10 +121,11 @@ class LoopBatch(Program):
 
 
 def enabled() -> bool:
-    """Whether affine loops may run batched now (as the launcher's grid batching)."""
+    """Whether affine loops may run batched now: when the launcher may batch grids and
+    ``config.loop_batch`` (env ``NKI_SIM_LOOP_BATCH``) is on."""
     from . import vectorize
 
-    return vectorize.enabled()
+    return config.loop_batch and vectorize.enabled()
 
 
 def site(frame):
