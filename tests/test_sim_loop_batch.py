@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nki_kernels.simulator import NKIError, config, loop_batch, nki
+from nki_kernels.simulator import NKIError, config, loop_batch, loop_body, nki
 from nki_kernels.simulator import isa as nisa
 from nki_kernels.simulator import language as nl
 from nki_kernels.simulator.diagnostics import _strided_elements, sorted_unique
@@ -74,7 +74,7 @@ def test_a_loop_whose_batch_outgrows_its_memory_runs_in_smaller_batches(monkeypa
     x = rng.standard_normal((2048, 96), dtype=np.float32)
     got, batched = run(exp_rows, x)
     assert batched == 16 - 2  # every iteration after the reference ones, in several batches
-    chunks = [b.chunk for (code, _), b in loop_batch._sites.items() if b is not None and code.co_name == "exp_rows"]
+    chunks = [b.chunk for (code, _), b in loop_body._sites.items() if b is not None and code.co_name == "exp_rows"]
     assert chunks and all(2 <= c < 14 for c in chunks)
     np.testing.assert_allclose(got, np.exp(x.astype(np.float64)) * 2 + x, rtol=1e-5, atol=1e-6)
 

@@ -19,6 +19,7 @@ import numpy as np
 from . import diagnostics as _diag
 from . import dtypes as dt
 from . import loop_batch as _loop_batch
+from . import loop_body as _loop_body
 from . import memory as _memory
 from . import profile as _prof
 from .core import (Access, Buffer, HBMTensor, PMAX, Tile, current, current_or_none, hbm, par_dim,
@@ -1114,8 +1115,8 @@ class _Range:
             return iter(self._r)  # a batch's tile-level checks were made by its reference program
         if self.kind == "affine" and len(self._r) > 3 and _loop_batch.enabled():
             frame = _sys._getframe(1)  # (the function running the for statement)
-            body = _loop_batch.site(frame)
-            values = _loop_batch.free_values(body, frame) if body is not None else None
+            body = _loop_body.site(frame)
+            values = _loop_body.free_values(body, frame) if body is not None else None
             if values is not None:
                 return _loop_batch.iterate(self, body, values)
         return self._reference(self._r)
