@@ -86,7 +86,7 @@ def jax_rms(repeat):
     plain = jax.jit(jax.grad(lambda x, w: ref(x, w).sum(), argnums=(0, 1)))
     return ratio_row("JAX CPU", "jit rms_norm fwd+bwd 8192x4096 vs jnp",
                      lambda: jax.block_until_ready(ours(x, w)), lambda: jax.block_until_ready(plain(x, w)),
-                     2.0, repeat)
+                     1.5, repeat)  # (issue 16: <= 1.5x, so that noise cannot flip the 2.0x target)
 
 
 def torch_rms(repeat):
@@ -108,7 +108,7 @@ def torch_rms(repeat):
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
 
     return ratio_row("torch CPU", "rms_norm fwd+bwd 8192x4096 vs torch", run(lambda a, b: torch_ops.rms_norm(a, b, 1e-6)),
-                     run(ref), 2.0, repeat)
+                     run(ref), 1.0, repeat)  # (issue 16: the torch rows stay <= 1.0x)
 
 
 def peak_extra(fn, inputs) -> float:
