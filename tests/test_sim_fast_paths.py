@@ -871,3 +871,90 @@ def test_block_assignment_fast_path_keeps_the_uninitialised_and_loop_carried_rep
     with pytest.raises(NKIError) as e:
         _block_kernel(False, carried=True)(A)
     assert e.value.rule == "loop_carried"
+
+
+# --- a standalone DMA from HBM into a fresh SBUF tile views HBM copy-on-write ----------------------
+_shared = []
+
+
+@nki2.jit
+def _borrowing_kernel(x, y):
+    """x -> scratch HBM -> t (fresh: a view of scratch), scratch overwritten with y (t keeps x), t's
+    first row zeroed (t's own copy; scratch keeps y), a tile viewed before its DMA (copied into)."""
+    nl2, nisa2 = nki2.language, nki2.isa
+    out = nl2.ndarray(x.shape, dtype=x.dtype, buffer=nl2.shared_hbm)
+    out_scratch = nl2.ndarray(x.shape, dtype=x.dtype, buffer=nl2.shared_hbm)
+    out_viewed = nl2.ndarray((64, x.shape[1]), dtype=x.dtype, buffer=nl2.shared_hbm)
+    out_row = nl2.ndarray((3, x.shape[1]), dtype=x.dtype, buffer=nl2.shared_hbm)
+    scratch = nl2.ndarray(x.shape, dtype=x.dtype, buffer=nl2.shared_hbm)
+    nisa2.dma_copy(dst=scratch, src=x)
+    t = nl2.ndarray(x.shape, dtype=x.dtype, buffer=nl2.sbuf)
+    nisa2.dma_copy(dst=t, src=scratch)
+    _shared.append(np.shares_memory(t._data, scratch.data))
+    u = nl2.ndarray(x.shape, dtype=x.dtype, buffer=nl2.sbuf)
+    nisa2.dma_copy(dst=u, src=y)
+    nisa2.dma_copy(dst=scratch, src=u)  # the HBM under t changes: t keeps x
+    nisa2.memset(dst=t[0:1, :], value=0.0)  # t's own copy from here on: scratch keeps y
+    nisa2.dma_copy(dst=out, src=t)
+    nisa2.dma_copy(dst=out_scratch, src=scratch)
+    v = nl2.ndarray(x.shape, dtype=x.dtype, buffer=nl2.sbuf)
+    nisa2.dma_copy(dst=v, src=x)  # (v views x)
+    nisa2.memset(dst=v[64:65, :], value=1.0)  # a write through a view of it: v takes its copy
+    nisa2.dma_copy(dst=out_row, src=v[63:66, :])
+    w = nl2.ndarray(x.shape, dtype=x.dtype, buffer=nl2.sbuf)
+    top = w[0:64, :]  # a view made before w is written: it must see the DMA's values
+    nisa2.dma_copy(dst=w, src=x)
+    _shared.append(np.shares_memory(w._data, x.data))
+    nisa2.dma_copy(dst=out_viewed, src=top)
+    return out, out_scratch, out_viewed, out_row
+
+
+def test_dma_into_a_fresh_tile_views_hbm_copy_on_write():
+    x = A[:128, :64].copy()
+    y = A[128:256, :64].copy()
+    x0, y0 = x.copy(), y.copy()
+    _shared.clear()
+    out, out_scratch, out_viewed, out_row = _borrowing_kernel(x, y)
+    assert _shared == [True, False]  # (the fresh tile viewed HBM; the viewed one was copied into)
+    want = x0.copy()
+    want[0] = 0
+    np.testing.assert_array_equal(out, want)
+    np.testing.assert_array_equal(out_scratch, y0)
+    np.testing.assert_array_equal(out_viewed, x0[:64])
+    np.testing.assert_array_equal(out_row, np.stack([x0[63], np.ones(64, np.float32), x0[65]]))
+    np.testing.assert_array_equal(x, x0)  # the caller's arrays are untouched
+    np.testing.assert_array_equal(y, y0)
+
+
+@nki.jit
+def _view_of_a_loaded_tile(x):
+    out = nl.ndarray((64, x.shape[1]), dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.load(x)  # (t views HBM copy-on-write)
+    v = t[0:64, :]
+    t[...] = nl.zeros(x.shape, dtype=x.dtype)  # t takes its copy: v, a view of t, sees the zeros
+    nl.store(out, value=nl.copy(v))
+    return out
+
+
+@nki2.jit
+def _views_of_a_dma_tile(x):
+    nl2, nisa2 = nki2.language, nki2.isa
+    out = nl2.ndarray((64, x.shape[1]), dtype=x.dtype, buffer=nl2.shared_hbm)
+    out_ap = nl2.ndarray((64, x.shape[1]), dtype=x.dtype, buffer=nl2.shared_hbm)
+    t = nl2.ndarray(x.shape, dtype=x.dtype, buffer=nl2.sbuf)
+    nisa2.dma_copy(dst=t, src=x)
+    v = t[0:64, :]
+    w = t.ap(pattern=[[x.shape[1], 64], [1, x.shape[1]]], offset=64 * x.shape[1])  # rows 64..127
+    nisa2.memset(dst=t, value=3.0)  # t takes its copy: both views follow
+    nisa2.dma_copy(dst=out, src=v)
+    nisa2.dma_copy(dst=out_ap, src=w)
+    return out, out_ap
+
+
+def test_views_of_a_tile_that_takes_its_copy_on_write_copy_see_its_later_writes():
+    x = A[:128, :16].copy()
+    np.testing.assert_array_equal(_view_of_a_loaded_tile(x), np.zeros((64, 16), np.float32))
+    out, out_ap = _views_of_a_dma_tile(x)
+    np.testing.assert_array_equal(out, np.full((64, 16), 3, np.float32))
+    np.testing.assert_array_equal(out_ap, np.full((64, 16), 3, np.float32))
+    np.testing.assert_array_equal(x, A[:128, :16])

@@ -524,6 +524,7 @@ def materialize(lay: Layout, what: str):
         arr = strided_array(lay)
         if lay.on_chip:
             view = Tile(arr, lay.root.buffer, 0, parent=lay.source)
+            view._review = lambda _data, lay=lay: strided_array(lay)  # (after the root's copy-on-write copy)
             if lay.root._diag is not None or _diag.loops:
                 _diag.on_view(lay.root, view, _root_index(lay))
             return view

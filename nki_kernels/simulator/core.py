@@ -366,6 +366,7 @@ class Tile(NkiTensor):
 
     __array_ufunc__ = None  # NumPy defers to the Tile's own operators
     __slots__ = ("_data", "_thunk", "buffer", "pdim", "_mem", "_parent", "_review", "_written", "_diag", "nb",
+                 "_views",
                  "__weakref__")
 
     def __init__(self, data, buffer=sbuf, pdim: int = 0, parent: "Tile" = None, thunk=None):
@@ -377,6 +378,12 @@ class Tile(NkiTensor):
         self._review = None  # for a view: parent data -> this view's data (re-derived on copy-on-write)
         self._written = None  # for an instruction's result under mask=: the elements it wrote
         self._mem = parent._mem if parent is not None else None  # live-range record (memory.Rec)
+        self._views = None  # weak references to views made while this tile views HBM (copy-on-write)
+        if parent is not None and parent._thunk is None and not parent._data.flags.writeable:
+            views = parent._views
+            if views is None:
+                views = parent._views = []
+            views.append(weakref.ref(self))
         prog = getattr(_tls, "program", None)
         self.nb = nb = prog.nb if prog is not None else 0
         full = thunk[2] if thunk is not None else data.shape
@@ -482,8 +489,24 @@ class Tile(NkiTensor):
                 self._parent.own()
                 self.data = self._review(self._parent._raw())
                 if self._data.flags.writeable:
+                    self._follow()
                     return
             self.data = self._data.copy()
+            self._follow()
+
+    def _follow(self) -> None:
+        """This tile just took its private copy: the views made of it while it viewed HBM are
+        derived again from the copy (they would go on reading HBM, and miss its later writes)."""
+        views = self._views
+        if views is None:
+            return
+        self._views = None
+        data = self._data
+        for ref in views:
+            v = ref()
+            if v is not None and v._review is not None and v._thunk is None and not v._data.flags.writeable:
+                v._data = v._review(data)
+                v._follow()
 
     def _raw(self) -> np.ndarray:
         """``data`` without counting an engine read (indexing and copies account for themselves)."""

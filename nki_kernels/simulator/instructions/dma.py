@@ -15,7 +15,7 @@ from .. import profile as _prof
 from ..core import Access, HBMTensor, Tile, psum, sbuf
 from ..errors import NKIError
 from ..indexing import full_mask as _full_mask
-from .operands import alu, check_dst, instruction, lazy_text, mark_read, write
+from .operands import alu, borrow, check_dst, instruction, lazy_text, mark_read, write
 from .target import dge_mode as _dge_mode
 from .target import engine as _engine
 from .target import oob_mode as _oob_mode
@@ -139,6 +139,10 @@ def dma_copy(dst, src, priority=None, oob_mode=_oob_mode.error, dge_mode=_dge_mo
             _cores.after_load(dst)
             return
     vals = np.asarray(read(src, op))
+    if dst_rmw_op is None and isinstance(src, (Access, HBMTensor)) and isinstance(dst, Tile) \
+            and borrow(dst, src.tensor if isinstance(src, Access) else src, vals):
+        _cores.after_load(dst)  # (HBM into a fresh tile: it views HBM copy-on-write, as nl.load's tiles)
+        return
     what = lazy_text(("source (shape {})", vals.shape))
     if dst_rmw_op is not None:
         if alu(dst_rmw_op) is not np.add:

@@ -288,6 +288,9 @@ def write(dst, values, op, what="result", mask=None, add=False):
         core.flush_pending()  # a deferred op may still read the memory about to be written
     if dst is not root and getattr(dst, "_layout", None) is None:  # (dynamic views write through their layout)
         data = dst._raw()
+        if not data.flags.writeable and dst._review is not None:
+            dst.own()  # a view of a tile viewing HBM copy-on-write: the tile takes its copy, the view follows
+            data = dst._raw()
         if not data.flags.writeable or not np.may_share_memory(data, root._raw()):
             raise NKIError("dst view", f"nisa.{op}: dst (shape {dst.shape}) is a copy, not a view, of a "
                            f"{root.buffer.name} tile {root.shape}; write to a basic-slice view of the tile "
@@ -358,6 +361,35 @@ def _into(dst, fn, a, b, engine) -> bool:
     if m is not None:
         _memory.copied(m)
     _wrote_whole(dst, data, m, prog, data)
+    return True
+
+
+def borrow(dst, tensor, a) -> bool:
+    """A DMA of ``a`` (a view of HBM ``tensor``'s memory, of ``dst``'s shape and dtype) into all of a
+    fresh plain SBUF tile ``dst`` (its deferred fill pending: nothing has read or viewed it yet):
+    ``dst`` views HBM copy-on-write instead of copying, as ``nl.load``'s tiles do (the first write to
+    either side gives the tile its own copy), with :func:`write`'s bookkeeping. Returns False, having
+    done nothing, otherwise."""
+    data = dst._data
+    m = dst._mem
+    thunk = dst._thunk
+    if not (type(dst) is Tile and dst._parent is None and dst.buffer is sbuf and not dst.nb
+            and thunk is not None and thunk[0] is core.fill_sentinel and not thunk[1][1]
+            and (m is None or (m.tiles is None and m.place is None))
+            and type(a) is np.ndarray and a.base is not None and a.shape == data.shape and a.dtype is data.dtype):
+        return False
+    prog = getattr(_tls, "program", None)
+    if prog is not None and prog.pending is not None:
+        core.flush_pending()
+    view = a.view()
+    view.flags.writeable = False
+    dst._thunk = None
+    dst._data = view
+    tensor._borrowers.add(dst)
+    dst._written = None
+    if m is not None:
+        _memory.copied(m)
+    _wrote_whole(dst, view, m, prog, view)
     return True
 
 
