@@ -383,6 +383,8 @@ class Tile(NkiTensor):
             views = parent._views
             if views is None:
                 views = parent._views = []
+            elif len(views) >= 64 and not len(views) & (len(views) - 1):
+                views[:] = [r for r in views if r() is not None]  # (a tile viewed in a long loop: drop the dead)
             views.append(weakref.ref(self))
         prog = getattr(_tls, "program", None)
         self.nb = nb = prog.nb if prog is not None else 0
