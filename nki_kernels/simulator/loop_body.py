@@ -255,7 +255,7 @@ def _inert(value) -> bool:
     """Whether a value a loop body reads from outside has no Python state the body could change."""
     if value is None or value is Ellipsis or isinstance(value, (bool, int, float, complex, str, bytes, slice,
                                                                   np.generic, np.dtype, HBMTensor, Access)):
-        return not isinstance(value, Tile)
+        return True
     if isinstance(value, (tuple, frozenset)):
         return all(_inert(v) for v in value)
     if isinstance(value, types.ModuleType):
