@@ -42,7 +42,7 @@ import numpy as np
 
 from . import config
 from . import diagnostics as _diag
-from .core import Program, Tile, current_or_none, flush_pending, set_current
+from .core import Program, Tile, _language_helpers, current_or_none, flush_pending, set_current
 from . import dtypes as dt
 from . import memory as _memory
 from .errors import NotBatchable
@@ -215,7 +215,8 @@ class _Outer(Tile):
             raise NotBatchable("iterations assign into overlapping elements of a tile made before the loop")
         flush_pending()
         view = idx.view(data)
-        vals = _lang()._fit(_lang()._values(value, "value"), view.shape, "tile assignment", t.buffer.region_label)
+        _fit, _values = _language_helpers()
+        vals = _fit(_values(value, "value"), view.shape, "tile assignment", t.buffer.region_label)
         self.batch.undo.append((view, view.copy()))
         view[...] = dt.cast(vals, data.dtype)
         self.batch.tile_writes.append((t, idx))
@@ -238,7 +239,7 @@ class _Outer(Tile):
             raise NotBatchable("an accumulation into elements never written")
         flush_pending()
         cur = idx.view(t._data)
-        vals = _lang()._values(addend, "other")
+        vals = _language_helpers()[1](addend, "other")
         if np.ndim(vals) < 1 or np.shape(vals)[0] != self.batch.bshape[0]:
             raise NotBatchable("an accumulated value without the iteration axis")
         self.batch.undo.append((cur, cur.copy()))
@@ -295,12 +296,6 @@ def _assigned(tile, idx):
             _memory.copied(_memory.block_rec(m, tuple(int(i) for i in b)))
     elif m is not None:
         _memory.copied(m)
-
-
-def _lang():
-    from . import language
-
-    return language
 
 
 def _run_batch(body, values, rest) -> None:
