@@ -20,6 +20,7 @@ from rich.table import Table
 
 import nki_kernels as K
 from bench_simulator import best_of
+from nki_kernels.simulator import buffer_pool
 from nki_kernels.simulator import language as nl
 from nki_kernels.simulator import nki, standalone
 
@@ -112,8 +113,10 @@ def torch_rms(repeat):
 
 
 def peak_extra(fn, inputs) -> float:
-    """Traced peak memory of ``fn()`` beyond its outputs, relative to inputs + outputs (after a warm-up)."""
+    """Traced peak memory of ``fn()`` beyond its outputs, relative to inputs + outputs (after a warm-up;
+    the simulator's buffer pool is emptied first, so the buffers the measured launch takes from it count)."""
     fn()
+    buffer_pool.release()
     tracemalloc.start()
     base = tracemalloc.get_traced_memory()[0]
     out = fn()

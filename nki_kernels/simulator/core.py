@@ -17,6 +17,7 @@ import weakref
 
 import numpy as np
 
+from . import buffer_pool as _pool
 from . import config as _config
 from . import diagnostics as _diag
 from . import dtypes as dt
@@ -440,8 +441,10 @@ class Tile(NkiTensor):
 
     def force(self, out=None):
         """Compute a deferred op (into ``out`` when given); returns the values."""
-        fn, args, _, dtype = self._thunk
+        fn, args, shape, dtype = self._thunk
         self._thunk = None
+        if out is None and type(fn) is np.ufunc:
+            out = _pool.empty(shape, dtype)
         self._data = fn(*args) if out is None else fn(*args, out=out)
         return self._data
 
@@ -493,7 +496,7 @@ class Tile(NkiTensor):
                 if self._data.flags.writeable:
                     self._follow()
                     return
-            self.data = self._data.copy()
+            self.data = _pool.copy(self._data)
             self._follow()
 
     def _follow(self) -> None:
