@@ -13,7 +13,8 @@ from .. import dtypes as dt
 from .. import cores as _cores
 from .. import profile as _prof
 from ..core import Access, HBMTensor, Tile, psum, sbuf
-from ..errors import NKIError
+from ..core import current_or_none
+from ..errors import NKIError, NotBatchable
 from ..indexing import full_mask as _full_mask
 from .operands import alu, borrow, check_dst, instruction, lazy_text, mark_read, write
 from .target import dge_mode as _dge_mode
@@ -50,14 +51,22 @@ def read(src, op, name="src"):
 
 def store(dst, vals, op, what="source"):
     """Write ``vals`` (same element count) into a DMA destination in HBM or SBUF, rounding to its dtype
-    (conversions between dtypes go through fp32)."""
+    (conversions between dtypes go through fp32). In a batch of programs ``vals`` carry the batch's
+    leading axes."""
     vals = np.asarray(vals)
     ddtype = getattr(dst, "dtype", vals.dtype)
     if vals.dtype != ddtype and vals.dtype not in dt.PACKED_X4:
         vals = dt.through_fp32(vals, ddtype)
+    prog = current_or_none()
+    bshape = prog.bshape if prog is not None and prog.nb else ()
     if isinstance(dst, (Access, HBMTensor)):
         _nl = _language()
         acc = _nl._as_access(dst, "dst", f"nisa.{op}")
+        if bshape:
+            if vals.shape[:len(bshape)] != bshape or math.prod(acc.shape) != math.prod(vals.shape[len(bshape):]):
+                raise NotBatchable(f"nisa.{op}: source and destination element counts in a batch of programs")
+            _nl.store(acc, np.reshape(vals, bshape + tuple(acc.shape)))
+            return
         if math.prod(acc.shape) != vals.size:
             raise NKIError("dst shape", f"nisa.{op}: dst {acc.tensor.name}{list(acc.shape)} has "
                            f"{int(np.prod(acc.shape))} elements, the {what} has {int(np.size(vals))}; a DMA "
@@ -68,6 +77,9 @@ def store(dst, vals, op, what="source"):
         raise NKIError("dst memory", f"nisa.{op}: dst (shape {dst.shape}) is in PSUM; DMA moves data between HBM "
                        "and SBUF")
     d = check_dst(dst, op, (sbuf,))
+    if bshape:
+        write(d, vals, op, what)  # (fit_dst checks the element counts per program)
+        return
     dshape = d.shape
     if vals.shape != dshape:
         if math.prod(dshape) != vals.size:
@@ -118,7 +130,7 @@ def _log_atomic_write(t, acc, mask, vals, what):
             log.repeats.setdefault(key, set()).add(len(ent[2]) - 1)
 
 
-@instruction
+@instruction(batched=True)
 def dma_copy(dst, src, priority=None, oob_mode=_oob_mode.error, dge_mode=_dge_mode.unknown, engine=_engine.unknown,
              name=None, *, dst_rmw_op=None, unique_indices=True):
     """Copy ``src`` to ``dst`` with a DMA engine: each is an HBM tensor/region or an SBUF tile (PSUM is
@@ -133,12 +145,20 @@ def dma_copy(dst, src, priority=None, oob_mode=_oob_mode.error, dge_mode=_dge_mo
     op = "dma_copy"
     _cores.before_load()  # (which tile takes an HBM read's values: the LNC race check asks if they are used)
     if oob_mode is not _oob_mode.error and getattr(oob_mode, "value", oob_mode) == "skip":
+        if getattr(current_or_none(), "nb", 0):
+            raise NotBatchable(f"nisa.{op}: oob_mode=skip in a batch of programs")
         if dst_rmw_op is not None:
             raise NKIError("oob_mode", f"nisa.{op}: dst_rmw_op allows only oob_mode=oob_mode.error")
         if copy_skipping_oob(dst, src, op):
             _cores.after_load(dst)
             return
     vals = np.asarray(read(src, op))
+    prog = current_or_none()
+    if prog is not None and prog.nb:
+        if dst_rmw_op is not None:
+            raise NotBatchable(f"nisa.{op}: dst_rmw_op in a batch of programs")
+        if not getattr(src, "nb", 0):  # the same source for every program of the batch
+            vals = np.broadcast_to(vals, prog.bshape + vals.shape)
     if dst_rmw_op is None and isinstance(src, (Access, HBMTensor)) and isinstance(dst, Tile) \
             and borrow(dst, src.tensor if isinstance(src, Access) else src, vals):
         _cores.after_load(dst)  # (HBM into a fresh tile: it views HBM copy-on-write, as nl.load's tiles)

@@ -40,17 +40,23 @@ _F32 = np.dtype(np.float32)
 _tls = core._tls  # (core.current_or_none() without the call, on the per-instruction path)
 
 
-def instruction(fn):
-    """Mark ``fn`` as an engine instruction: it runs one program at a time (a vectorised batch
-    of programs raises :class:`NotBatchable` and the launcher runs the programs singly)."""
+def instruction(fn=None, *, batched=False):
+    """Mark ``fn`` as an engine instruction (``@instruction`` or ``@instruction(batched=True)``).
 
+    Without ``batched`` it runs one program at a time: in a batch of programs (grid programs or
+    loop iterations, :mod:`..vectorize`, :mod:`..loop_batch`) it raises :class:`NotBatchable` and
+    they run singly. A ``batched`` instruction takes operands and a ``dst`` that carry the batch's
+    leading axes (:func:`write` places its values) and raises :class:`NotBatchable` itself for
+    the cases it has no batched meaning for."""
+    if fn is None:
+        return functools.partial(instruction, batched=batched)
     name = fn.__name__
     tls, iw_local = core._tls, _diag.instruction_where
 
     @functools.wraps(fn)
     def run(*args, **kwargs):
         prog = getattr(tls, "program", None)
-        if prog is not None and prog.nb:
+        if prog is not None and prog.nb and not batched:
             raise NotBatchable(f"nisa.{name} runs one program at a time")
         iw = iw_local.state
         depth = iw.depth
@@ -214,11 +220,20 @@ class scratch:
 
 
 def fit_dst(dst, values, op, what="result"):
-    """``values`` in ``dst``'s shape: equal shapes, or the same partition size and elements per partition."""
+    """``values`` in ``dst``'s shape: equal shapes, or the same partition size and elements per partition.
+    In a batch of programs, values with the batch's leading axes keep them."""
     vshape = values.shape if type(values) is np.ndarray else tuple(np.shape(values))
     dshape = tuple(dst.shape)
     if vshape == dshape:
         return values
+    nb = dst.nb
+    if nb and len(vshape) > nb and vshape[:nb] == dst._raw().shape[:nb]:
+        inner = vshape[nb:]
+        if inner == dshape:
+            return values
+        if inner and dshape and inner[0] == dshape[0] and per_partition(inner) == per_partition(dshape):
+            return np.reshape(values, vshape[:nb] + dshape)
+        vshape = inner
     if vshape and dshape and vshape[0] == dshape[0] and per_partition(vshape) == per_partition(dshape):
         return np.reshape(values, dshape)
     raise NKIError("dst shape", f"nisa.{op}: dst has shape {dshape} but the {what} has shape {vshape}; dst "
@@ -276,6 +291,9 @@ def write(dst, values, op, what="result", mask=None, add=False):
     vals = values if type(values) is np.ndarray else np.asarray(values)
     if mask is None and not add and _into(dst, None, vals, None, None):  # (a plain SBUF tile written whole)
         return
+    if dst.nb:
+        _write_batched(dst, vals, op, what, mask, add)
+        return
     if dst._thunk is None and not dst.nb:  # (dst.shape / dst.dtype without the property calls)
         dshape, ddtype = dst._data.shape, dst._data.dtype
     else:
@@ -314,6 +332,29 @@ def write(dst, values, op, what="result", mask=None, add=False):
             _psum_written[id(root)][2] = True
         else:
             region[...] = True if keep is None else (region | np.broadcast_to(keep, region.shape))
+
+
+def _write_batched(dst, vals, op, what, mask, add):
+    """:func:`write` in a batch of programs: ``vals`` carry ``dst``'s batch axes (or none, the same
+    values for each program). A mask, an in-place add, and a PSUM destination other than a whole
+    tile (whose written-elements record is per program) have no batched form here."""
+    if mask is not None or add:
+        raise NotBatchable(f"nisa.{op}: a masked or accumulating write in a batch of programs")
+    root = root_of(dst)
+    if root.buffer is psum and dst is not root:
+        raise NotBatchable(f"nisa.{op}: a write into a view of a PSUM tile in a batch of programs")
+    vals = fit_dst(dst, vals, op, what)
+    if dst is not root and getattr(dst, "_layout", None) is None:
+        data = dst._raw()
+        if not data.flags.writeable or not np.may_share_memory(data, root._raw()):
+            raise NotBatchable(f"nisa.{op}: dst is not a writeable view of its tile in a batch of programs")
+    prog = getattr(_tls, "program", None)
+    if prog is not None and prog.pending is not None:
+        core.flush_pending()
+    dst.write_whole(vals if vals.dtype == dst.dtype else dt.cast(vals, dst.dtype))
+    if root.buffer is psum:
+        _written_mask(root, create=True)[...] = True
+        _psum_written[id(root)][2] = True
 
 
 def compute_into(dst, fn, a, b, dtype, engine, op):
@@ -419,7 +460,7 @@ def psum_accumulate(dst, values, accumulate, op):
     ``True`` adds to what dst holds (every element must have been written), ``None`` overwrites the
     elements never written and adds onto the others ("first write overwrites, later writes
     accumulate", as the compiler infers it)."""
-    vals = np.asarray(values, np.float32).reshape(dst.shape)
+    vals = np.asarray(values, np.float32).reshape(dst._raw().shape if dst.nb else dst.shape)
     if accumulate is False:
         return vals
     written = psum_state(dst)

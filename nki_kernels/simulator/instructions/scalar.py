@@ -7,7 +7,7 @@ import numpy as np
 
 from .. import dtypes as dt
 from .. import profile as _prof
-from ..errors import NKIError
+from ..errors import NKIError, NotBatchable
 from .operands import (alu, check_dst, column, engine_name, instruction, no_gpsimd_psum, per_partition, rows,
                        tile_operand, write)
 from .target import engine as _engine
@@ -78,7 +78,7 @@ def activate2(dst, op, data, imm0, imm1, op0, op1, relu_param=0.0, reverse0=Fals
 _DEFAULT_CMD = object()
 
 
-@instruction
+@instruction(batched=True)
 def activation(dst, op, data, bias=None, scale=1.0, reduce_op=None, reduce_res=None, reduce_cmd=_DEFAULT_CMD,
                engine=_engine.scalar, name=None):
     """``dst = op(data * scale + bias)`` on the Scalar engine (or GpSimd, NeuronCore-v4+), with an
@@ -116,6 +116,8 @@ def activation(dst, op, data, bias=None, scale=1.0, reduce_op=None, reduce_res=N
     if reduce_op is not None and alu(reduce_op) is not np.add:
         raise NKIError("reduce_op", f"nisa.{op_name}: reduce_op {reduce_op!r}; the Scalar engine's reduction "
                        "registers only sum (nl.add); use nisa.tensor_reduce or nisa.activate2 for max/min")
+    if reducing and x.nb:
+        raise NotBatchable(f"nisa.{op_name}: the accumulation registers in a batch of programs")
     with scratch():
         res = _gen1.activation(_identity_op(op), x, bias=bias, scale=scale, dtype=dt.float32)
     out = res.data

@@ -456,7 +456,7 @@ def _is_unary(op) -> bool:
     return getattr(op, "__name__", None) in (*_nl1._UNARY, "copy", "bypass")
 
 
-@instruction
+@instruction(batched=True)
 def tensor_copy(dst, src, engine=_engine.unknown, name=None, *, dtype=None):
     """Copy ``src`` (SBUF/PSUM) into ``dst`` (SBUF/PSUM), casting to ``dst.dtype``.
 
@@ -476,7 +476,7 @@ def tensor_copy(dst, src, engine=_engine.unknown, name=None, *, dtype=None):
     write(d, res.data, "tensor_copy", f"source (shape {x.shape})")
 
 
-@instruction
+@instruction(batched=True)
 def tensor_tensor(dst, data1, data2, op, engine=_engine.unknown, name=None):
     """``dst = op(data1, data2)`` element-wise (Vector engine; ``nl.power`` on GpSimd).
 
@@ -512,7 +512,7 @@ def tensor_tensor(dst, data1, data2, op, engine=_engine.unknown, name=None):
     write(d, res.data, "tensor_tensor")
 
 
-@instruction
+@instruction(batched=True)
 def tensor_scalar(dst, data, op0, operand0=None, reverse0=False, op1=None, operand1=None, reverse1=False,
                   engine=_engine.unknown, name=None):
     """``dst = (data op0 operand0) op1 operand1`` with scalar or [P, 1] operands broadcast along the free axes.
@@ -555,7 +555,7 @@ def tensor_scalar_reduce(dst, data, op0, operand0, reduce_op, reduce_res=None, r
                          reduce_init, negate=reduce_res_negate)
 
 
-@instruction
+@instruction(batched=True)
 def tensor_reduce(dst, op, data, axis, negate=False, keepdims=False, name=None):
     """Reduce ``data`` over free ``axis`` with ``op`` into ``dst`` (Vector engine).
 
@@ -601,7 +601,7 @@ def tensor_tensor_scan(dst, data0, data1, initial, op0, op1, reverse0=False, rev
     write(d, out, "tensor_tensor_scan")
 
 
-@instruction
+@instruction(batched=True)
 def memset(dst, value, engine=_engine.unknown, name=None):
     """Fill ``dst`` with the constant ``value`` (Vector or GpSimd engine; GpSimd cannot reach PSUM)."""
 

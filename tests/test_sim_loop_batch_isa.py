@@ -1,0 +1,217 @@
+"""Standalone ``dst=`` instructions in batched affine loops (instructions marked ``batched``).
+
+Every kernel runs with batching on and off (``config.vectorize``): results must be bit-identical
+and match NumPy, and the loops must batch where every instruction of the body has a batched form.
+Cases without one (masked or accumulating writes, a write into a view of a PSUM tile, the
+Scalar engine's accumulation registers, ``dst_rmw_op``) run one iteration at a time with the
+same results, and errors are those of the reference path.
+"""
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from nki_kernels.simulator import NKIError, config, loop_batch
+from nki_kernels.simulator import standalone as nki
+
+nl, nisa = nki.language, nki.isa
+rng = np.random.default_rng(23)
+
+
+def run(kernel, *args):
+    """(result batched, iterations run batched); the result is bit-identical to the reference path's."""
+    saved, config.vectorize = config.vectorize, False
+    try:
+        ref = kernel(*args)
+    finally:
+        config.vectorize = saved
+    before = loop_batch.batched_iterations
+    got = kernel(*args)
+    batched = loop_batch.batched_iterations - before
+    for r, g in zip(ref if isinstance(ref, tuple) else (ref,), got if isinstance(got, tuple) else (got,)):
+        np.testing.assert_array_equal(g, r)
+    return got, batched
+
+
+@nki.jit
+def tiled_matmul(lhsT, rhs):
+    K, M = lhsT.shape
+    N = rhs.shape[1]
+    out = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.shared_hbm)
+    for m in nl.affine_range(M // 128):
+        for n in nl.affine_range(N // 128):
+            acc = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+            for k in nl.affine_range(K // 128):
+                a = nl.ndarray((128, 128), dtype=lhsT.dtype, buffer=nl.sbuf)
+                b = nl.ndarray((128, 128), dtype=rhs.dtype, buffer=nl.sbuf)
+                nisa.dma_copy(dst=a, src=lhsT[k * 128:(k + 1) * 128, m * 128:(m + 1) * 128])
+                nisa.dma_copy(dst=b, src=rhs[k * 128:(k + 1) * 128, n * 128:(n + 1) * 128])
+                nisa.nc_matmul(dst=acc, stationary=a, moving=b)
+            res = nl.ndarray((128, 128), dtype=out.dtype, buffer=nl.sbuf)
+            nisa.tensor_copy(dst=res, src=acc)
+            nisa.dma_copy(dst=out[m * 128:(m + 1) * 128, n * 128:(n + 1) * 128], src=res)
+    return out
+
+
+def test_a_tiled_matmul_of_dst_instructions_batches_and_accumulates_the_same_bits():
+    lhsT = rng.standard_normal((384, 512), dtype=np.float32)
+    rhs = rng.standard_normal((384, 640), dtype=np.float32)
+    got, batched = run(tiled_matmul, lhsT, rhs)
+    # the reference m iterations batch their n loops (3 of 5 each), then m iterations 2 and 3 batch
+    assert batched == 2 * (5 - 2) + (4 - 2)
+    np.testing.assert_allclose(got, lhsT.T.astype(np.float64) @ rhs, rtol=1e-4, atol=1e-4)
+
+
+@nki.jit
+def row_softmax_scaled(x, y, bias):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    f = x.shape[1]
+    for i in nl.affine_range(x.shape[0] // 128):
+        a = nl.ndarray((128, f), dtype=x.dtype, buffer=nl.sbuf)
+        b = nl.ndarray((128, f), dtype=x.dtype, buffer=nl.sbuf)
+        c = nl.ndarray((128, f), dtype=x.dtype, buffer=nl.sbuf)
+        s = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+        bt = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=a, src=x[i * 128:(i + 1) * 128, :])
+        nisa.dma_copy(dst=b, src=y[i * 128:(i + 1) * 128, :])
+        nisa.dma_copy(dst=bt, src=bias)  # the same source in every iteration
+        nisa.tensor_tensor(dst=c, data1=a, data2=b, op=nl.multiply)
+        nisa.activation(dst=a, op=nl.exp, data=c, bias=bt, scale=0.5)
+        nisa.tensor_reduce(dst=s, op=nl.add, data=a, axis=1)
+        nisa.tensor_scalar(dst=c, data=a, op0=nl.divide, operand0=s, op1=nl.add, operand1=1.0)
+        nisa.dma_copy(dst=out[i * 128:(i + 1) * 128, :], src=c)
+    return out
+
+
+def test_elementwise_activation_and_reduction_instructions_batch():
+    x, y = (rng.standard_normal((1024, 96), dtype=np.float32) for _ in range(2))
+    bias = rng.standard_normal((128, 1), dtype=np.float32)
+    got, batched = run(row_softmax_scaled, x, y, bias)
+    assert batched == 8 - 2
+    e = np.exp(x.astype(np.float64) * y * 0.5 + np.tile(bias, (8, 1)))
+    np.testing.assert_allclose(got, e / e.sum(1, keepdims=True) + 1, rtol=1e-5)
+
+
+@nki.jit
+def cast_copy_fill(x):
+    out = nl.ndarray(x.shape, dtype=nl.bfloat16, buffer=nl.shared_hbm)
+    for i in nl.affine_range(x.shape[0] // 128):
+        a = nl.ndarray((128, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+        h = nl.ndarray((128, x.shape[1]), dtype=nl.bfloat16, buffer=nl.sbuf)
+        nisa.dma_copy(dst=a, src=x[i * 128:(i + 1) * 128, :])
+        nisa.memset(dst=h, value=0.0)
+        nisa.tensor_copy(dst=h[:, 0:32], src=a[:, 0:32])  # a view of the tile as dst
+        nisa.dma_copy(dst=out[i * 128:(i + 1) * 128, :], src=h)
+    return out
+
+
+def test_dtype_conversion_memset_and_a_view_as_dst_batch():
+    x = rng.standard_normal((768, 64), dtype=np.float32)
+    got, batched = run(cast_copy_fill, x)
+    assert batched == 6 - 2
+    want = np.zeros_like(x)
+    want[:, :32] = x[:, :32]
+    np.testing.assert_array_equal(got, want.astype(ml_dtypes.bfloat16))
+
+
+@nki.jit
+def tile_rows(row, n):
+    out = nl.ndarray((n * 128, row.shape[1]), dtype=row.dtype, buffer=nl.shared_hbm)
+    for i in nl.affine_range(n):
+        nisa.dma_copy(dst=out[i * 128:(i + 1) * 128, :], src=row)  # HBM to HBM, the same source each time
+    return out
+
+
+def test_a_dma_of_one_source_into_every_iteration_s_region_batches():
+    row = rng.standard_normal((128, 40), dtype=np.float32)
+    got, batched = run(tile_rows, row, 7)
+    assert batched == 7 - 2
+    np.testing.assert_array_equal(got, np.tile(row, (7, 1)))
+
+
+@nki.jit
+def psum_halves(lhsT, rhs):
+    out = nl.ndarray((lhsT.shape[1], 256), dtype=nl.float32, buffer=nl.shared_hbm)
+    for m in nl.affine_range(lhsT.shape[1] // 128):
+        a = nl.ndarray((128, 128), dtype=lhsT.dtype, buffer=nl.sbuf)
+        b = nl.ndarray((128, 256), dtype=rhs.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=a, src=lhsT[:, m * 128:(m + 1) * 128])
+        nisa.dma_copy(dst=b, src=rhs)
+        acc = nl.ndarray((128, 256), dtype=nl.float32, buffer=nl.psum)
+        nisa.nc_matmul(dst=acc[:, 0:128], stationary=a, moving=b[:, 0:128])  # views of a PSUM tile
+        nisa.nc_matmul(dst=acc[:, 128:256], stationary=a, moving=b[:, 128:256])
+        nisa.nc_matmul(dst=acc[:, 128:256], stationary=a, moving=b[:, 128:256])  # accumulates
+        res = nl.ndarray((128, 256), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=res, src=acc)
+        nisa.dma_copy(dst=out[m * 128:(m + 1) * 128, :], src=res)
+    return out
+
+
+def test_matmuls_into_views_of_a_psum_tile_run_per_iteration_with_the_same_bits():
+    lhsT = rng.standard_normal((128, 640), dtype=np.float32)
+    rhs = rng.standard_normal((128, 256), dtype=np.float32)
+    got, batched = run(psum_halves, lhsT, rhs)
+    assert batched == 0
+    want = lhsT.T.astype(np.float64) @ rhs
+    want[:, 128:] *= 2
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+@nki.jit
+def sums_in_registers(x):
+    out = nl.ndarray((x.shape[0], 1), dtype=nl.float32, buffer=nl.shared_hbm)
+    for i in nl.affine_range(x.shape[0] // 128):
+        a = nl.ndarray((128, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+        e = nl.ndarray((128, x.shape[1]), dtype=nl.float32, buffer=nl.sbuf)
+        s = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=a, src=x[i * 128:(i + 1) * 128, :])
+        nisa.activation(dst=e, op=nl.exp, data=a, reduce_op=nl.add, reduce_res=s)
+        nisa.dma_copy(dst=out[i * 128:(i + 1) * 128, :], src=s)
+    return out
+
+
+def test_the_accumulation_registers_run_per_iteration_with_the_same_bits():
+    x = rng.standard_normal((640, 48), dtype=np.float32)
+    got, batched = run(sums_in_registers, x)
+    assert batched == 0
+    np.testing.assert_allclose(got[:, 0], np.exp(x.astype(np.float64)).sum(1), rtol=1e-5)
+
+
+@nki.jit
+def add_into_hbm(x, acc_in):
+    out = nl.ndarray(acc_in.shape, dtype=acc_in.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=acc_in)
+    for i in nl.affine_range(x.shape[0] // 128):
+        a = nl.ndarray((128, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=a, src=x[i * 128:(i + 1) * 128, :])
+        nisa.dma_copy(dst=out[i * 128:(i + 1) * 128, :], src=a, dst_rmw_op=nl.add)
+    return out
+
+
+def test_a_read_modify_write_dma_runs_per_iteration_with_the_same_bits():
+    x = rng.standard_normal((640, 32), dtype=np.float32)
+    base = rng.standard_normal((640, 32), dtype=np.float32)
+    got, batched = run(add_into_hbm, x, base)
+    assert batched == 0
+    np.testing.assert_array_equal(got, base + x)
+
+
+@nki.jit
+def reads_past_the_end(x):
+    out = nl.ndarray((x.shape[0], 64), dtype=x.dtype, buffer=nl.shared_hbm)
+    for i in nl.affine_range(6):
+        a = nl.ndarray((128, 64), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=a, src=x[i * 128:(i + 1) * 128, 0:64])
+        nisa.dma_copy(dst=out[i * 128:(i + 1) * 128, :], src=a)
+    return out
+
+
+def test_an_out_of_bounds_access_in_a_late_iteration_is_the_same_error(monkeypatch):
+    x = rng.standard_normal((5 * 128, 64), dtype=np.float32)  # iteration 5 reads past the end
+    messages = []
+    for on in (False, True):
+        monkeypatch.setattr(config, "vectorize", on)
+        with pytest.raises(NKIError, match="out of bounds|outside") as e:
+            reads_past_the_end(x)
+        messages.append(str(e.value))
+    assert messages[0] == messages[1]
