@@ -115,6 +115,53 @@ def test_dtype_conversion_memset_and_a_view_as_dst_batch():
 
 
 @nki.jit
+def transposed_reciprocals(x):
+    out = nl.ndarray((x.shape[1], x.shape[0]), dtype=nl.float32, buffer=nl.shared_hbm)
+    for i in nl.affine_range(x.shape[0] // 128):
+        a = nl.ndarray((128, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+        pos = nl.ndarray((128, x.shape[1]), dtype=nl.int32, buffer=nl.sbuf)
+        t = nl.ndarray((x.shape[1], 128), dtype=x.dtype, buffer=nl.psum)
+        r = nl.ndarray((x.shape[1], 128), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=a, src=x[i * 128:(i + 1) * 128, :])
+        nisa.iota(dst=pos, pattern=[[1, x.shape[1]]], offset=1, channel_multiplier=x.shape[1])
+        nisa.tensor_tensor(dst=a, data1=a, data2=pos, op=nl.add)
+        nisa.nc_transpose(dst=t, data=a)
+        nisa.reciprocal(dst=r, data=t)
+        nisa.dma_copy(dst=out[:, i * 128:(i + 1) * 128], src=r)
+    return out
+
+
+def test_iota_transpose_and_reciprocal_batch():
+    x = rng.uniform(0.5, 1.0, (768, 64)).astype(np.float32)
+    got, batched = run(transposed_reciprocals, x)
+    assert batched == 6 - 2
+    pos = np.tile(np.arange(128 * 64, dtype=np.float64).reshape(128, 64) + 1, (6, 1))
+    np.testing.assert_allclose(got, 1.0 / (x + pos).T, rtol=1e-6)
+
+
+@nki.jit
+def transpose_3d(x):
+    out = nl.ndarray((x.shape[0] // 128 * 64, 128), dtype=x.dtype, buffer=nl.shared_hbm)
+    for i in nl.affine_range(x.shape[0] // 128):
+        a = nl.ndarray((128, 2, 32), dtype=x.dtype, buffer=nl.sbuf)
+        t = nl.ndarray((64, 128), dtype=x.dtype, buffer=nl.psum)
+        r = nl.ndarray((64, 128), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=a, src=x[i * 128:(i + 1) * 128, :, :])
+        nisa.nc_transpose(dst=t, data=a)  # the free axes flattened: no batched form
+        nisa.tensor_copy(dst=r, src=t)
+        nisa.dma_copy(dst=out[i * 64:(i + 1) * 64, :], src=r)
+    return out
+
+
+def test_a_transpose_of_a_three_axis_tile_runs_per_iteration_with_the_same_bits():
+    x = rng.standard_normal((640, 2, 32), dtype=np.float32)
+    got, batched = run(transpose_3d, x)
+    assert batched == 0
+    want = np.concatenate([x[i * 128:(i + 1) * 128].reshape(128, 64).T for i in range(5)])
+    np.testing.assert_array_equal(got, want)
+
+
+@nki.jit
 def tile_rows(row, n):
     out = nl.ndarray((n * 128, row.shape[1]), dtype=row.dtype, buffer=nl.shared_hbm)
     for i in nl.affine_range(n):

@@ -185,7 +185,7 @@ def _pattern_values(pattern, offset, channel_multiplier, parts):
     return vals
 
 
-@instruction
+@instruction(batched=True)
 def iota(dst, pattern, offset=0, channel_multiplier=0, name=None):
     """Fill SBUF ``dst`` with ``offset + p * channel_multiplier + sum(i_k * step_k)`` (GpSimd engine).
 

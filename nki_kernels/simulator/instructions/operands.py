@@ -206,13 +206,15 @@ def _all_written(root) -> bool:
 class scratch:
     """``with scratch():`` computes without registering new tiles with the program: intermediates
     that only live until they are copied into ``dst`` have no hardware buffer and must not count
-    against the program's SBUF/PSUM capacity. (A class, not a generator: it runs once per instruction.)"""
+    against the program's SBUF/PSUM capacity. A batch of programs has no capacity model and stays
+    current, so the intermediates carry its axes. (A class, not a generator: it runs once per instruction.)"""
 
     __slots__ = ("prog",)
 
     def __enter__(self):
-        self.prog = core.current_or_none()
-        core.set_current(None)
+        self.prog = prog = core.current_or_none()
+        if prog is None or not prog.nb:  # (in a batch, intermediates carry its axes like every tile made there)
+            core.set_current(None)
 
     def __exit__(self, *exc):
         core.set_current(self.prog)

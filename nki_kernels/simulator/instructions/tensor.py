@@ -12,7 +12,7 @@ from .. import dtypes as dt
 from .. import profile as _prof
 from ..access_pattern import layout_of
 from ..core import PSUM_BANK_BYTES, Tile, psum, sbuf
-from ..errors import NKIError
+from ..errors import NKIError, NotBatchable
 from .operands import check_dst, engine_name, fit_dst, instruction, lazy_text, scratch, write, write_accumulating
 from .target import engine as _engine
 from .target import get_nc_version, matmul_perf_mode, nc_version
@@ -129,7 +129,7 @@ def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_on
     write_accumulating(d, vals, accumulate, "nc_matmul")
 
 
-@instruction
+@instruction(batched=True)
 def nc_transpose(dst, data, engine=_engine.unknown, name=None):
     """Transpose partition and (flattened) free axes of ``data`` into ``dst``.
 
@@ -151,6 +151,8 @@ def nc_transpose(dst, data, engine=_engine.unknown, name=None):
     if d.dtype != x.dtype:
         raise NKIError("dst dtype", f"nisa.nc_transpose: dst dtype {d.dtype} differs from data dtype {x.dtype}; "
                        "the transpose output has the input's dtype")
+    if x.nb and x.ndim != 2:
+        raise NotBatchable("nisa.nc_transpose: a data tile of more than two axes in a batch of programs")
     with scratch():
         src = x if x.ndim == 2 else Tile(x.data.reshape(x.shape[0], -1), x.buffer)
         res = gen1.nc_transpose(src, engine="Vector" if eng == "Vector" else "Tensor")

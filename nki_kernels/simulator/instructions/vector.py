@@ -363,7 +363,7 @@ def tensor_scalar_cumulative(dst, src, op0, op1, imm0, imm1=None, reduce_cmd=_re
     write(d, out.reshape(d.shape), op)
 
 
-@instruction
+@instruction(batched=True)
 def reciprocal(dst, data, name=None):
     """``dst = 1 / data`` element-wise (Vector engine), fp32 compute rounded to ``dst.dtype``."""
     d = check_dst(dst, "reciprocal")
