@@ -11,54 +11,23 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from nki_kernels.simulator import NKIError, config, loop_batch
+from nki_kernels.simulator import NKIError, config
 from nki_kernels.simulator import standalone as nki
+
+from .test_sim_loop_batch import run
+from .test_standalone import matmul_tiled_psum
 
 nl, nisa = nki.language, nki.isa
 rng = np.random.default_rng(23)
 
 
-def run(kernel, *args):
-    """(result batched, iterations run batched); the result is bit-identical to the reference path's."""
-    saved, config.vectorize = config.vectorize, False
-    try:
-        ref = kernel(*args)
-    finally:
-        config.vectorize = saved
-    before = loop_batch.batched_iterations
-    got = kernel(*args)
-    batched = loop_batch.batched_iterations - before
-    for r, g in zip(ref if isinstance(ref, tuple) else (ref,), got if isinstance(got, tuple) else (got,)):
-        np.testing.assert_array_equal(g, r)
-    return got, batched
-
-
-@nki.jit
-def tiled_matmul(lhsT, rhs):
-    K, M = lhsT.shape
-    N = rhs.shape[1]
-    out = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.shared_hbm)
-    for m in nl.affine_range(M // 128):
-        for n in nl.affine_range(N // 128):
-            acc = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
-            for k in nl.affine_range(K // 128):
-                a = nl.ndarray((128, 128), dtype=lhsT.dtype, buffer=nl.sbuf)
-                b = nl.ndarray((128, 128), dtype=rhs.dtype, buffer=nl.sbuf)
-                nisa.dma_copy(dst=a, src=lhsT[k * 128:(k + 1) * 128, m * 128:(m + 1) * 128])
-                nisa.dma_copy(dst=b, src=rhs[k * 128:(k + 1) * 128, n * 128:(n + 1) * 128])
-                nisa.nc_matmul(dst=acc, stationary=a, moving=b)
-            res = nl.ndarray((128, 128), dtype=out.dtype, buffer=nl.sbuf)
-            nisa.tensor_copy(dst=res, src=acc)
-            nisa.dma_copy(dst=out[m * 128:(m + 1) * 128, n * 128:(n + 1) * 128], src=res)
-    return out
-
-
-def test_a_tiled_matmul_of_dst_instructions_batches_and_accumulates_the_same_bits():
+@pytest.mark.parametrize("explicit", [False, True])
+def test_a_tiled_matmul_of_dst_instructions_batches_and_accumulates_the_same_bits(explicit):
     lhsT = rng.standard_normal((384, 512), dtype=np.float32)
-    rhs = rng.standard_normal((384, 640), dtype=np.float32)
-    got, batched = run(tiled_matmul, lhsT, rhs)
-    # the reference m iterations batch their n loops (3 of 5 each), then m iterations 2 and 3 batch
-    assert batched == 2 * (5 - 2) + (4 - 2)
+    rhs = rng.standard_normal((384, 2048), dtype=np.float32)
+    got, batched = run(matmul_tiled_psum, lhsT, rhs, explicit=explicit)
+    # the reference m iterations batch their n loops (2 of 4 each), then m iterations 2 and 3 batch
+    assert batched == 2 * (4 - 2) + (4 - 2)
     np.testing.assert_allclose(got, lhsT.T.astype(np.float64) @ rhs, rtol=1e-4, atol=1e-4)
 
 
@@ -153,14 +122,6 @@ def transpose_3d(x):
     return out
 
 
-def test_a_transpose_of_a_three_axis_tile_runs_per_iteration_with_the_same_bits():
-    x = rng.standard_normal((640, 2, 32), dtype=np.float32)
-    got, batched = run(transpose_3d, x)
-    assert batched == 0
-    want = np.concatenate([x[i * 128:(i + 1) * 128].reshape(128, 64).T for i in range(5)])
-    np.testing.assert_array_equal(got, want)
-
-
 @nki.jit
 def tile_rows(row, n):
     out = nl.ndarray((n * 128, row.shape[1]), dtype=row.dtype, buffer=nl.shared_hbm)
@@ -194,16 +155,6 @@ def psum_halves(lhsT, rhs):
     return out
 
 
-def test_matmuls_into_views_of_a_psum_tile_run_per_iteration_with_the_same_bits():
-    lhsT = rng.standard_normal((128, 640), dtype=np.float32)
-    rhs = rng.standard_normal((128, 256), dtype=np.float32)
-    got, batched = run(psum_halves, lhsT, rhs)
-    assert batched == 0
-    want = lhsT.T.astype(np.float64) @ rhs
-    want[:, 128:] *= 2
-    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
-
-
 @nki.jit
 def sums_in_registers(x):
     out = nl.ndarray((x.shape[0], 1), dtype=nl.float32, buffer=nl.shared_hbm)
@@ -217,13 +168,6 @@ def sums_in_registers(x):
     return out
 
 
-def test_the_accumulation_registers_run_per_iteration_with_the_same_bits():
-    x = rng.standard_normal((640, 48), dtype=np.float32)
-    got, batched = run(sums_in_registers, x)
-    assert batched == 0
-    np.testing.assert_allclose(got[:, 0], np.exp(x.astype(np.float64)).sum(1), rtol=1e-5)
-
-
 @nki.jit
 def add_into_hbm(x, acc_in):
     out = nl.ndarray(acc_in.shape, dtype=acc_in.dtype, buffer=nl.shared_hbm)
@@ -235,12 +179,37 @@ def add_into_hbm(x, acc_in):
     return out
 
 
-def test_a_read_modify_write_dma_runs_per_iteration_with_the_same_bits():
-    x = rng.standard_normal((640, 32), dtype=np.float32)
-    base = rng.standard_normal((640, 32), dtype=np.float32)
-    got, batched = run(add_into_hbm, x, base)
+def _psum_halves_case():
+    lhsT = rng.standard_normal((128, 640), dtype=np.float32)
+    rhs = rng.standard_normal((128, 256), dtype=np.float32)
+    want = lhsT.T.astype(np.float64) @ rhs
+    want[:, 128:] *= 2
+    return psum_halves, (lhsT, rhs), want
+
+
+def _registers_case():
+    x = rng.standard_normal((640, 48), dtype=np.float32)
+    return sums_in_registers, (x,), np.exp(x.astype(np.float64)).sum(1, keepdims=True)
+
+
+def _rmw_case():
+    x, base = (rng.standard_normal((640, 32), dtype=np.float32) for _ in range(2))
+    return add_into_hbm, (x, base), base.astype(np.float64) + x
+
+
+def _transpose_3d_case():
+    x = rng.standard_normal((640, 2, 32), dtype=np.float32)
+    return transpose_3d, (x,), np.concatenate([x[i * 128:(i + 1) * 128].reshape(128, 64).T for i in range(5)])
+
+
+@pytest.mark.parametrize("case", [_psum_halves_case, _registers_case, _rmw_case, _transpose_3d_case],
+                         ids=["matmuls into views of a PSUM tile", "accumulation registers", "dst_rmw_op",
+                              "transpose of a three-axis tile"])
+def test_bodies_without_a_batched_form_run_per_iteration_with_the_same_bits(case):
+    kernel, args, want = case()
+    got, batched = run(kernel, *args)
     assert batched == 0
-    np.testing.assert_array_equal(got, base + x)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
 
 
 @nki.jit
