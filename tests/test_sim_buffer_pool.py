@@ -128,3 +128,17 @@ def test_a_limit_of_zero_turns_the_pool_off(monkeypatch):
     monkeypatch.setattr(buffer_pool, "limit", 0)
     a = buffer_pool.empty(BIG, np.float32)
     assert a.base is None and buffer_pool.held_bytes() == (0, 0)
+
+
+@nki.jit
+def _int_divide(a, b):
+    out = nl.ndarray(a.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+    nl.store(out, value=nl.divide(nl.load(a), nl.load(b)))
+    return out
+
+
+def test_a_deferred_op_whose_result_dtype_is_not_its_operands_is_computed_right():
+    # np.divide of int32 arrays is float64: an int32 pooled buffer must not be its destination
+    a = np.arange(1, 128 * 16384 + 1, dtype=np.int32).reshape(128, 16384)
+    b = np.full_like(a, 3)
+    np.testing.assert_allclose(_int_divide(a, b), a / 3, rtol=1e-6)

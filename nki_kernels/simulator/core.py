@@ -443,7 +443,9 @@ class Tile(NkiTensor):
         """Compute a deferred op (into ``out`` when given); returns the values."""
         fn, args, shape, dtype = self._thunk
         self._thunk = None
-        if out is None and type(fn) is np.ufunc:
+        if out is None and type(fn) is np.ufunc and dtype.kind == "f":
+            # (float operands give a ufunc's result in the recorded dtype; integer ones may not:
+            # np.divide of int32 arrays is float64)
             out = _pool.empty(shape, dtype)
         self._data = fn(*args) if out is None else fn(*args, out=out)
         return self._data
