@@ -123,6 +123,38 @@ def transpose_3d(x):
 
 
 @nki.jit
+def transposed_blend(x, y, w):
+    out = nl.ndarray((x.shape[1], x.shape[0]), dtype=x.dtype, buffer=nl.shared_hbm)
+    for i in nl.affine_range(x.shape[0] // 128):
+        xt = nl.ndarray((x.shape[1], 128), dtype=x.dtype, buffer=nl.sbuf)
+        yt = nl.ndarray((x.shape[1], 128), dtype=x.dtype, buffer=nl.sbuf)
+        wt = nl.ndarray((x.shape[1], 128), dtype=x.dtype, buffer=nl.sbuf)
+        s = nl.ndarray((x.shape[1], 1), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_transpose(dst=xt, src=x[i * 128:(i + 1) * 128, :])
+        nisa.dma_transpose(dst=yt, src=y[i * 128:(i + 1) * 128, :])
+        nisa.dma_transpose(dst=wt, src=w)  # the same source in every iteration
+        nisa.tensor_reduce(dst=s, op=nl.max, data=yt, axis=1)
+        # (s - xt) * wt, then 2.0 / xt ... : both operand orders of both operators
+        nisa.scalar_tensor_tensor(dst=yt, data=xt, op0=nl.subtract, operand0=s, op1=nl.multiply, operand1=wt,
+                                  reverse0=True)
+        nisa.scalar_tensor_tensor(dst=xt, data=yt, op0=nl.add, operand0=0.5, op1=nl.subtract, operand1=xt,
+                                  reverse1=True)
+        nisa.dma_copy(dst=out[:, i * 128:(i + 1) * 128], src=xt)
+    return out
+
+
+def test_dma_transposes_and_scalar_tensor_tensor_batch():
+    x, y = (rng.standard_normal((640, 32), dtype=np.float32) for _ in range(2))
+    w = rng.standard_normal((128, 32), dtype=np.float32)
+    got, batched = run(transposed_blend, x, y, w)
+    assert batched == 5 - 2
+    xt, yt, wt = x.T.astype(np.float64), y.T, np.tile(w.T, (1, 5))
+    s = np.concatenate([np.broadcast_to(yt[:, i * 128:(i + 1) * 128].max(1, keepdims=True), (32, 128))
+                        for i in range(5)], axis=1)
+    np.testing.assert_allclose(got, xt - ((s - xt) * wt + 0.5), rtol=1e-5, atol=1e-5)
+
+
+@nki.jit
 def tile_rows(row, n):
     out = nl.ndarray((n * 128, row.shape[1]), dtype=row.dtype, buffer=nl.shared_hbm)
     for i in nl.affine_range(n):

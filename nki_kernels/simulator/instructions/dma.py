@@ -210,18 +210,25 @@ def dma_compute(dst, srcs, reduce_op, scales=None, unique_indices=True, oob_mode
     store(dst, acc * np.float32(scales[0]) if scales[0] != 1.0 else acc, op, "reduction")
 
 
-@instruction
+@instruction(batched=True)
 def dma_transpose(dst, src, axes=None, priority=None, dge_mode=_dge_mode.unknown, oob_mode=_oob_mode.error, name=None):
     """Transpose ``src`` (HBM or SBUF) into ``dst`` (SBUF or HBM) through DMA: 2-D swaps the axes,
     3-D reverses them, 4-D permutes ``[3, 1, 2, 0]``, or ``axes`` when given."""
     vals = np.asarray(read(src, "dma_transpose"))
-    perm = tuple(axes) if axes is not None else {2: (1, 0), 3: (2, 1, 0), 4: (3, 1, 2, 0)}.get(vals.ndim)
+    prog = current_or_none()
+    nb = prog.nb if prog is not None else 0
+    vb = nb if getattr(src, "nb", 0) else 0  # (in a batch, a source without its axes is the same for each program)
+    ndim = vals.ndim - vb
+    perm = tuple(axes) if axes is not None else {2: (1, 0), 3: (2, 1, 0), 4: (3, 1, 2, 0)}.get(ndim)
     if perm is None:
-        raise NKIError("dma_transpose", f"nisa.dma_transpose takes a 2-D to 4-D source, got shape {vals.shape}")
-    out = np.ascontiguousarray(np.transpose(vals, perm))
-    if isinstance(dst, Tile) and tuple(dst.shape) != out.shape and dst.shape[0] != out.shape[0]:
+        raise NKIError("dma_transpose", f"nisa.dma_transpose takes a 2-D to 4-D source, got shape {vals.shape[vb:]}")
+    out = np.ascontiguousarray(np.transpose(vals, tuple(range(vb)) + tuple(p + vb for p in perm)))
+    if nb and not vb:
+        out = np.broadcast_to(out, prog.bshape + out.shape)
+    shape = out.shape[nb:]
+    if isinstance(dst, Tile) and tuple(dst.shape) != shape and dst.shape[0] != shape[0]:
         raise NKIError("dst shape", f"nisa.dma_transpose: dst has shape {dst.shape}, the transposed source has "
-                       f"shape {out.shape}")
+                       f"shape {shape}")
     store(dst, out, "dma_transpose", "transposed source")
 
 

@@ -142,25 +142,27 @@ def per_partition(shape) -> int:
     return math.prod(shape[1:]) if len(shape) > 1 else 1
 
 
-def rows(values, parts):
-    """``values`` as ``[parts, elements per partition]``."""
-    return np.reshape(values, (parts, -1))
+def rows(values, parts, nb=0):
+    """``values`` as ``[parts, elements per partition]`` (after ``nb`` leading batch axes, kept)."""
+    return np.reshape(values, values.shape[:nb] + (parts, -1) if nb else (parts, -1))
 
 
 def values_of(x, name, op, buffers=ON_CHIP):
-    """The fp32 compute view of operand tile ``x`` as ``[partitions, elements]``."""
+    """The fp32 compute view of operand tile ``x`` as ``[partitions, elements]`` (in a batch of
+    programs, after the batch axes its tiles carry)."""
     t = tile_operand(x, name, op, buffers)
-    return rows(dt.compute_view(t.data), t.shape[0]).astype(np.float32, copy=False)
+    return rows(dt.compute_view(t.data), t.shape[0], t.nb).astype(np.float32, copy=False)
 
 
 def column(v, parts, name, op):
-    """A scalar or a [P, 1] tile operand as an fp32 ``[parts, 1]`` column (one value per partition)."""
+    """A scalar or a [P, 1] tile operand as an fp32 ``[parts, 1]`` column (one value per partition;
+    a tile's batch axes kept)."""
     if isinstance(v, Tile):
         t = tile_operand(v, name, op)
         if t.shape[0] != parts or per_partition(t.shape) != 1:
             raise NKIError("operand shapes", f"nisa.{op}: {name} must be a scalar or a [{parts}, 1] tile, got "
                            f"shape {t.shape}")
-        return rows(dt.compute_view(t.data), parts).astype(np.float32)
+        return rows(dt.compute_view(t.data), parts, t.nb).astype(np.float32)
     return np.full((parts, 1), np.float32(v))
 
 

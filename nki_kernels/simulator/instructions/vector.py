@@ -375,7 +375,7 @@ def reciprocal(dst, data, name=None):
     write(d, out, "reciprocal", f"reciprocal of {x.shape}")
 
 
-@instruction
+@instruction(batched=True)
 def scalar_tensor_tensor(dst, data, op0, operand0, op1, operand1, reverse0=False, reverse1=False, name=None):
     """``dst = (data op0 operand0) op1 operand1`` (Vector engine): ``operand0`` a scalar or a [P, 1]
     tile, ``operand1`` a tile with data's partitions and elements per partition; data and operand1
@@ -397,7 +397,7 @@ def scalar_tensor_tensor(dst, data, op0, operand0, op1, operand1, reverse0=False
     other = values_of(o1, "operand1", op)
     out = alu(op1)(other, first) if reverse1 else alu(op1)(first, other)
     _prof.instruction("Vector", out)
-    write(d, np.reshape(out, d.shape) if d.shape[0] == parts else out, op)
+    write(d, out if d.nb else np.reshape(out, d.shape) if d.shape[0] == parts else out, op)
 
 
 @instruction
