@@ -11,7 +11,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from nki_kernels.simulator import NKIError, config
+from nki_kernels.simulator import NKIError, config, loop_body
 from nki_kernels.simulator import standalone as nki
 
 from .test_sim_loop_batch import run
@@ -19,6 +19,13 @@ from .test_standalone import matmul_tiled_psum
 
 nl, nisa = nki.language, nki.isa
 rng = np.random.default_rng(23)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_sites():
+    # A loop site whose batch failed is not tried again for that trip count: cases sharing a kernel
+    # must not see each other's failures.
+    loop_body._sites.clear()
 
 
 @pytest.mark.parametrize("explicit", [False, True])
@@ -29,6 +36,55 @@ def test_a_tiled_matmul_of_dst_instructions_batches_and_accumulates_the_same_bit
     # the reference m iterations batch their n loops (2 of 4 each), then m iterations 2 and 3 batch
     assert batched == 2 * (4 - 2) + (4 - 2)
     np.testing.assert_allclose(got, lhsT.T.astype(np.float64) @ rhs, rtol=1e-4, atol=1e-4)
+
+
+def test_a_matmul_accumulation_group_across_the_k_loop_batches_in_iteration_order():
+    lhsT = rng.standard_normal((1024, 256), dtype=np.float32)
+    rhs = rng.standard_normal((1024, 1024), dtype=np.float32)
+    for explicit in (False, True):  # accumulate=None, and accumulate=(k > 0) from the loop index
+        got, batched = run(matmul_tiled_psum, lhsT, rhs, explicit=explicit)
+        assert batched == 2 * 2 * (8 - 2)  # every k loop: 8 iterations, 2 of them the reference
+        np.testing.assert_allclose(got, lhsT.T.astype(np.float64) @ rhs, rtol=1e-4, atol=1e-4)
+
+
+@nki.jit
+def k_loop(lhsT, rhs, start, read_inside):
+    """``acc`` accumulates over the k loop (from iteration ``start + 1`` on; before that each matmul
+    overwrites it); with ``read_inside`` every iteration also stores what ``acc`` holds then."""
+    out = nl.ndarray((lhsT.shape[0] if read_inside else 128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+    acc = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+    for k in nl.affine_range(lhsT.shape[0] // 128):
+        a = nl.ndarray((128, 128), dtype=lhsT.dtype, buffer=nl.sbuf)
+        b = nl.ndarray((128, 512), dtype=rhs.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=a, src=lhsT[k * 128:(k + 1) * 128, :])
+        nisa.dma_copy(dst=b, src=rhs[k * 128:(k + 1) * 128, :])
+        nisa.nc_matmul(dst=acc, stationary=a, moving=b, accumulate=(k > start))
+        if read_inside:
+            res = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.tensor_copy(dst=res, src=acc)
+            nisa.dma_copy(dst=out[k * 128:(k + 1) * 128, :], src=res)
+    if not read_inside:
+        final = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=final, src=acc)
+        nisa.dma_copy(dst=out[0:128, :], src=final)
+    return out
+
+
+@pytest.mark.parametrize("start, read_inside, batches", [(0, False, True), (3, False, False), (0, True, False)],
+                         ids=["accumulating after the first", "overwriting in batched iterations",
+                              "read inside the loop"])
+def test_an_accumulation_group_batches_only_where_every_batched_iteration_accumulates_unread(start, read_inside,
+                                                                                           batches):
+    lhsT = rng.standard_normal((1024, 128), dtype=np.float32)
+    rhs = rng.standard_normal((1024, 512), dtype=np.float32)
+    got, batched = run(k_loop, lhsT, rhs, start, read_inside)
+    assert batched == (6 if batches else 0)
+    l64, r64 = lhsT.astype(np.float64), rhs.astype(np.float64)
+    if read_inside:  # iteration k sees the products of iterations 0..k
+        want = np.concatenate([l64[:(k + 1) * 128].T @ r64[:(k + 1) * 128] for k in range(8)])
+    else:
+        want = l64[start * 128:].T @ r64[start * 128:]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
 
 
 @nki.jit

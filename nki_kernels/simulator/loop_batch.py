@@ -42,7 +42,7 @@ import numpy as np
 
 from . import config
 from . import diagnostics as _diag
-from .core import Program, Tile, _language_helpers, current_or_none, flush_pending, set_current
+from .core import Program, Tile, _language_helpers, current_or_none, flush_pending, psum, set_current
 from . import dtypes as dt
 from . import memory as _memory
 from .errors import NotBatchable
@@ -157,7 +157,7 @@ class _Outer(Tile):
     (an uninitialised read, a PSUM accumulation group's start), views and placed tensors, masked or
     ``loop_reduce`` values raise NotBatchable too."""
 
-    __slots__ = ("outer", "batch", "written", "batch_written")
+    __slots__ = ("outer", "batch", "written", "batch_written", "was_read", "accumulated")
 
     @classmethod
     def of(cls, tile, batch, written):
@@ -172,7 +172,26 @@ class _Outer(Tile):
             batch.outer.append(data)
         self = cls(np.broadcast_to(data, batch.bshape + data.shape), tile.buffer, tile.pdim)
         self.outer, self.batch, self.written, self.batch_written = tile, batch, written, None
+        self.was_read = self.accumulated = False
         return self
+
+    # A tile the iterations accumulate into holds the sum of all of them once the batch has added
+    # them: a read of it in the body (before or after) would see other iterations' values than the
+    # reference path's, so a body may accumulate into a tile or read it, not both.
+    def _read(self):
+        if self.accumulated:
+            raise NotBatchable("a read of a tile the batch's iterations accumulate into")
+        self.was_read = True
+
+    @property
+    def data(self):
+        """The values every iteration sees (see :meth:`_read`)."""
+        self._read()
+        return Tile.data.fget(self)
+
+    def _raw(self):
+        self._read()
+        return Tile._raw(self)
 
     def _index(self, key):
         t = self.outer
@@ -182,9 +201,10 @@ class _Outer(Tile):
 
     def __getitem__(self, key):
         idx = self._index(key)
+        if idx is None and self.written:
+            return _Accumulator(self, key)  # (the same region in every iteration: only `t[key] += x`)
+        self._read()
         if idx is None:
-            if self.written:
-                return _Accumulator(self, key)  # (the same region in every iteration: only `t[key] += x`)
             return Tile.__getitem__(self, key)
         t = self.outer
         unwritten = _diag.unwritten(t)
@@ -238,8 +258,29 @@ class _Outer(Tile):
         if unwritten is not None and idx.view(unwritten).any():
             raise NotBatchable("an accumulation into elements never written")
         flush_pending()
+        self._add_in_order(idx, _language_helpers()[1](addend, "other"))
+
+    def accumulate_iterations(self, vals, all_written) -> None:
+        """``nisa.nc_matmul(dst=t, ...)`` of every iteration into ``t``, a whole PSUM tile made before
+        the loop (a matmul accumulation group spanning the loop): the products ``vals`` (iteration
+        axis first) added in iteration order, as the reference path's fp32 in-place adds. Only where
+        every element of ``t`` holds a value already (``all_written(t)``, the matmul's own record),
+        so every iteration accumulates; a group's start stays per iteration."""
+        t = self.outer
+        if t._parent is not None or t.buffer is not psum or (t._mem is not None and t._mem.tiles is not None):
+            raise NotBatchable("a matmul accumulating into a view or a placed tile made before the loop")
+        if not all_written(t) or t._thunk is not None or not t._data.flags.writeable:
+            raise NotBatchable("a matmul accumulation group's start in a batch")
+        flush_pending()
+        self._add_in_order(resolve(t.shape, Ellipsis, t.buffer.tile_label), vals)
+
+    def _add_in_order(self, idx, vals):
+        """Add each iteration's ``vals`` into region ``idx`` of the outer tile, in iteration order."""
+        if self.was_read:
+            raise NotBatchable("an accumulation into a tile the batch's iterations read")
+        self.accumulated = True
+        t = self.outer
         cur = idx.view(t._data)
-        vals = _language_helpers()[1](addend, "other")
         if np.ndim(vals) < 1 or np.shape(vals)[0] != self.batch.bshape[0]:
             raise NotBatchable("an accumulated value without the iteration axis")
         self.batch.undo.append((cur, cur.copy()))

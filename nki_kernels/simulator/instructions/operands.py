@@ -33,6 +33,7 @@ from .. import profile as _prof
 from .. import dtypes as dt
 from ..core import Access, HBMTensor, Tile, psum, sbuf
 from ..errors import NKIError, NotBatchable
+from ..index_expr import Mask
 from ..indexing import _full_mask
 
 ON_CHIP = (sbuf, psum)
@@ -231,7 +232,7 @@ def fit_dst(dst, values, op, what="result"):
     if vshape == dshape:
         return values
     nb = dst.nb
-    if nb and len(vshape) > nb and vshape[:nb] == dst._raw().shape[:nb]:
+    if nb and len(vshape) > nb and vshape[:nb] == _tls.program.bshape:
         inner = vshape[nb:]
         if inner == dshape:
             return values
@@ -485,7 +486,16 @@ def write_accumulating(dst, values, accumulate, op):
     """``write(dst, psum_accumulate(dst, values, accumulate, op), op)``: where every element of an
     fp32 ``dst`` already holds a value and the instruction accumulates, the add runs in place
     (the same fp32 sums, without a temporary the size of ``dst``)."""
+    if dst.nb and accumulate is not None and type(accumulate) is not bool:
+        # a flag computed from the loop index (`accumulate=(k > 0)`): one value for the whole batch only
+        if not (isinstance(accumulate, Mask) and accumulate.all_true()):
+            raise NotBatchable(f"nisa.{op}: accumulate={accumulate!r} differs between the programs of a batch")
+        accumulate = True
     if accumulate is not False and _add_in_place(dst, values):
+        return
+    into = getattr(dst, "accumulate_iterations", None) if dst.nb else None
+    if into is not None and accumulate is not False:  # a tile made before a batched loop (loop_batch._Outer)
+        into(np.asarray(values), _all_written)
         return
     if accumulate is not False and dst.dtype == np.float32 and not dst.nb:
         vals = np.asarray(values)
