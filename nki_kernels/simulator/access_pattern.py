@@ -213,16 +213,31 @@ def position_in_root(arr, root):
     if arr.dtype != data.dtype or root.pdim or not np.may_share_memory(data, arr):
         return None
     isz = data.itemsize
+    base = data.__array_interface__["data"][0]
+    ptr = arr.__array_interface__["data"][0]
     if data.flags.c_contiguous:
-        off = arr.__array_interface__["data"][0] - data.__array_interface__["data"][0]
+        off = ptr - base
         if off % isz or any(s % isz for s in arr.strides):
             return None
         return off // isz, tuple(s // isz for s in arr.strides)
-    try:
-        lay = _geometry(root, arr, None, data)
-    except NKIError:
-        return None
-    return lay.offset, lay.strides
+    # A placed root: the answer depends on nothing but these numbers (both arrays' addresses and
+    # geometries), and a tiled loop asks for the same view of the same storage on every instruction.
+    key = (base, data.shape, data.strides, isz, ptr, arr.shape, arr.strides)
+    pos = _placed_positions.get(key, _UNKNOWN)
+    if pos is _UNKNOWN:
+        try:
+            lay = _geometry(root, arr, None, data)
+            pos = lay.offset, lay.strides
+        except NKIError:
+            pos = None
+        if len(_placed_positions) >= 8192:
+            _placed_positions.clear()
+        _placed_positions[key] = pos
+    return pos
+
+
+_placed_positions = {}  # position_in_root's answers for placed roots, by the numbers that decide them
+_UNKNOWN = object()
 
 
 # ---------------------------------------------------------------------------

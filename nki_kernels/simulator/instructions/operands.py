@@ -23,7 +23,6 @@ import sys
 import weakref
 
 import numpy as np
-from numpy.lib.stride_tricks import as_strided
 
 from .. import core
 from ..access_pattern import position_in_root
@@ -262,10 +261,12 @@ def _region_mask(mask, root, dst):
     """The part of a root-shaped bool ``mask`` that the view ``dst`` covers (``None`` if unknown)."""
     if dst is root:
         return mask
-    pos = position_in_root(dst._raw(), root)  # (a placed root's partitions are not adjacent in memory)
+    raw = dst._raw()
+    pos = position_in_root(raw, root)  # (a placed root's partitions are not adjacent in memory)
     if pos is None:
         return None
-    return as_strided(mask.reshape(-1)[pos[0]:], dst._raw().shape, pos[1])
+    # (a bool mask: element strides are byte strides; ndarray() checks the view stays inside the mask)
+    return np.ndarray(raw.shape, dtype=bool, buffer=mask, offset=pos[0], strides=pos[1])
 
 
 def partition_range(tile):
