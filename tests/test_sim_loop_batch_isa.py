@@ -190,7 +190,7 @@ def transposed_blend(x, y, w):
         nisa.dma_transpose(dst=yt, src=y[i * 128:(i + 1) * 128, :])
         nisa.dma_transpose(dst=wt, src=w)  # the same source in every iteration
         nisa.tensor_reduce(dst=s, op=nl.max, data=yt, axis=1)
-        # (s - xt) * wt, then 2.0 / xt ... : both operand orders of both operators
+        # yt = (s - xt) * wt, then xt = xt - (yt + 0.5): both operand orders of both operators
         nisa.scalar_tensor_tensor(dst=yt, data=xt, op0=nl.subtract, operand0=s, op1=nl.multiply, operand1=wt,
                                   reverse0=True)
         nisa.scalar_tensor_tensor(dst=xt, data=yt, op0=nl.add, operand0=0.5, op1=nl.subtract, operand1=xt,
