@@ -12,8 +12,7 @@ import numpy as np
 from .. import dtypes as dt
 from .. import cores as _cores
 from .. import profile as _prof
-from ..core import Access, HBMTensor, Tile, psum, sbuf
-from ..core import current_or_none
+from ..core import Access, HBMTensor, Tile, current_or_none, psum, sbuf
 from ..errors import NKIError, NotBatchable
 from ..indexing import full_mask as _full_mask
 from .operands import alu, borrow, check_dst, instruction, lazy_text, mark_read, write
@@ -118,7 +117,6 @@ def _log_atomic_write(t, acc, mask, vals, what):
     the same elements do not race (addition commutes), so a later atomic write overlapping earlier
     writes is marked benign; reads or plain writes after it by other programs still race."""
     from .. import diagnostics as _diag
-    from ..core import current_or_none
 
     _prof.dma(t, vals, "write", acc, mask, written=True)
     prog = current_or_none()
