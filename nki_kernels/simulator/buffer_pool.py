@@ -76,11 +76,6 @@ def empty(shape, dtype) -> np.ndarray:
         return buf.view(dtype).reshape(shape)
 
 
-def like(a: np.ndarray) -> np.ndarray:
-    """:func:`empty` with the shape and dtype of ``a``."""
-    return empty(a.shape, a.dtype)
-
-
 def copy(a: np.ndarray) -> np.ndarray:
     """A C-contiguous copy of ``a`` (``a.copy()``) in a pooled buffer when it is large."""
     out = empty(a.shape, a.dtype)

@@ -48,6 +48,15 @@ def read(src, op, name="src"):
                    f"{type(src).__name__}")
 
 
+def _per_program(src, vals):
+    """A DMA source's values with the running batch's leading axes (a source without them is the
+    same region for every program of the batch); as they are outside a batch."""
+    prog = current_or_none()
+    if prog is None or not prog.nb or getattr(src, "nb", 0):
+        return vals
+    return np.broadcast_to(vals, prog.bshape + vals.shape)
+
+
 def store(dst, vals, op, what="source"):
     """Write ``vals`` (same element count) into a DMA destination in HBM or SBUF, rounding to its dtype
     (conversions between dtypes go through fp32). In a batch of programs ``vals`` carry the batch's
@@ -150,13 +159,9 @@ def dma_copy(dst, src, priority=None, oob_mode=_oob_mode.error, dge_mode=_dge_mo
         if copy_skipping_oob(dst, src, op):
             _cores.after_load(dst)
             return
-    vals = np.asarray(read(src, op))
-    prog = current_or_none()
-    if prog is not None and prog.nb:
-        if dst_rmw_op is not None:
-            raise NotBatchable(f"nisa.{op}: dst_rmw_op in a batch of programs")
-        if not getattr(src, "nb", 0):  # the same source for every program of the batch
-            vals = np.broadcast_to(vals, prog.bshape + vals.shape)
+    if dst_rmw_op is not None and getattr(current_or_none(), "nb", 0):
+        raise NotBatchable(f"nisa.{op}: dst_rmw_op in a batch of programs")
+    vals = _per_program(src, np.asarray(read(src, op)))
     if dst_rmw_op is None and isinstance(src, (Access, HBMTensor)) and isinstance(dst, Tile) \
             and borrow(dst, src.tensor if isinstance(src, Access) else src, vals):
         _cores.after_load(dst)  # (HBM into a fresh tile: it views HBM copy-on-write, as nl.load's tiles)
@@ -212,17 +217,12 @@ def dma_compute(dst, srcs, reduce_op, scales=None, unique_indices=True, oob_mode
 def dma_transpose(dst, src, axes=None, priority=None, dge_mode=_dge_mode.unknown, oob_mode=_oob_mode.error, name=None):
     """Transpose ``src`` (HBM or SBUF) into ``dst`` (SBUF or HBM) through DMA: 2-D swaps the axes,
     3-D reverses them, 4-D permutes ``[3, 1, 2, 0]``, or ``axes`` when given."""
-    vals = np.asarray(read(src, "dma_transpose"))
-    prog = current_or_none()
-    nb = prog.nb if prog is not None else 0
-    vb = nb if getattr(src, "nb", 0) else 0  # (in a batch, a source without its axes is the same for each program)
-    ndim = vals.ndim - vb
-    perm = tuple(axes) if axes is not None else {2: (1, 0), 3: (2, 1, 0), 4: (3, 1, 2, 0)}.get(ndim)
+    vals = _per_program(src, np.asarray(read(src, "dma_transpose")))
+    nb = getattr(current_or_none(), "nb", 0)
+    perm = tuple(axes) if axes is not None else {2: (1, 0), 3: (2, 1, 0), 4: (3, 1, 2, 0)}.get(vals.ndim - nb)
     if perm is None:
-        raise NKIError("dma_transpose", f"nisa.dma_transpose takes a 2-D to 4-D source, got shape {vals.shape[vb:]}")
-    out = np.ascontiguousarray(np.transpose(vals, tuple(range(vb)) + tuple(p + vb for p in perm)))
-    if nb and not vb:
-        out = np.broadcast_to(out, prog.bshape + out.shape)
+        raise NKIError("dma_transpose", f"nisa.dma_transpose takes a 2-D to 4-D source, got shape {vals.shape[nb:]}")
+    out = np.ascontiguousarray(np.transpose(vals, tuple(range(nb)) + tuple(p + nb for p in perm)))
     shape = out.shape[nb:]
     if isinstance(dst, Tile) and tuple(dst.shape) != shape and dst.shape[0] != shape[0]:
         raise NKIError("dst shape", f"nisa.dma_transpose: dst has shape {dst.shape}, the transposed source has "

@@ -300,7 +300,7 @@ def write(dst, values, op, what="result", mask=None, add=False):
     if dst.nb:
         _write_batched(dst, vals, op, what, mask, add)
         return
-    if dst._thunk is None and not dst.nb:  # (dst.shape / dst.dtype without the property calls)
+    if dst._thunk is None:  # (dst.shape / dst.dtype without the property calls: nb is 0 here)
         dshape, ddtype = dst._data.shape, dst._data.dtype
     else:
         dshape, ddtype = dst.shape, dst.dtype
