@@ -324,6 +324,41 @@ def test_read_ndarray_tile_before_write():
     np.testing.assert_array_equal(fixed(A), A[:128] * 0.5)
 
 
+@pytest.mark.parametrize("second", [None, (0, 64), (32, 64)], ids=["block_only", "wider_block", "next_block"])
+def test_block_written_again_and_again_then_a_wider_read(second):
+    # A tiled loop accumulates into the same PSUM block (0:32) far more often than the tile has
+    # elements; what counts as written is still that block plus what else was written, and only that.
+    from nki_kernels.simulator import standalone as sa
+    snl, snisa = sa.language, sa.isa
+    lhs = np.random.default_rng(5).standard_normal((128, 128)).astype(np.float32)
+
+    @sa.jit
+    def k(x):
+        out = snl.ndarray((128, 64), dtype=snl.float32, buffer=snl.shared_hbm)
+        xt = snl.ndarray((128, 128), dtype=snl.float32, buffer=snl.sbuf)
+        snisa.dma_copy(dst=xt, src=x)
+        acc = snl.ndarray((128, 512), dtype=snl.float32, buffer=snl.psum)
+        for _ in range(20):  # 20 x 128 x 32 marks > the tile's 128 x 512 elements
+            snisa.nc_matmul(acc[0:128, 0:32], xt[0:128, 0:128], xt[0:128, 0:32])
+        if second is not None:
+            lo, hi = second
+            snisa.nc_matmul(acc[0:128, lo:hi], xt[0:128, 0:128], xt[0:128, lo:hi])
+        res = snl.ndarray((128, 64), dtype=snl.float32, buffer=snl.sbuf)
+        snisa.tensor_copy(dst=res, src=acc[0:128, 0:64])
+        snisa.dma_copy(dst=out, src=res)
+        return out
+
+    if second is None:
+        e = err(k, lhs)  # columns 32:64 never written
+        assert e.rule == "uninit" and "psum tile (128, 512)" in str(e)
+        return
+    got = k(lhs)
+    prod = lhs.astype(np.float64).T @ lhs.astype(np.float64)[:, :64]
+    want = prod.copy()
+    want[:, :32] *= 20 + (second == (0, 64))  # the second matmul's first 32 columns accumulate too
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
+
+
 # --------------------------------------------------------------------------- capacity
 def test_psum_capacity_is_about_live_tiles_not_python_references():
     # Nine 2 KiB PSUM tiles held in a Python list but never used are not nine live tiles: a

@@ -777,7 +777,7 @@ class TileInfo:
         self.created = created
         self.written = written  # None: fully defined; False: nothing written; bool array: per element
         self.marked = 0  # elements marked written so far, overlaps counted again (a bound for the all() test)
-        self.checked = None  # boxes (lo, hi) found fully written: writes only add to `written`
+        self.checked = None  # boxes (lo, hi) found or marked fully written: writes only add to `written`
         self.root = root
         self.index = index
         self.accumulated = False
@@ -950,8 +950,15 @@ def _set_written(root, rinfo, region):
     if rinfo.written is False:
         rinfo.written = np.zeros(root.shape, dtype=bool)
     if region.exact and region.shape == rinfo.written.shape:
+        # (a tiled loop writes the same block again and again -- a matmul accumulating into
+        # psum[0:128, 0:T] -- and a block known written whole needs no marking, nor a count)
+        key = (region.lo, region.hi)
+        done = rinfo.checked
+        if done is not None and key in done:
+            return
         rinfo.written[region.box()] = True
         rinfo.marked += math.prod(max(0, h - l) for l, h in zip(region.lo, region.hi))
+        (done if done is not None else _new_checked(rinfo)).add(key)
     elif not region.empty():
         elems = region.elements()
         rinfo.written.reshape(-1)[elems] = True

@@ -184,6 +184,7 @@ def _fp8_to_fp32(dtype: np.dtype) -> np.ndarray:
 
 
 _FP16_RESCALE = np.float32(2.0 ** 112)  # fp32 exponent bias minus fp16's
+_max, _min = np.maximum.reduce, np.minimum.reduce  # (ndarray.max/min's reductions, without their Python layer)
 
 
 def _fp16_widened(data: np.ndarray) -> np.ndarray:
@@ -199,7 +200,7 @@ def _fp16_widened(data: np.ndarray) -> np.ndarray:
     np.bitwise_and(bits, np.int32(-0x70000001), out=bits)  # 0x8FFFFFFF: sign, exponent, mantissa
     out = bits.view(np.float32)
     np.multiply(out, _FP16_RESCALE, out=out)
-    if out.size and (out.max() >= 65536.0 or out.min() <= -65536.0):
+    if out.size and (_max(out, axis=None) >= 65536.0 or _min(out, axis=None) <= -65536.0):
         special = np.abs(out) >= 65536.0
         u = data.view(np.uint16)[special].astype(np.uint32)
         out.view(np.uint32)[special] = ((u & 0x8000) << 16) | 0x7F800000 | ((u & 0x3FF) << 13)

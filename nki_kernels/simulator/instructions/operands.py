@@ -327,7 +327,7 @@ def write(dst, values, op, what="result", mask=None, add=False):
     dst.write_whole(new, add)
     if prog is not None and dst._mem is not None:  # the instruction wrote dst: one memory slot
         _memory.wrote_dst(dst._mem, prog)
-    if root.buffer is psum:
+    if root.buffer is psum and not add:  # (an add writes only elements that hold a value already)
         ent = _psum_written.get(id(root))
         if ent is not None and ent[2] and ent[0]() is root:
             return  # (every element holds a value already)
