@@ -195,7 +195,9 @@ def _fp16_widened(data: np.ndarray) -> np.ndarray:
     small -- exact for every finite value, subnormals included -- and one multiply by 2^112.
     Infinities and NaNs, whose fp16 exponent is all ones, come out as 2^16 or more (the largest
     finite fp16 is 65504) and are rebuilt with the all-ones fp32 exponent."""
-    bits = np.left_shift(data.view(np.uint16), 16, dtype=np.uint32).view(np.int32)
+    wide = data.view(np.uint16).astype(np.uint32)
+    np.left_shift(wide, 16, out=wide)
+    bits = wide.view(np.int32)
     np.right_shift(bits, 3, out=bits)
     np.bitwise_and(bits, np.int32(-0x70000001), out=bits)  # 0x8FFFFFFF: sign, exponent, mantissa
     out = bits.view(np.float32)
