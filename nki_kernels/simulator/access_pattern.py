@@ -96,7 +96,7 @@ def _rows(root, data=None) -> np.ndarray:
     data = root.data if data is None else data
     if root.buffer.on_chip and data.ndim:
         try:
-            rows = np.reshape(data, (data.shape[0], -1), copy=False)
+            rows = data.reshape((data.shape[0], -1), copy=False)
         except ValueError:
             rows = None
         if rows is not None and (rows.shape[1] <= 1 or rows.strides[1] == data.itemsize):
@@ -184,12 +184,16 @@ def layout_of(t) -> Layout:
 def _geometry(root, arr, source, data=None) -> Layout:
     """The logical layout of ``arr``, a NumPy view of ``root``'s memory: element offset and strides in
     the root's row-major element order (on chip, partition ``p`` starts at ``p * free size``)."""
+    data = root.data if data is None else data
     rows = _rows(root, data)
     isz = arr.dtype.itemsize
     row_bytes = rows.shape[1]
     pstride = rows.strides[0] if rows.shape[0] > 1 else 0
-    ptr = arr.__array_interface__["data"][0] - rows.__array_interface__["data"][0]
-    part, byte = divmod(ptr, pstride) if pstride else (0, ptr)
+    if arr is data:  # the root's own array (`.ap` on a tile): no address arithmetic
+        part = byte = 0
+    else:
+        ptr = arr.__array_interface__["data"][0] - rows.__array_interface__["data"][0]
+        part, byte = divmod(ptr, pstride) if pstride else (0, ptr)
 
     def logical(s):  # a byte stride of arr -> an element stride of the layout
         if pstride and s and s % pstride == 0:

@@ -176,9 +176,10 @@ def same_rows(op, a, an, b, bn):
 # ---------------------------------------------------------------------------
 # writing a destination
 # ---------------------------------------------------------------------------
-# Per PSUM tile (by id: Tile overloads ==): [weakref, which elements hold a value, all of them do],
-# for nc_matmul's accumulate=None inference. Elements are only ever marked (a write never unwrites),
-# so "all" stays true once found. Entries go when the tile does.
+# Per PSUM tile (by id: Tile overloads ==): [weakref, which elements hold a value, all of them do:
+# True, False (not known), or None (not all, and nothing marked since that was found)], for
+# nc_matmul's accumulate=None inference. Elements are only ever marked (a write never unwrites), so
+# "all" stays true once found. Entries go when the tile does.
 _psum_written = {}
 
 
@@ -195,14 +196,14 @@ def _written_mask(root, create=False):
 
 
 def _all_written(root) -> bool:
-    """Whether every element of PSUM tile ``root`` holds a value (the mask's all() pass runs until it
-    does, then never again)."""
+    """Whether every element of PSUM tile ``root`` holds a value (the mask's all() pass runs once per
+    change of the mask until it does, then never again)."""
     ent = _psum_written.get(id(root))
     if ent is None or ent[0]() is not root:
         return False
-    if not ent[2]:
-        ent[2] = bool(ent[1].all())
-    return ent[2]
+    if ent[2] is False:
+        ent[2] = True if ent[1].all() else None
+    return bool(ent[2])
 
 
 class scratch:
@@ -338,6 +339,7 @@ def write(dst, values, op, what="result", mask=None, add=False):
             _psum_written[id(root)][2] = True
         else:
             region[...] = True if keep is None else (region | np.broadcast_to(keep, region.shape))
+            _psum_written[id(root)][2] = False  # (not all before: perhaps now)
 
 
 def _write_batched(dst, vals, op, what, mask, add):
