@@ -88,6 +88,44 @@ def test_an_accumulation_group_batches_only_where_every_batched_iteration_accumu
 
 
 @nki.jit
+def halves_then_k_loop(lhsT, rhs):
+    """``acc`` written half by half (the left half twice, accumulating), then accumulated whole over
+    the k loop: a PSUM tile every element of which holds a value by the time the loop starts."""
+    out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+    acc = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+    a = nl.ndarray((128, 128), dtype=lhsT.dtype, buffer=nl.sbuf)
+    b = nl.ndarray((128, 512), dtype=rhs.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=a, src=lhsT[0:128, :])
+    nisa.dma_copy(dst=b, src=rhs[0:128, :])
+    nisa.nc_matmul(dst=acc[:, 0:256], stationary=a, moving=b[:, 0:256])
+    nisa.nc_matmul(dst=acc[:, 0:256], stationary=a, moving=b[:, 0:256])  # (accumulates: right half unwritten)
+    nisa.nc_matmul(dst=acc[:, 256:512], stationary=a, moving=b[:, 256:512])
+    for k in nl.affine_range(lhsT.shape[0] // 128 - 1):
+        ak = nl.ndarray((128, 128), dtype=lhsT.dtype, buffer=nl.sbuf)
+        bk = nl.ndarray((128, 512), dtype=rhs.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=ak, src=lhsT[(k + 1) * 128:(k + 2) * 128, :])
+        nisa.dma_copy(dst=bk, src=rhs[(k + 1) * 128:(k + 2) * 128, :])
+        nisa.nc_matmul(dst=acc, stationary=ak, moving=bk)
+    final = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=final, src=acc)
+    nisa.dma_copy(dst=out, src=final)
+    return out
+
+
+def test_a_psum_tile_completed_by_view_writes_accumulates_in_a_batched_loop():
+    # Whether every element of acc holds a value is found (not yet: the right half) between the view
+    # writes; the write completing it must count, or the loop's accumulation group would not batch.
+    lhsT = rng.standard_normal((1024, 128), dtype=np.float32)
+    rhs = rng.standard_normal((1024, 512), dtype=np.float32)
+    got, batched = run(halves_then_k_loop, lhsT, rhs)
+    assert batched == 7 - 2
+    l64, r64 = lhsT.astype(np.float64), rhs.astype(np.float64)
+    want = l64.T @ r64
+    want[:, :256] += l64[:128].T @ r64[:128, :256]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
+
+
+@nki.jit
 def row_softmax_scaled(x, y, bias):
     out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
     f = x.shape[1]
