@@ -12,8 +12,11 @@ Rows:
   *optimised* (blocks along M, N and K, K blocks accumulated in SBUF);
 * the kernel library's flash attention forward and backward (causal, fp32) against a
   NumPy float32 attention and its hand-written backward;
-* the cost of one small instruction (``nl.add`` / ``nisa.tensor_tensor`` on 128x64
-  tiles, ``nisa.dma_copy`` of a 128x64 HBM tile into SBUF, each inside an affine loop): microseconds per instruction, no NumPy ratio.
+* the cost of one instruction (``nl.add`` / ``nisa.tensor_tensor`` on 128x64 tiles,
+  ``nisa.dma_copy`` of a 128x64 HBM tile into SBUF, each inside an affine loop; ``nisa.nc_matmul``
+  of fp16 tiles into a view of a PSUM bank, placed tiles, in a Python ``range`` loop as
+  nki-library's token-generation MLP issues it): microseconds per instruction, against the same
+  operation in NumPy called once per instruction (ratio > 1: the simulator is slower).
 
 Each time is the best of ``--repeat`` runs after a warm-up, the simulator's and NumPy's runs
 alternating (so both see the same machine load); the ratio is simulator / NumPy (> 1: the
@@ -22,7 +25,7 @@ on a shared, loaded machine); the table's title gives the clock and the load ave
 column counts the ``affine_range`` iterations one simulator run executed batched
 (:mod:`nki_kernels.simulator.loop_batch`; ``NKI_SIM_VECTORIZE=0`` gives the per-iteration path).
 ``--quick`` runs small shapes once (a smoke test). ``--only TEXT`` keeps the rows (both tables) whose
-name or workload contains TEXT: ``--only 128x64`` times the small instructions alone.
+name or workload contains TEXT: ``--only 128x64`` times the small element-wise instructions alone.
 """
 
 from __future__ import annotations
@@ -306,6 +309,40 @@ def load_loop2(x, n):
     return out
 
 
+MV_H, MV_T = 8, 32  # hidden tiles and tokens of the matmul-into-a-PSUM-view row
+
+
+@nki2.jit
+def matmul_view_loop2(w, x, n):
+    """``n`` nisa.nc_matmul instructions as nki-library's token-generation MLP issues them: Python
+    ``range`` loops (not affine: one instruction at a time), tiles placed at fixed addresses, fp16
+    weights ``w [128, MV_H, 128]`` and tokens ``x [128, MV_T, MV_H]``, each product accumulated into
+    the view ``psum[0:128, 0:MV_T]`` of a whole PSUM bank."""
+    out = nl2.ndarray((128, MV_T), dtype=nl2.float32, buffer=nl2.shared_hbm)
+    wt = nl2.ndarray(w.shape, dtype=w.dtype, buffer=nl2.sbuf, address=(0, 0))
+    xt = nl2.ndarray(x.shape, dtype=x.dtype, buffer=nl2.sbuf, address=(0, MV_H * 128 * 2))
+    ps = nl2.ndarray((128, 512), dtype=nl2.float32, buffer=nl2.psum, address=(0, 0))
+    nisa2.dma_copy(dst=wt, src=w)
+    nisa2.dma_copy(dst=xt, src=x)
+    for i in range(n):
+        h = i % MV_H
+        nisa2.nc_matmul(ps[0:128, 0:MV_T], wt[0:128, h, 0:128], xt[0:128, 0:MV_T, h])
+    res = nl2.ndarray((128, MV_T), dtype=nl2.float32, buffer=nl2.sbuf)
+    nisa2.tensor_copy(dst=res, src=ps[0:128, 0:MV_T])
+    nisa2.dma_copy(dst=out, src=res)
+    return out
+
+
+def matmul_view_numpy(w, x, n):
+    """The same ``n`` products in NumPy, one call each: both fp16 operands widened to fp32, the
+    product, the fp32 add."""
+    acc = np.zeros((128, MV_T), np.float32)
+    for i in range(n):
+        h = i % MV_H
+        np.add(acc, w[:, h, :].astype(np.float32).T @ x[:, :, h].astype(np.float32), out=acc)
+    return acc
+
+
 # ---------------------------------------------------------------------------
 # Flash attention (nki_kernels.library) and its NumPy reference
 # ---------------------------------------------------------------------------
@@ -408,21 +445,41 @@ def workloads(quick, wanted=lambda name, workload: True):
 
 
 def per_instruction(quick, wanted=lambda name, workload: True, repeat=None):
-    """Microseconds per small instruction in each generation (difference of two loop lengths, each
-    the best of ``repeat`` runs), for the instructions that ``wanted(name, workload)``."""
-    x = np.random.default_rng(1).standard_normal((128, 64)).astype(np.float32)
+    """Microseconds per instruction in each generation (difference of two loop lengths, each the best
+    of ``repeat`` runs), and of the same operation in NumPy (one call per instruction), for the
+    instructions that ``wanted(name, workload)``."""
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((128, 64)).astype(np.float32)
+    w16 = rng.standard_normal((128, MV_H, 128)).astype(np.float16)
+    x16 = rng.standard_normal((128, MV_T, MV_H)).astype(np.float16)
     n0, n1 = (10, 60) if quick else (100, 2100)
+
+    def loop_numpy(op):
+        def run(n):
+            r = np.empty_like(x)
+            for _ in range(n):
+                op(r)
+            return r
+        return run
+
     out = []
-    for name, kern, want in (("nl.add (gen1)", add_loop1, x + x),
-                             ("nisa.tensor_tensor (standalone)", add_loop2, x + x),
-                             ("nisa.dma_copy SBUF <- HBM (standalone)", load_loop2, x)):
-        if not wanted(name, "128x64 fp32"):
+    for name, workload, kern, ref in (
+            ("nl.add (gen1)", "128x64 fp32", lambda n: add_loop1(x, n), loop_numpy(lambda r: np.add(x, x, out=r))),
+            ("nisa.tensor_tensor (standalone)", "128x64 fp32", lambda n: add_loop2(x, n),
+             loop_numpy(lambda r: np.add(x, x, out=r))),
+            ("nisa.dma_copy SBUF <- HBM (standalone)", "128x64 fp32", lambda n: load_loop2(x, n),
+             loop_numpy(lambda r: np.copyto(r, x))),
+            ("nisa.nc_matmul into a PSUM view, placed tiles, range loop (standalone)", f"128x128 @ 128x{MV_T} fp16",
+             lambda n: matmul_view_loop2(w16, x16, n), lambda n: matmul_view_numpy(w16, x16, n))):
+        if not wanted(name, workload):
             continue
         reps = repeat or (1 if quick else 3)
-        t0, r = best_of(lambda: kern(x, n0), reps)
-        t1, _ = best_of(lambda: kern(x, n1), reps)
-        np.testing.assert_array_equal(r, want)
-        out.append({"name": name, "workload": "128x64 fp32", "us_per_instruction": (t1 - t0) / (n1 - n0) * 1e6})
+        (sim0, ref0), (got, want) = best_of_pair((lambda: kern(n0), lambda: ref(n0)), reps)
+        (sim1, ref1), _ = best_of_pair((lambda: kern(n1), lambda: ref(n1)), reps)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)  # (the matmul row: fp32 sums, same order)
+        sim_us, ref_us = (sim1 - sim0) / (n1 - n0) * 1e6, (ref1 - ref0) / (n1 - n0) * 1e6
+        out.append({"name": name, "workload": workload, "us_per_instruction": sim_us, "numpy_us": ref_us,
+                    "ratio": sim_us / ref_us if ref_us > 0 else float("nan")})
     return out
 
 
@@ -472,12 +529,15 @@ def main(argv=None) -> int:
         table.add_row(r["name"], r["workload"], f"{r['sim_ms']:.1f}", f"{r['numpy_ms']:.1f}",
                       f"{r['ratio']:.2f}x", f"{r['max_rel_err']:.1e}", str(r["loop_iterations_batched"]))
     console.print(table)
-    itable = Table(title="Cost of one small instruction (affine loop)")
+    itable = Table(title="Cost of one instruction (in a loop) vs the same operation in NumPy, one call each")
     itable.add_column("instruction")
     itable.add_column("tile")
     itable.add_column("us / instruction", justify="right")
+    itable.add_column("numpy us", justify="right")
+    itable.add_column("ratio", justify="right")
     for r in instr:
-        itable.add_row(r["name"], r["workload"], f"{r['us_per_instruction']:.1f}")
+        itable.add_row(r["name"], r["workload"], f"{r['us_per_instruction']:.1f}", f"{r['numpy_us']:.1f}",
+                       f"{r['ratio']:.1f}x")
     console.print(itable)
     bad = [r["name"] for r in results if not r["max_rel_err"] < 1e-3]
     if bad:
