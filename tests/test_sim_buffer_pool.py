@@ -4,6 +4,7 @@ A buffer may be handed out again only when no array, view or buffer export made 
 is alive; kernels whose large temporaries come from the pool must give NumPy's answers.
 """
 
+import gc
 import os
 import subprocess
 import sys
@@ -19,6 +20,7 @@ BIG = (1024, 2048)  # 8 MiB of fp32: above buffer_pool.MIN_BYTES
 
 @pytest.fixture(autouse=True)
 def _empty_pool():
+    gc.collect()  # (an earlier test's launch may leave a placed SBUF in cyclic garbage: in use until collected)
     buffer_pool.release()
     yield
     buffer_pool.release()

@@ -494,6 +494,35 @@ def test_nan_fill_sentinels_and_switch():
     assert not (oi == 4).all() or not np.isnan(of).all()  # np.empty: not the sentinels everywhere
 
 
+@pytest.mark.parametrize("nan_fill", [True, False])
+def test_placed_memory_starts_poisoned_in_every_launch(nan_fill):
+    # Each launch's placed SBUF starts as never written (NaN, or zeros with the fill off), not with what
+    # the previous launch left at the same address (its storage buffer may be handed out again).
+    from nki_kernels.simulator import standalone as sa
+    snl, snisa = sa.language, sa.isa
+
+    @sa.jit
+    def k(x, write):
+        out = snl.ndarray((128, 64), dtype=snl.float32, buffer=snl.shared_hbm)
+        t = snl.ndarray((128, 64), dtype=snl.float32, buffer=snl.sbuf, address=(0, 4096))
+        if write:
+            snisa.dma_copy(dst=t, src=x)
+        snisa.dma_copy(dst=out, src=t)
+        return out
+
+    x = np.full((128, 64), 7.0, np.float32)
+    saved = config.nan_fill
+    config.nan_fill = nan_fill
+    try:
+        with config.override(uninit="off"):
+            for _ in range(3):
+                np.testing.assert_array_equal(k(x, True), x)
+                got = k(x, False)
+                assert (np.isnan(got).all() if nan_fill else (got == 0).all()), got[:2, :4]
+    finally:
+        config.nan_fill = saved
+
+
 def test_mixing_with_an_automatic_block_tensor_rejected():
     @jit
     def k(a):
