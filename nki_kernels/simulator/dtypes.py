@@ -190,9 +190,10 @@ _max, _min = np.maximum.reduce, np.minimum.reduce  # (ndarray.max/min's reductio
 def _fp16_widened(data: np.ndarray) -> np.ndarray:
     """fp16 ``data`` widened to fp32, bit for bit as NumPy converts it (NaN payloads kept).
 
-    Whole-array integer steps do it: the sign, exponent and mantissa bits moved to their fp32 places (an arithmetic
-    shift carries the sign; the mask clears its copies) read as an fp32 number 2^112 times too
-    small -- exact for every finite value, subnormals included -- and one multiply by 2^112.
+    Whole-array integer steps do it: the sign, exponent and mantissa bits moved to their fp32
+    places (an arithmetic shift carries the sign; the mask clears its copies) read as an fp32
+    number 2^112 times too small -- exact for every finite value, subnormals included -- and one
+    multiply by 2^112.
     Infinities and NaNs, whose fp16 exponent is all ones, come out as 2^16 or more (the largest
     finite fp16 is 65504) and are rebuilt with the all-ones fp32 exponent."""
     wide = data.view(np.uint16).astype(np.uint32)
