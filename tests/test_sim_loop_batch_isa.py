@@ -126,6 +126,52 @@ def test_a_psum_tile_completed_by_view_writes_accumulates_in_a_batched_loop():
 
 
 @nki.jit
+def load_scale_store(x):
+    """Each iteration DMAs rows of ``x`` into a fresh tile, doubles the tile in place, stores it."""
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    for i in nl.affine_range(x.shape[0] // 128):
+        t = nl.ndarray((128, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x[i * 128:(i + 1) * 128, :])
+        nisa.tensor_scalar(dst=t, data=t, op0=nl.multiply, operand0=2.0)
+        nisa.dma_copy(dst=out[i * 128:(i + 1) * 128, :], src=t)
+    return out
+
+
+@nki.jit
+def load_then_overwrite_the_source(x):
+    """A copy ``src`` of ``x`` in HBM; each iteration loads rows of ``src``, then overwrites those rows
+    with zeros, then stores what it loaded: the values from before the overwrite."""
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    src = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=src, src=x)
+    for i in nl.affine_range(x.shape[0] // 128):
+        t = nl.ndarray((128, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+        z = nl.ndarray((128, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=src[i * 128:(i + 1) * 128, :])
+        nisa.memset(dst=z, value=0.0)
+        nisa.dma_copy(dst=src[i * 128:(i + 1) * 128, :], src=z)
+        nisa.dma_copy(dst=out[i * 128:(i + 1) * 128, :], src=t)
+    return out, src
+
+
+def test_a_batch_of_fresh_tiles_views_hbm_copy_on_write():
+    # A DMA from HBM into a fresh tile in a batched loop views HBM instead of copying, as one
+    # iteration's does: a write into the tile must not reach HBM, and a write into HBM must not
+    # reach the tile loaded before it.
+    x = rng.standard_normal((1024, 256), dtype=np.float32)
+    keep = x.copy()
+    got, batched = run(load_scale_store, x)
+    assert batched == 8 - 2
+    np.testing.assert_array_equal(got, keep * 2.0)
+    np.testing.assert_array_equal(x, keep)  # the input is untouched
+
+    (got, src), batched = run(load_then_overwrite_the_source, x)
+    assert batched == 8 - 2
+    np.testing.assert_array_equal(got, keep)
+    np.testing.assert_array_equal(src, 0.0)
+
+
+@nki.jit
 def row_softmax_scaled(x, y, bias):
     out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
     f = x.shape[1]

@@ -489,11 +489,12 @@ def _allocate(shape, dtype, buffer, fill=None, name="", address=None):
     if prog is not None and prog.nb:
         if placement is not None:
             raise NotBatchable("placed tensors live in per-program storage")
-        # One tile per program, writeable like the per-program path (views of it write through).
+        # One tile per program, writeable like the per-program path (views of it write through); its
+        # NaN fill deferred alike (a DMA from HBM into it then views HBM instead of copying).
         full = prog.bshape + shape
-        data = _memory.uninitialised(full, dtype) if fill is None else (
-            np.zeros(full, dtype) if fill == 0 else np.full(full, fill, dtype))
-        return Tile(data, buffer, pdim)
+        if fill is None:
+            return _uninitialised_tile(full, dtype, buffer, pdim)
+        return Tile(np.zeros(full, dtype) if fill == 0 else np.full(full, fill, dtype), buffer, pdim)
     if placement is not None and prog is not None:
         return _placed(shape, pdim, dtype, buffer, placement, fill, name, prog)
     if fill is None:

@@ -422,7 +422,7 @@ def borrow(dst, tensor, a) -> bool:
     data = dst._data
     m = dst._mem
     thunk = dst._thunk
-    if not (type(dst) is Tile and dst._parent is None and dst.buffer is sbuf and not dst.nb
+    if not (type(dst) is Tile and dst._parent is None and dst.buffer is sbuf
             and thunk is not None and thunk[0] is core.fill_sentinel and not thunk[1][1]
             and (m is None or (m.tiles is None and m.place is None))
             and type(a) is np.ndarray and a.base is not None and a.shape == data.shape and a.dtype is data.dtype):
@@ -446,7 +446,7 @@ def _wrote_whole(dst, data, m, prog, values):
     """The diagnostics and memory-slot bookkeeping of an instruction that wrote all of the plain tile
     ``dst`` (array ``data``, record ``m``) with ``values``."""
     if dst._diag is not None or _diag.loops:
-        shape = data.shape
+        shape = dst.shape if dst.nb else data.shape  # (a batch's tile: its programs' shape)
         idx = core._WHOLE_INDEX.get(shape)
         _diag.on_write(dst, idx if idx is not None else core._whole_index(shape, dst.buffer.tile_label), values)
     if prog is not None and m is not None:  # the instruction wrote dst: one memory slot
