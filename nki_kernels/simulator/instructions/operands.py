@@ -414,8 +414,9 @@ def _into(dst, fn, a, b, engine) -> bool:
 
 
 def borrow(dst, tensor, a) -> bool:
-    """A DMA of ``a`` (a view of HBM ``tensor``'s memory, of ``dst``'s shape and dtype) into all of a
-    fresh plain SBUF tile ``dst`` (its deferred fill pending: nothing has read or viewed it yet):
+    """A DMA of ``a`` (a view of HBM ``tensor``'s memory, of ``dst``'s shape and dtype, batch axes
+    included) into all of a fresh plain SBUF tile ``dst`` (its deferred fill pending: nothing has read
+    or viewed it yet):
     ``dst`` views HBM copy-on-write instead of copying, as ``nl.load``'s tiles do (the first write to
     either side gives the tile its own copy), with :func:`write`'s bookkeeping. Returns False, having
     done nothing, otherwise."""
