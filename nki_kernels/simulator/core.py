@@ -344,10 +344,10 @@ def fill_sentinel(data, written=(), pdim=0, out=None):
 
 def uninitialised_tile(shape, dtype, buffer, pdim=0) -> "Tile":
     """A new ``nl.ndarray`` tile (not placed; one program's, or a batch's with the batch axes leading
-    ``shape``). Its NaN (sentinel) fill is deferred like
-    an element-wise op: the first read fills it, and an instruction writing the whole tile first
-    (a DMA into a fresh tile, a matmul's first result) skips the fill it would overwrite, as does
-    an assignment of a whole block of a block-dimension tile for that block."""
+    ``shape``). Its NaN (sentinel) fill is deferred like an element-wise op: the first read fills
+    it, and an instruction writing the whole tile first (a DMA into a fresh tile, a matmul's first
+    result) skips the fill it would overwrite, as does an assignment of a whole block of a
+    block-dimension tile for that block."""
     data = np.empty(shape, dtype) if _config.nan_fill else _memory.uninitialised(shape, dtype)
     tile = Tile(data, buffer, pdim)
     if _config.nan_fill:
