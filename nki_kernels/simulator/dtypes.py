@@ -145,13 +145,13 @@ def compute_view(data: np.ndarray) -> np.ndarray:
         if dtype.itemsize == 1 and data.ndim:
             # fp8: the fp32 value of each of the 256 bit patterns, looked up (ml_dtypes converts fp8
             # element by element, ~5x slower; the table holds its own conversions, so the bits agree)
-            return _fp8_to_fp32(dtype)[data.view(np.uint8)]
+            return _look_up(_fp8_to_fp32(dtype), data.view(np.uint8))
         if dtype is float16 and data.ndim:
             # NumPy widens fp16 element by element (~2 ns each, 10x its bf16 rate); a gather from a
             # table of the 65536 patterns' own conversions gives the same bits faster. (Not float
             # arithmetic on the bits: under the flush-to-zero / denormals-are-zero mode XLA's CPU
             # threads run custom calls in, a step through an fp32 subnormal would lose fp16 subnormals.)
-            return np.take(_fp16_to_fp32(), data.view(np.uint16))
+            return _look_up(_fp16_to_fp32(), data.view(np.uint16))
         if not _rows_contiguous(data):
             data = np.ascontiguousarray(data)
         return data.astype(np.float32)
@@ -165,8 +165,15 @@ def through_fp32(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
     src = values.dtype
     if src.itemsize == 1 and src in _LOW_FLOATS and values.ndim and dtype in SUPPORTED \
             and dtype not in PACKED_X4:
-        return _fp8_to(src, dtype)[values.view(np.uint8)]
+        return _look_up(_fp8_to(src, dtype), values.view(np.uint8))
     return compute_view(values).astype(np.float32, copy=False)
+
+
+def _look_up(table: np.ndarray, bits: np.ndarray) -> np.ndarray:
+    """``table[bits]``: the entry of every element's bit pattern (``table`` has one per pattern)."""
+    # mode="wrap" skips take's per-element bounds check (an unsigned pattern indexes a table of all its
+    # values, so none wraps): 10 us for a 128x128 fp16 tile, against 16 us for np.take, 24 for table[bits]
+    return table.take(bits, mode="wrap")
 
 
 @functools.lru_cache(maxsize=None)
