@@ -772,6 +772,48 @@ def test_matmuls_into_views_of_a_psum_tile_overwrite_then_accumulate_as_numpy():
     np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize("placed", [False, True], ids=["allocated", "placed"])
+def test_psum_views_found_whole_are_told_apart_by_place_and_tile(placed):
+    """A view found wholly written (remembered so a loop's matmuls into ``psum[0:128, 0:T]`` read the
+    written-elements mask once) is that region of that tile only: a view of the same shape elsewhere,
+    one that is partly written, and the same view of a fresh tile still overwrite what was never
+    written, as NumPy's sums say."""
+    T = 32
+
+    @nki2.jit
+    def k(lhsT, rhs):
+        out = nl2.ndarray((2, 128, 4 * T), dtype=nl2.float32, buffer=nl2.shared_hbm)
+        a = nl2.ndarray((128, 128), dtype=nl2.float32, buffer=nl2.sbuf)
+        b = nl2.ndarray((128, T), dtype=nl2.float32, buffer=nl2.sbuf)
+        nisa2.dma_copy(dst=a, src=lhsT)
+        nisa2.dma_copy(dst=b, src=rhs)
+        res = nl2.ndarray((128, 4 * T), dtype=nl2.float32, buffer=nl2.sbuf)
+        for t in range(2):  # the second tile is fresh where the first one's views were found whole
+            acc = nl2.ndarray((128, 512), dtype=nl2.float32, buffer=nl2.psum,
+                              **({"address": (0, 2048 * t)} if placed else {}))
+            nisa2.nc_matmul(dst=acc[0:128, 3 * T:4 * T], stationary=a, moving=b, accumulate=False)
+            nisa2.nc_matmul(dst=acc[0:128, 3 * T:4 * T], stationary=a, moving=b)
+            for _ in range(3):
+                nisa2.nc_matmul(dst=acc[0:128, 0:T], stationary=a, moving=b)  # overwrite, then add twice
+            nisa2.nc_matmul(dst=acc[0:128, T:2 * T], stationary=a, moving=b)  # same shape, elsewhere
+            nisa2.nc_matmul(dst=acc[0:64, 2 * T:3 * T], stationary=a[:, 0:64], moving=b)
+            nisa2.nc_matmul(dst=acc[0:128, 2 * T:3 * T], stationary=a, moving=b)  # top half adds
+            nisa2.tensor_copy(dst=res, src=acc[0:128, 0:4 * T])
+            nisa2.dma_copy(dst=out[t], src=res)
+        return out
+
+    rng = np.random.default_rng(8)
+    lhsT = rng.standard_normal((128, 128)).astype(np.float32)
+    rhs = rng.standard_normal((128, T)).astype(np.float32)
+    p = lhsT.T @ rhs
+    third = p.copy()
+    third[:64] = p[:64] + p[:64]
+    want = np.concatenate([(p + p) + p, p, third, p + p], axis=1)
+    got = k(lhsT, rhs)
+    np.testing.assert_array_equal(got[0], want)
+    np.testing.assert_array_equal(got[1], want)
+
+
 def test_accumulate_true_into_a_partly_written_psum_tile_is_still_rejected():
     """Planted bug next to the in-place path: after a matmul into the left half, ``accumulate=True``
     into the whole tile adds onto never-written elements (the right half)."""

@@ -177,10 +177,12 @@ def same_rows(op, a, an, b, bn):
 # writing a destination
 # ---------------------------------------------------------------------------
 # Per PSUM tile (by id: Tile overloads ==): [weakref, which elements hold a value, all of them do:
-# True, False (not known), or None (not all, and nothing marked since that was found)], for
-# nc_matmul's accumulate=None inference. Elements are only ever marked (a write never unwrites), so
-# "all" stays true once found. Entries go when the tile does.
+# True, False (not known), or None (not all, and nothing marked since that was found), the views
+# found whole (see _region_key)], for nc_matmul's accumulate=None inference. Elements are only ever
+# marked (a write never unwrites), so "all" -- of the tile or of a view -- stays true once found.
+# Entries go when the tile does.
 _psum_written = {}
+_WHOLE_VIEWS_MAX = 256  # views remembered per tile (a loop's views of one PSUM tile are a few)
 
 
 def _written_mask(root, create=False):
@@ -191,7 +193,7 @@ def _written_mask(root, create=False):
         return None
     key = id(root)
     mask = np.zeros(root.shape, dtype=bool)
-    _psum_written[key] = [weakref.ref(root, lambda _, k=key: _psum_written.pop(k, None)), mask, False]
+    _psum_written[key] = [weakref.ref(root, lambda _, k=key: _psum_written.pop(k, None)), mask, False, set()]
     return mask
 
 
@@ -204,6 +206,36 @@ def _all_written(root) -> bool:
     if ent[2] is False:
         ent[2] = True if ent[1].all() else None
     return bool(ent[2])
+
+
+def _region_key(root, dst):
+    """A view ``dst`` of PSUM tile ``root`` by its place in the root: ``(offset, shape, strides)`` in
+    the root's elements (``None`` when it is not a strided view of it)."""
+    raw = dst._raw()
+    pos = position_in_root(raw, root)
+    return None if pos is None else (pos[0], raw.shape, pos[1])
+
+
+def _view_written(root, dst) -> bool:
+    """Whether every element of ``dst``, a view of PSUM tile ``root``, holds a value. A view found
+    whole is remembered by its place, so a loop accumulating into ``psum[0:128, 0:T]`` reads the
+    mask once, not at every matmul."""
+    ent = _psum_written.get(id(root))
+    if ent is None or ent[0]() is not root:
+        return False
+    if ent[2]:
+        return True
+    key = _region_key(root, dst)
+    if key is None:
+        return bool(psum_state(dst).all())
+    if key in ent[3]:
+        return True
+    if not np.ndarray(key[1], dtype=bool, buffer=ent[1], offset=key[0], strides=key[2]).all():
+        return False
+    if len(ent[3]) >= _WHOLE_VIEWS_MAX:
+        ent[3].clear()
+    ent[3].add(key)
+    return True
 
 
 class scratch:
@@ -330,8 +362,9 @@ def write(dst, values, op, what="result", mask=None, add=False):
         _memory.wrote_dst(dst._mem, prog)
     if root.buffer is psum and not add:  # (an add writes only elements that hold a value already)
         ent = _psum_written.get(id(root))
-        if ent is not None and ent[2] and ent[0]() is root:
-            return  # (every element holds a value already)
+        if ent is not None and ent[0]() is root and (ent[2] or (keep is None and dst is not root and ent[3]
+                                                               and _region_key(root, dst) in ent[3])):
+            return  # (every element written holds a value already)
         written = _written_mask(root, create=True)
         region = _region_mask(written, root, dst)
         if region is None or (region is written and keep is None):
@@ -505,8 +538,7 @@ def write_accumulating(dst, values, accumulate, op):
         vals = np.asarray(values)
         # (a view of a PSUM tile every element of which holds a value -- nki-library's matmuls into
         # psum[0:128, 0:512] -- needs no region of the mask; finding that also ends write's marking)
-        if vals.dtype == np.float32 and vals.shape == dst.shape and (_all_written(root_of(dst))
-                                                                      or psum_state(dst).all()):
+        if vals.dtype == np.float32 and vals.shape == dst.shape and _view_written(root_of(dst), dst):
             dst.data  # noqa: B018 - the instruction reads its accumulator (the memory model's live range)
             write(dst, vals, op, add=True)
             return
