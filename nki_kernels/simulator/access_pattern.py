@@ -33,6 +33,7 @@ from __future__ import annotations
 import functools
 import math
 import operator
+import weakref
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
@@ -526,9 +527,6 @@ def _root_affine(lay: Layout):
 
 def materialize(lay: Layout, what: str):
     """The tensor object of a layout: a Tile (on chip) or an HBM tensor view sharing the storage."""
-    from . import diagnostics as _diag
-    from .core import HBMTensor, Tile
-
     if lay.dynamic is None:
         try:
             check_layout(lay, what)
@@ -540,16 +538,7 @@ def materialize(lay: Layout, what: str):
             # builds such views on paths it then skips).
             lay = lay.replace(dynamic=_Dynamic("unusable", f"{e.detail} (the view was made at {e.where})", 0))
             return materialize(lay, what)
-        arr = strided_array(lay)
-        if lay.on_chip:
-            view = Tile(arr, lay.root.buffer, 0, parent=lay.source)
-            view._review = lambda _data, lay=lay: strided_array(lay)  # (after the root's copy-on-write copy)
-            if lay.root._diag is not None or _diag.loops:
-                _diag.on_view(lay.root, view, _root_index(lay))
-            return view
-        view = HBMTensor(arr, lay.root.buffer, lay.root.name)
-        _share_hbm(view, lay.root)
-        return view
+        return _static_view(lay, strided_array(lay))
     tile_cls, hbm_cls = _dynamic_classes()
     if lay.dynamic.kind == "unusable":
         cls = tile_cls if lay.on_chip else hbm_cls
@@ -574,6 +563,22 @@ def materialize(lay: Layout, what: str):
         return view
     view = hbm_cls(np.broadcast_to(np.zeros((), lay.dtype), lay.shape), lay.root.buffer, lay.root.name)
     view._layout = lay
+    _share_hbm(view, lay.root)
+    return view
+
+
+def _static_view(lay: Layout, arr: np.ndarray):
+    """The tensor object of a checked static layout whose NumPy view is ``arr``."""
+    from . import diagnostics as _diag
+    from .core import HBMTensor, Tile
+
+    if lay.on_chip:
+        view = Tile(arr, lay.root.buffer, 0, parent=lay.source)
+        view._review = lambda _data, lay=lay: strided_array(lay)  # (after the root's copy-on-write copy)
+        if lay.root._diag is not None or _diag.loops:
+            _diag.on_view(lay.root, view, _root_index(lay))
+        return view
+    view = HBMTensor(arr, lay.root.buffer, lay.root.name)
     _share_hbm(view, lay.root)
     return view
 
@@ -712,6 +717,127 @@ def _dtype(dtype):
     return dt.as_dtype(dtype)
 
 
+# ---------------------------------------------------------------------------
+# `.ap` plans: a loop's repeated views, resolved once
+# ---------------------------------------------------------------------------
+class _Plan:
+    """What ``tensor.ap(pattern, offset, dtype=dtype)`` resolved to, kept on the tensor: the layout's
+    numbers and the view's place in the array that owns the storage's memory. Valid while the
+    tensor and its root keep the arrays they had (held by weak reference: a plan keeps no memory
+    alive), since a layout depends on nothing else."""
+
+    __slots__ = ("data", "root", "root_data", "owner", "dtype", "offset", "shape", "strides", "at", "byte_strides",
+                 "readonly")
+
+
+_PLANS_PER_TENSOR = 64  # (a loop's distinct views of one tensor are a few)
+
+
+def _plan_key(pattern, offset, dtype):
+    """The plans' key of ``ap``'s arguments (``None`` for a form not planned)."""
+    if type(offset) is bool:  # (True == 1: a bool offset must reach the argument check every time)
+        return None
+    try:
+        key = (tuple([tuple(p) for p in pattern]), offset, dtype)
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
+def _owner(arr):
+    """The array that owns ``arr``'s memory (``None`` when it is not an ndarray)."""
+    while isinstance(arr.base, np.ndarray):
+        arr = arr.base
+    return arr if arr.base is None and arr.flags.c_contiguous else None
+
+
+def _address(arr) -> int:
+    return arr.__array_interface__["data"][0]
+
+
+def _tensor_arrays(t):
+    """``(root, the tensor's array, the root's array)`` of a tile or HBM tensor a plan may cover (views
+    made by ``ap`` and the view methods), else ``None``."""
+    from .core import HBMTensor, Tile
+
+    if getattr(t, "_layout", None) is not None or getattr(t, "nb", 0):
+        return None
+    if isinstance(t, Tile):
+        root = _root_tile(t)
+        if t._thunk is not None or root._thunk is not None or not root._data.flags.writeable:
+            return None  # (layout_of computes it, or takes its private copy, first)
+        return root, t._data, root._data
+    if isinstance(t, HBMTensor):
+        root = getattr(t, "_storage_root", t)
+        return root, t.data, root.data
+    return None
+
+
+def _plan(t, pattern, offset, dtype, lay: Layout, view) -> None:
+    """Remember the static view ``view`` that ``t.ap(pattern, offset, dtype=dtype)`` made (layout ``lay``)."""
+    key = _plan_key(pattern, offset, dtype)
+    arrays = _tensor_arrays(t) if key is not None else None
+    if arrays is None:
+        return
+    root, data, root_data = arrays
+    arr = view._data if lay.on_chip else view.data
+    owner = _owner(root_data)
+    if owner is None or root is not lay.root:
+        return
+    plan = _Plan()
+    plan.data, plan.root, plan.root_data, plan.owner = (weakref.ref(data), weakref.ref(root),
+                                                        weakref.ref(root_data), weakref.ref(owner))
+    plan.dtype, plan.offset, plan.shape, plan.strides = lay.dtype, lay.offset, lay.shape, lay.strides
+    plan.at, plan.byte_strides = _address(arr) - _address(owner), arr.strides
+    plan.readonly = not arr.flags.writeable
+    try:  # the same memory, element for element, or no plan
+        again = _planned_array(plan, owner)
+    except (TypeError, ValueError):
+        return
+    if _address(again) != _address(arr) or again.shape != arr.shape or again.strides != arr.strides:
+        return
+    plans = getattr(t, "_aps", None)
+    if plans is None or len(plans) >= _PLANS_PER_TENSOR:
+        plans = t._aps = {}
+    plans[key] = plan
+
+
+def _planned_array(plan, owner) -> np.ndarray:
+    arr = np.ndarray(plan.shape, plan.dtype, buffer=owner, offset=plan.at, strides=plan.byte_strides)
+    if plan.readonly:
+        arr.flags.writeable = False
+    return arr
+
+
+def _planned_view(t, pattern, offset, dtype):
+    """``t.ap(pattern, offset, dtype=dtype)`` from its plan, when ``t`` has one that is still valid
+    (else ``None``: the caller resolves it)."""
+    plans = getattr(t, "_aps", None)
+    if not plans:
+        return None
+    key = _plan_key(pattern, offset, dtype)
+    plan = plans.get(key) if key is not None else None
+    if plan is None:
+        return None
+    arrays = _tensor_arrays(t)
+    if arrays is None:
+        return None
+    root, data, root_data = arrays
+    owner = plan.owner()
+    if plan.root() is not root or plan.data() is not data or plan.root_data() is not root_data or owner is None:
+        return None
+    from .core import _tls, flush_pending
+
+    prog = getattr(_tls, "program", None)
+    if prog is not None and prog.pending is not None:
+        flush_pending()  # (what layout_of's root.own() does first)
+    lay = Layout.__new__(Layout)
+    lay.root, lay.dtype, lay.offset, lay.shape, lay.strides = root, plan.dtype, plan.offset, plan.shape, plan.strides
+    lay.dynamic, lay.source = None, t
+    return _static_view(lay, _planned_array(plan, owner))
+
+
 class NkiTensor(NKIObject):
     """The view methods of ``nl.NkiTensor``, shared by on-chip tiles, HBM tensors and HBM accesses.
 
@@ -771,6 +897,10 @@ class NkiTensor(NKIObject):
         ``scalar_offset`` / ``vector_offset`` add a runtime index times the stride of
         ``indirect_dim`` of this tensor (``vector_offset``: one index per partition, dim 0).
         """
+        if scalar_offset is None and vector_offset is None:
+            view = _planned_view(self, pattern, offset, dtype)
+            if view is not None:
+                return view
         what = "NkiTensor.ap"
         lay = layout_of(self)
         if isinstance(pattern, (list, tuple)) and len(pattern) == 2 and all(
@@ -814,7 +944,10 @@ class NkiTensor(NKIObject):
                 vector_offset.shape[0] != nums[0]:
             raise NKIError("vector offset", f"{what}: vector_offset has {vector_offset.shape[0]} partitions, the "
                            f"pattern's first entry {nums[0]}")
-        return materialize(out, what)
+        view = materialize(out, what)
+        if dyn is None and getattr(view, "_layout", None) is None:  # (a checked static view: worth a plan)
+            _plan(self, pattern, offset, dtype, out, view)
+        return view
 
     # -- shape views ---------------------------------------------------------
     def slice(self, dim, start, end, step=1):
