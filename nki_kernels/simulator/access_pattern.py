@@ -43,6 +43,15 @@ from .errors import NKIError, NotBatchable
 from .nki_object import NKIObject
 
 
+@functools.cache
+def _late():
+    """``(core, diagnostics, indexing)``, imported on first use: they import this module (a function-level
+    import costs about half a microsecond, and a view is made at every instruction of a loop)."""
+    from . import core, diagnostics, indexing
+
+    return core, diagnostics, indexing
+
+
 # ---------------------------------------------------------------------------
 # layouts: storage + dtype + offset + shape + strides (+ a dynamic index)
 # ---------------------------------------------------------------------------
@@ -146,7 +155,8 @@ def _root_tile(t):
 
 def layout_of(t) -> Layout:
     """The layout of a tile, HBM tensor or HBM access (its position in its root's storage)."""
-    from .core import Access, HBMTensor, Tile
+    core = _late()[0]
+    Access, HBMTensor, Tile = core.Access, core.HBMTensor, core.Tile
 
     if getattr(t, "nb", 0):  # a tile with batch axes: views run one program at a time
         raise NotBatchable("NkiTensor views of a batch of programs' tiles")
@@ -455,8 +465,6 @@ def vector_addresses(lay: Layout, what) -> np.ndarray:
 
 def _root_index(lay: Layout):
     """The root elements a static layout covers, as an :class:`~.indexing.Index` (for diagnostics)."""
-    from .indexing import Index
-
     root = lay.root
     key = (root.shape, root.dtype.itemsize, lay.dtype.itemsize, lay.offset, lay.shape, lay.strides)
     hit = _ROOT_INDEX.get(key)
@@ -470,7 +478,7 @@ def _root_index(lay: Layout):
         _ROOT_INDEX[key] = index
         return index
     addr = addresses(lay) * lay.dtype.itemsize // root.dtype.itemsize
-    return Index(root.shape, lay.shape, list(np.unravel_index(addr, root.shape)))
+    return _late()[2].Index(root.shape, lay.shape, list(np.unravel_index(addr, root.shape)))
 
 
 _ROOT_INDEX = {}  # (root shape, itemsizes, layout) -> the affine root Index of _root_index
@@ -569,16 +577,14 @@ def materialize(lay: Layout, what: str):
 
 def _static_view(lay: Layout, arr: np.ndarray):
     """The tensor object of a checked static layout whose NumPy view is ``arr``."""
-    from . import diagnostics as _diag
-    from .core import HBMTensor, Tile
-
+    core, _diag, _ = _late()
     if lay.on_chip:
-        view = Tile(arr, lay.root.buffer, 0, parent=lay.source)
+        view = core.Tile(arr, lay.root.buffer, 0, parent=lay.source)
         view._review = lambda _data, lay=lay: strided_array(lay)  # (after the root's copy-on-write copy)
         if lay.root._diag is not None or _diag.loops:
             _diag.on_view(lay.root, view, _root_index(lay))
         return view
-    view = HBMTensor(arr, lay.root.buffer, lay.root.name)
+    view = core.HBMTensor(arr, lay.root.buffer, lay.root.name)
     _share_hbm(view, lay.root)
     return view
 
@@ -720,122 +726,126 @@ def _dtype(dtype):
 # ---------------------------------------------------------------------------
 # `.ap` plans: a loop's repeated views, resolved once
 # ---------------------------------------------------------------------------
-class _Plan:
-    """What ``tensor.ap(pattern, offset, dtype=dtype)`` resolved to, kept on the tensor: the layout's
-    numbers and the view's place in the array that owns the storage's memory. Valid while the
-    tensor and its root keep the arrays they had (held by weak reference: a plan keeps no memory
-    alive), since a layout depends on nothing else."""
-
-    __slots__ = ("data", "root", "root_data", "owner", "dtype", "offset", "shape", "strides", "at", "byte_strides",
-                 "readonly")
-
-
-_PLANS_PER_TENSOR = 64  # (a loop's distinct views of one tensor are a few)
-
-
-def _plan_key(pattern, offset, dtype):
-    """The plans' key of ``ap``'s arguments (``None`` for a form not planned)."""
-    if type(offset) is bool:  # (True == 1: a bool offset must reach the argument check every time)
-        return None
-    try:
-        key = (tuple([tuple(p) for p in pattern]), offset, dtype)
-        hash(key)
-    except TypeError:
-        return None
-    return key
-
-
-def _owner(arr):
-    """The array that owns ``arr``'s memory (``None`` when it is not an ndarray)."""
-    while isinstance(arr.base, np.ndarray):
-        arr = arr.base
-    return arr if arr.base is None and arr.flags.c_contiguous else None
+# What `tensor.ap(pattern, offset, dtype=...)` resolved to, by the numbers that decide it: the
+# root's array (shape, strides, dtype), the tensor's (the same, and its address from the root's),
+# the root's memory and partition dimension, and the arguments. A layout is a function of these
+# alone, and a plan places the view from the root's first element, so a plan is valid for any
+# tensor with the same numbers -- nki-library allocates a weight tile per expert and views each
+# the same way -- and holds no reference to any array.
+_PLANS = {}
+_PLANS_MAX = 8192
 
 
 def _address(arr) -> int:
     return arr.__array_interface__["data"][0]
 
 
-def _tensor_arrays(t):
-    """``(root, the tensor's array, the root's array)`` of a tile or HBM tensor a plan may cover (views
-    made by ``ap`` and the view methods), else ``None``."""
-    from .core import HBMTensor, Tile
+def _owner(arr):
+    """The array that owns ``arr``'s memory (``None`` when it is not a contiguous ndarray)."""
+    while isinstance(arr.base, np.ndarray):
+        arr = arr.base
+    return arr if arr.base is None and arr.flags.c_contiguous else None
 
-    if getattr(t, "_layout", None) is not None or getattr(t, "nb", 0):
+
+def _plan_key(t, pattern, offset, dtype):
+    """``(key, root, root's array)`` of ``t.ap(pattern, offset, dtype=dtype)`` (``None`` for a form
+    not planned: a dynamic or batched view, a tile with a deferred value or viewing HBM copy-on-write
+    -- layout_of computes it or takes its private copy first -- or arguments that do not hash)."""
+    core = _late()[0]
+    if type(offset) is bool or getattr(t, "_layout", None) is not None:  # (True == 1: bools reach the check)
         return None
-    if isinstance(t, Tile):
+    if isinstance(t, core.Tile):
+        if t.nb:
+            return None
         root = _root_tile(t)
-        if t._thunk is not None or root._thunk is not None or not root._data.flags.writeable:
-            return None  # (layout_of computes it, or takes its private copy, first)
-        return root, t._data, root._data
-    if isinstance(t, HBMTensor):
+        data, root_data = t._data, root._data
+        if t._thunk is not None or root._thunk is not None or not root_data.flags.writeable:
+            return None
+        extra = root.pdim
+    elif isinstance(t, core.HBMTensor):
         root = getattr(t, "_storage_root", t)
-        return root, t.data, root.data
-    return None
+        data, root_data = t.data, root.data
+        extra = root_data.flags.writeable
+    else:
+        return None
+    ra = _address(root_data)
+    try:
+        key = (tuple([tuple(p) for p in pattern]), offset, dtype, root.buffer, extra,
+               root_data.shape, root_data.strides, root_data.dtype,
+               0 if data is root_data else _address(data) - ra, data.shape, data.strides, data.dtype)
+        hash(key)
+    except TypeError:
+        return None
+    return key, root, root_data, ra
 
 
 def _plan(t, pattern, offset, dtype, lay: Layout, view) -> None:
     """Remember the static view ``view`` that ``t.ap(pattern, offset, dtype=dtype)`` made (layout ``lay``)."""
-    key = _plan_key(pattern, offset, dtype)
-    arrays = _tensor_arrays(t) if key is not None else None
-    if arrays is None:
+    found = _plan_key(t, pattern, offset, dtype)
+    if found is None:
         return
-    root, data, root_data = arrays
+    key, root, root_data, ra = found
     arr = view._data if lay.on_chip else view.data
     owner = _owner(root_data)
     if owner is None or root is not lay.root:
         return
-    plan = _Plan()
-    plan.data, plan.root, plan.root_data, plan.owner = (weakref.ref(data), weakref.ref(root),
-                                                        weakref.ref(root_data), weakref.ref(owner))
-    plan.dtype, plan.offset, plan.shape, plan.strides = lay.dtype, lay.offset, lay.shape, lay.strides
-    plan.at, plan.byte_strides = _address(arr) - _address(owner), arr.strides
-    plan.readonly = not arr.flags.writeable
+    # (the view's place from the root's first element, and the root's from its owner's, at each use:
+    # another array of the same numbers may have another owner)
+    plan = (lay.dtype, lay.offset, lay.shape, lay.strides, _address(arr) - ra, arr.strides,
+            not arr.flags.writeable)
     try:  # the same memory, element for element, or no plan
-        again = _planned_array(plan, owner)
+        again = _planned_array(plan, ra, owner)
     except (TypeError, ValueError):
         return
     if _address(again) != _address(arr) or again.shape != arr.shape or again.strides != arr.strides:
         return
-    plans = getattr(t, "_aps", None)
-    if plans is None or len(plans) >= _PLANS_PER_TENSOR:
-        plans = t._aps = {}
-    plans[key] = plan
+    if len(_PLANS) >= _PLANS_MAX:
+        _PLANS.clear()
+    _PLANS[key] = plan
 
 
-def _planned_array(plan, owner) -> np.ndarray:
-    arr = np.ndarray(plan.shape, plan.dtype, buffer=owner, offset=plan.at, strides=plan.byte_strides)
-    if plan.readonly:
+def _owner_address(owner) -> int:
+    """``_address(owner)``, remembered while the owner lives (placed SBUF memory, an HBM argument)."""
+    hit = _OWNER_ADDRESSES.get(id(owner))
+    if hit is not None and hit[0]() is owner:
+        return hit[1]
+    if len(_OWNER_ADDRESSES) >= 1024:
+        _OWNER_ADDRESSES.clear()
+    _OWNER_ADDRESSES[id(owner)] = (weakref.ref(owner), _address(owner))
+    return _OWNER_ADDRESSES[id(owner)][1]
+
+
+_OWNER_ADDRESSES = {}  # id(array) -> (weak reference, address)
+
+
+def _planned_array(plan, root_address, owner) -> np.ndarray:
+    dtype, _, shape, _, at, byte_strides, readonly = plan
+    arr = np.ndarray(shape, dtype, buffer=owner, offset=root_address - _owner_address(owner) + at,
+                     strides=byte_strides)
+    if readonly:
         arr.flags.writeable = False
     return arr
 
 
 def _planned_view(t, pattern, offset, dtype):
-    """``t.ap(pattern, offset, dtype=dtype)`` from its plan, when ``t`` has one that is still valid
-    (else ``None``: the caller resolves it)."""
-    plans = getattr(t, "_aps", None)
-    if not plans:
-        return None
-    key = _plan_key(pattern, offset, dtype)
-    plan = plans.get(key) if key is not None else None
+    """``t.ap(pattern, offset, dtype=dtype)`` from its plan, when there is one (else ``None``: the
+    caller resolves it)."""
+    found = _plan_key(t, pattern, offset, dtype)
+    plan = _PLANS.get(found[0]) if found is not None else None
     if plan is None:
         return None
-    arrays = _tensor_arrays(t)
-    if arrays is None:
+    _, root, root_data, ra = found
+    owner = _owner(root_data)
+    if owner is None:
         return None
-    root, data, root_data = arrays
-    owner = plan.owner()
-    if plan.root() is not root or plan.data() is not data or plan.root_data() is not root_data or owner is None:
-        return None
-    from .core import _tls, flush_pending
-
-    prog = getattr(_tls, "program", None)
+    core = _late()[0]
+    prog = getattr(core._tls, "program", None)
     if prog is not None and prog.pending is not None:
-        flush_pending()  # (what layout_of's root.own() does first)
+        core.flush_pending()  # (what layout_of's root.own() does first)
     lay = Layout.__new__(Layout)
-    lay.root, lay.dtype, lay.offset, lay.shape, lay.strides = root, plan.dtype, plan.offset, plan.shape, plan.strides
+    lay.root, lay.dtype, lay.offset, lay.shape, lay.strides = root, plan[0], plan[1], plan[2], plan[3]
     lay.dynamic, lay.source = None, t
-    return _static_view(lay, _planned_array(plan, owner))
+    return _static_view(lay, _planned_array(plan, ra, owner))
 
 
 class NkiTensor(NKIObject):

@@ -368,7 +368,7 @@ class Tile(NkiTensor):
 
     __array_ufunc__ = None  # NumPy defers to the Tile's own operators
     __slots__ = ("_data", "_thunk", "buffer", "pdim", "_mem", "_parent", "_review", "_written", "_diag", "nb",
-                 "_views", "_aps",
+                 "_views",
                  "__weakref__")
 
     def __init__(self, data, buffer=sbuf, pdim: int = 0, parent: "Tile" = None, thunk=None):
@@ -381,7 +381,6 @@ class Tile(NkiTensor):
         self._written = None  # for an instruction's result under mask=: the elements it wrote
         self._mem = parent._mem if parent is not None else None  # live-range record (memory.Rec)
         self._views = None  # weak references to views made while this tile views HBM (copy-on-write)
-        self._aps = None  # `.ap` plans (access_pattern._Plan) by arguments
         if parent is not None and parent._thunk is None and not parent._data.flags.writeable:
             views = parent._views
             if views is None:
