@@ -333,6 +333,35 @@ def matmul_view_loop2(w, x, n):
     return out
 
 
+@nki2.jit
+def matmul_ap_loop2(w, x, n):
+    """``n`` nisa.nc_matmul instructions as nki-library's token-generation down projection issues them:
+    as :func:`matmul_view_loop2`, with each stationary operand an ``.ap`` view of the weight tile
+    ``w [128, MV_H * 128]`` that takes every ``MV_H``-th column."""
+    out = nl2.ndarray((128, MV_T), dtype=nl2.float32, buffer=nl2.shared_hbm)
+    wt = nl2.ndarray(w.shape, dtype=w.dtype, buffer=nl2.sbuf, address=(0, 0))
+    xt = nl2.ndarray(x.shape, dtype=x.dtype, buffer=nl2.sbuf, address=(0, MV_H * 128 * 2))
+    ps = nl2.ndarray((128, 512), dtype=nl2.float32, buffer=nl2.psum, address=(0, 0))
+    nisa2.dma_copy(dst=wt, src=w)
+    nisa2.dma_copy(dst=xt, src=x)
+    for i in range(n):
+        h = i % MV_H
+        nisa2.nc_matmul(ps[0:128, 0:MV_T], wt.ap([[MV_H * 128, 128], [MV_H, 128]], offset=h), xt[0:128, 0:MV_T, h])
+    res = nl2.ndarray((128, MV_T), dtype=nl2.float32, buffer=nl2.sbuf)
+    nisa2.tensor_copy(dst=res, src=ps[0:128, 0:MV_T])
+    nisa2.dma_copy(dst=out, src=res)
+    return out
+
+
+def matmul_ap_numpy(w, x, n):
+    """The products of :func:`matmul_ap_loop2` in NumPy, one call each (``w[:, h::MV_H]`` the view)."""
+    acc = np.zeros((128, MV_T), np.float32)
+    for i in range(n):
+        h = i % MV_H
+        np.add(acc, w[:, h::MV_H].astype(np.float32).T @ x[:, :, h].astype(np.float32), out=acc)
+    return acc
+
+
 def matmul_view_numpy(w, x, n):
     """The same ``n`` products in NumPy, one call each: both fp16 operands widened to fp32, the
     product, the fp32 add."""
@@ -470,7 +499,10 @@ def per_instruction(quick, wanted=lambda name, workload: True, repeat=None):
             ("nisa.dma_copy SBUF <- HBM (standalone)", "128x64 fp32", lambda n: load_loop2(x, n),
              loop_numpy(lambda r: np.copyto(r, x))),
             ("nisa.nc_matmul into a PSUM view, placed tiles, range loop (standalone)", f"128x128 @ 128x{MV_T} fp16",
-             lambda n: matmul_view_loop2(w16, x16, n), lambda n: matmul_view_numpy(w16, x16, n))):
+             lambda n: matmul_view_loop2(w16, x16, n), lambda n: matmul_view_numpy(w16, x16, n)),
+            ("nisa.nc_matmul, stationary an .ap view (every n-th column), range loop (standalone)",
+             f"128x128 @ 128x{MV_T} fp16", lambda n: matmul_ap_loop2(w16.reshape(128, -1), x16, n),
+             lambda n: matmul_ap_numpy(w16.reshape(128, -1), x16, n))):
         if not wanted(name, workload):
             continue
         reps = repeat or (1 if quick else 3)
