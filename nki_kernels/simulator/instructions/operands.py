@@ -33,7 +33,7 @@ from .. import dtypes as dt
 from ..core import Access, HBMTensor, Tile, psum, sbuf
 from ..errors import NKIError, NotBatchable
 from ..index_expr import Mask
-from ..indexing import _full_mask
+from ..indexing import Index, _full_mask
 
 ON_CHIP = (sbuf, psum)
 _F32 = np.dtype(np.float32)
@@ -216,6 +216,16 @@ def _region_key(root, dst):
     return None if pos is None else (pos[0], raw.shape, pos[1])
 
 
+def _index_of(root, dst):
+    """The Index that made ``dst`` as ``root[...]`` (``None`` for any other view): the same Index
+    object selects the same elements of the root every time (resolved Indexes are shared by the
+    loop iterations that slice alike, and never changed)."""
+    if dst._parent is not root:
+        return None
+    idx = getattr(dst._review, "__self__", None)
+    return idx if type(idx) is Index else None
+
+
 def _view_written(root, dst) -> bool:
     """Whether every element of ``dst``, a view of PSUM tile ``root``, holds a value. A view found
     whole is remembered by its place, so a loop accumulating into ``psum[0:128, 0:T]`` reads the
@@ -224,6 +234,9 @@ def _view_written(root, dst) -> bool:
     if ent is None or ent[0]() is not root:
         return False
     if ent[2]:
+        return True
+    idx = _index_of(root, dst)
+    if idx is not None and idx in ent[3]:
         return True
     key = _region_key(root, dst)
     if key is None:
@@ -235,6 +248,8 @@ def _view_written(root, dst) -> bool:
     if len(ent[3]) >= _WHOLE_VIEWS_MAX:
         ent[3].clear()
     ent[3].add(key)
+    if idx is not None:
+        ent[3].add(idx)
     return True
 
 
@@ -362,8 +377,8 @@ def write(dst, values, op, what="result", mask=None, add=False):
         _memory.wrote_dst(dst._mem, prog)
     if root.buffer is psum and not add:  # (an add writes only elements that hold a value already)
         ent = _psum_written.get(id(root))
-        if ent is not None and ent[0]() is root and (ent[2] or (keep is None and dst is not root and ent[3]
-                                                               and _region_key(root, dst) in ent[3])):
+        if ent is not None and ent[0]() is root and (ent[2] or (keep is None and dst is not root and ent[3] and (
+                _index_of(root, dst) in ent[3] or _region_key(root, dst) in ent[3]))):
             return  # (every element written holds a value already)
         written = _written_mask(root, create=True)
         region = _region_mask(written, root, dst)
