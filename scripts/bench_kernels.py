@@ -313,11 +313,12 @@ MV_H, MV_T = 8, 32  # hidden tiles and tokens of the matmul-into-a-PSUM-view row
 
 
 @nki2.jit
-def matmul_view_loop2(w, x, n):
+def matmul_view_loop2(w, x, n, by_ap=False):
     """``n`` nisa.nc_matmul instructions as nki-library's token-generation MLP issues them: Python
     ``range`` loops (not affine: one instruction at a time), tiles placed at fixed addresses, fp16
     weights ``w [128, MV_H, 128]`` and tokens ``x [128, MV_T, MV_H]``, each product accumulated into
-    the view ``psum[0:128, 0:MV_T]`` of a whole PSUM bank."""
+    the view ``psum[0:128, 0:MV_T]`` of a whole PSUM bank. The stationary operand is ``w[:, h, :]``,
+    or with ``by_ap`` (the down projection) an ``.ap`` view taking every ``MV_H``-th column from ``h``."""
     out = nl2.ndarray((128, MV_T), dtype=nl2.float32, buffer=nl2.shared_hbm)
     wt = nl2.ndarray(w.shape, dtype=w.dtype, buffer=nl2.sbuf, address=(0, 0))
     xt = nl2.ndarray(x.shape, dtype=x.dtype, buffer=nl2.sbuf, address=(0, MV_H * 128 * 2))
@@ -326,49 +327,23 @@ def matmul_view_loop2(w, x, n):
     nisa2.dma_copy(dst=xt, src=x)
     for i in range(n):
         h = i % MV_H
-        nisa2.nc_matmul(ps[0:128, 0:MV_T], wt[0:128, h, 0:128], xt[0:128, 0:MV_T, h])
+        stationary = wt.ap([[MV_H * 128, 128], [MV_H, 128]], offset=h) if by_ap else wt[0:128, h, 0:128]
+        nisa2.nc_matmul(ps[0:128, 0:MV_T], stationary, xt[0:128, 0:MV_T, h])
     res = nl2.ndarray((128, MV_T), dtype=nl2.float32, buffer=nl2.sbuf)
     nisa2.tensor_copy(dst=res, src=ps[0:128, 0:MV_T])
     nisa2.dma_copy(dst=out, src=res)
     return out
 
 
-@nki2.jit
-def matmul_ap_loop2(w, x, n):
-    """``n`` nisa.nc_matmul instructions as nki-library's token-generation down projection issues them:
-    as :func:`matmul_view_loop2`, with each stationary operand an ``.ap`` view of the weight tile
-    ``w [128, MV_H * 128]`` that takes every ``MV_H``-th column."""
-    out = nl2.ndarray((128, MV_T), dtype=nl2.float32, buffer=nl2.shared_hbm)
-    wt = nl2.ndarray(w.shape, dtype=w.dtype, buffer=nl2.sbuf, address=(0, 0))
-    xt = nl2.ndarray(x.shape, dtype=x.dtype, buffer=nl2.sbuf, address=(0, MV_H * 128 * 2))
-    ps = nl2.ndarray((128, 512), dtype=nl2.float32, buffer=nl2.psum, address=(0, 0))
-    nisa2.dma_copy(dst=wt, src=w)
-    nisa2.dma_copy(dst=xt, src=x)
-    for i in range(n):
-        h = i % MV_H
-        nisa2.nc_matmul(ps[0:128, 0:MV_T], wt.ap([[MV_H * 128, 128], [MV_H, 128]], offset=h), xt[0:128, 0:MV_T, h])
-    res = nl2.ndarray((128, MV_T), dtype=nl2.float32, buffer=nl2.sbuf)
-    nisa2.tensor_copy(dst=res, src=ps[0:128, 0:MV_T])
-    nisa2.dma_copy(dst=out, src=res)
-    return out
-
-
-def matmul_ap_numpy(w, x, n):
-    """The products of :func:`matmul_ap_loop2` in NumPy, one call each (``w[:, h::MV_H]`` the view)."""
-    acc = np.zeros((128, MV_T), np.float32)
-    for i in range(n):
-        h = i % MV_H
-        np.add(acc, w[:, h::MV_H].astype(np.float32).T @ x[:, :, h].astype(np.float32), out=acc)
-    return acc
-
-
-def matmul_view_numpy(w, x, n):
+def matmul_view_numpy(w, x, n, by_ap=False):
     """The same ``n`` products in NumPy, one call each: both fp16 operands widened to fp32, the
     product, the fp32 add."""
     acc = np.zeros((128, MV_T), np.float32)
+    flat = w.reshape(128, -1)
     for i in range(n):
         h = i % MV_H
-        np.add(acc, w[:, h, :].astype(np.float32).T @ x[:, :, h].astype(np.float32), out=acc)
+        stationary = flat[:, h::MV_H] if by_ap else w[:, h, :]
+        np.add(acc, stationary.astype(np.float32).T @ x[:, :, h].astype(np.float32), out=acc)
     return acc
 
 
@@ -501,8 +476,8 @@ def per_instruction(quick, wanted=lambda name, workload: True, repeat=None):
             ("nisa.nc_matmul into a PSUM view, placed tiles, range loop (standalone)", f"128x128 @ 128x{MV_T} fp16",
              lambda n: matmul_view_loop2(w16, x16, n), lambda n: matmul_view_numpy(w16, x16, n)),
             ("nisa.nc_matmul, stationary an .ap view (every n-th column), range loop (standalone)",
-             f"128x128 @ 128x{MV_T} fp16", lambda n: matmul_ap_loop2(w16.reshape(128, -1), x16, n),
-             lambda n: matmul_ap_numpy(w16.reshape(128, -1), x16, n))):
+             f"128x128 @ 128x{MV_T} fp16", lambda n: matmul_view_loop2(w16, x16, n, by_ap=True),
+             lambda n: matmul_view_numpy(w16, x16, n, by_ap=True))):
         if not wanted(name, workload):
             continue
         reps = repeat or (1 if quick else 3)

@@ -191,3 +191,30 @@ def test_a_write_through_a_repeated_view_counts_as_written():
 
     a = np.arange(128 * 32, dtype=np.float32).reshape(128, 32)
     np.testing.assert_array_equal(k(a), a)
+
+
+def test_views_across_the_axes_of_a_3d_tile_keep_their_own_elements_for_the_diagnostics():
+    """``.ap`` views taking every 4th element of a ``[128, 4, 32]`` tile's partition cross its middle
+    axis (no per-axis form: the diagnostics index them element by element, kept for repeated views).
+    The view at offset 0 lies in the written half and reads the values written; the same pattern at
+    offset 64 lies in the never-written half and is an uninitialised read."""
+
+    def kernel(offsets):
+        @nki.jit
+        def k(a):
+            out = nl.ndarray((128, 16), dtype=nl.float32, buffer=nl.shared_hbm)
+            t = nl.ndarray((128, 4, 32), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t[:, 0:2, :], src=a)
+            res = nl.ndarray((128, 16), dtype=nl.float32, buffer=nl.sbuf)
+            for off in offsets:
+                nisa.tensor_copy(dst=res, src=t.ap([[128, 128], [4, 16]], offset=off))
+            nisa.dma_copy(dst=out, src=res)
+            return out
+
+        return k
+
+    a = np.arange(128 * 64, dtype=np.float32).reshape(128, 2, 32)
+    np.testing.assert_array_equal(kernel((0, 0, 0))(a), a.reshape(128, 64)[:, 0:64:4])
+    with pytest.raises(NKIError) as e:
+        kernel((0, 0, 64))(a)
+    assert e.value.rule == "uninit"

@@ -468,6 +468,8 @@ def _root_index(lay: Layout):
     root = lay.root
     key = (root.shape, root.dtype.itemsize, lay.dtype.itemsize, lay.offset, lay.shape, lay.strides)
     hit = _ROOT_INDEX.get(key)
+    if hit is None:
+        hit = _ROOT_INDEX_ELEMENTWISE.get(key)
     if hit is not None:  # (loops make the same views again and again; an Index is never modified)
         return hit
     affine = _root_affine(lay)
@@ -478,10 +480,24 @@ def _root_index(lay: Layout):
         _ROOT_INDEX[key] = index
         return index
     addr = addresses(lay) * lay.dtype.itemsize // root.dtype.itemsize
-    return _late()[2].Index(root.shape, lay.shape, list(np.unravel_index(addr, root.shape)))
+    index = _late()[2].Index(root.shape, lay.shape, list(np.unravel_index(addr, root.shape)))
+    # (per-element index arrays: kept for a loop's repeated views -- nki-library's down projection
+    # views every n-th column of a [P, h, f] weight tile at each matmul -- within a bound on their size)
+    size = addr.size * len(root.shape)
+    if size <= _ELEMENTWISE_MAX // 4:
+        global _elementwise_size
+        if _elementwise_size + size > _ELEMENTWISE_MAX:
+            _ROOT_INDEX_ELEMENTWISE.clear()
+            _elementwise_size = 0
+        _ROOT_INDEX_ELEMENTWISE[key] = index
+        _elementwise_size += size
+    return index
 
 
 _ROOT_INDEX = {}  # (root shape, itemsizes, layout) -> the affine root Index of _root_index
+_ROOT_INDEX_ELEMENTWISE = {}  # the same key -> a per-element Index of _root_index
+_ELEMENTWISE_MAX = 1 << 22  # index elements kept in _ROOT_INDEX_ELEMENTWISE (8 B each)
+_elementwise_size = 0
 
 
 def _affine_root_index(root, lay, affine):
