@@ -318,7 +318,8 @@ def matmul_view_loop2(w, x, n, by_ap=False):
     ``range`` loops (not affine: one instruction at a time), tiles placed at fixed addresses, fp16
     weights ``w [128, MV_H, 128]`` and tokens ``x [128, MV_T, MV_H]``, each product accumulated into
     the view ``psum[0:128, 0:MV_T]`` of a whole PSUM bank. The stationary operand is ``w[:, h, :]``,
-    or with ``by_ap`` (the down projection) an ``.ap`` view taking every ``MV_H``-th column from ``h``."""
+    or with ``by_ap`` (the down projection, ``w [128, MV_H * 128]``) an ``.ap`` view taking every
+    ``MV_H``-th column from ``h``."""
     out = nl2.ndarray((128, MV_T), dtype=nl2.float32, buffer=nl2.shared_hbm)
     wt = nl2.ndarray(w.shape, dtype=w.dtype, buffer=nl2.sbuf, address=(0, 0))
     xt = nl2.ndarray(x.shape, dtype=x.dtype, buffer=nl2.sbuf, address=(0, MV_H * 128 * 2))
@@ -476,8 +477,8 @@ def per_instruction(quick, wanted=lambda name, workload: True, repeat=None):
             ("nisa.nc_matmul into a PSUM view, placed tiles, range loop (standalone)", f"128x128 @ 128x{MV_T} fp16",
              lambda n: matmul_view_loop2(w16, x16, n), lambda n: matmul_view_numpy(w16, x16, n)),
             ("nisa.nc_matmul, stationary an .ap view (every n-th column), range loop (standalone)",
-             f"128x128 @ 128x{MV_T} fp16", lambda n: matmul_view_loop2(w16, x16, n, by_ap=True),
-             lambda n: matmul_view_numpy(w16, x16, n, by_ap=True))):
+             f"128x128 @ 128x{MV_T} fp16", lambda n: matmul_view_loop2(w16.reshape(128, -1), x16, n, by_ap=True),
+             lambda n: matmul_view_numpy(w16.reshape(128, -1), x16, n, by_ap=True))):
         if not wanted(name, workload):
             continue
         reps = repeat or (1 if quick else 3)
