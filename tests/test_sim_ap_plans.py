@@ -218,3 +218,29 @@ def test_views_across_the_axes_of_a_3d_tile_keep_their_own_elements_for_the_diag
     with pytest.raises(NKIError) as e:
         kernel((0, 0, 64))(a)
     assert e.value.rule == "uninit"
+
+
+def test_a_view_made_while_its_tile_viewed_hbm_reads_the_tiles_later_writes():
+    """A DMA into a fresh tile views HBM copy-on-write; a view of it made then, ``.ap``'d after the tile
+    took its own copy and was written, reads the tile's values -- every time, planned or not -- and
+    the HBM input keeps its own."""
+
+    @nki.jit
+    def k(a):
+        out = nl.ndarray((2, 128, 16), dtype=nl.float32, buffer=nl.shared_hbm)
+        t = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=a)
+        early = t[:, 0:64]  # made while t views a
+        nisa.tensor_scalar(dst=t, data=t, op0=nl.multiply, operand0=10.0)
+        res = nl.ndarray((128, 16), dtype=nl.float32, buffer=nl.sbuf)
+        for i in range(2):
+            nisa.tensor_copy(dst=res, src=early.ap([[64, 128], [4, 16]], offset=1))
+            nisa.dma_copy(dst=out[i], src=res)
+        return out
+
+    a = np.arange(128 * 64, dtype=np.float32).reshape(128, 64)
+    keep = a.copy()
+    got = k(a)
+    for i in range(2):
+        np.testing.assert_array_equal(got[i], keep[:, 1:64:4] * 10)
+    np.testing.assert_array_equal(a, keep)

@@ -764,9 +764,10 @@ def _owner(arr):
 
 
 def _plan_key(t, pattern, offset, dtype):
-    """``(key, root, root's array)`` of ``t.ap(pattern, offset, dtype=dtype)`` (``None`` for a form
-    not planned: a dynamic or batched view, a tile with a deferred value or viewing HBM copy-on-write
-    -- layout_of computes it or takes its private copy first -- or arguments that do not hash)."""
+    """``(key, root, root's array, its address)`` of ``t.ap(pattern, offset, dtype=dtype)`` (``None``
+    for a form not planned: a dynamic or batched view, a tile with a deferred value or viewing HBM
+    copy-on-write, or a view made before its root took its copy -- layout_of computes the value,
+    takes the copy or derives the view again first -- or arguments that do not hash)."""
     core = _late()[0]
     if type(offset) is bool or getattr(t, "_layout", None) is not None:  # (True == 1: bools reach the check)
         return None
@@ -775,7 +776,8 @@ def _plan_key(t, pattern, offset, dtype):
             return None
         root = _root_tile(t)
         data, root_data = t._data, root._data
-        if t._thunk is not None or root._thunk is not None or not root_data.flags.writeable:
+        if t._thunk is not None or root._thunk is not None or not root_data.flags.writeable \
+                or not data.flags.writeable:
             return None
         extra = root.pdim
     elif isinstance(t, core.HBMTensor):
