@@ -5,7 +5,8 @@ and a grid's programs (:mod:`nki_kernels.simulator.vectorize`) as one batched Nu
 can, with the per-iteration path as the reference. Hand-written tests cover the cases someone
 thought of; here a generator writes kernels of both API generations out of loads, element-wise and
 per-partition ops, reductions, activations, matmuls accumulated across the loop, accumulation and
-region writes into tiles made before the loop, and stores, with rows taken forwards or backwards.
+region writes into tiles made before the loop, and stores, with rows taken forwards or backwards
+(first generation: also over a ragged last block, loads and stores masked).
 Each kernel runs both ways; the two must give the same bits, and NumPy, running the same program
 (its own source, generated beside the kernel), the same values within float32 rounding.
 
@@ -45,6 +46,7 @@ class Program:
     gen: str  # "gen1" (neuronxcc.nki) or "standalone" (nki, dst= instructions)
     mode: str  # "loop" (an affine_range over R iterations) or "grid" (R programs)
     iters: int
+    rows: int  # rows of x and of the main output: iters * 128, or fewer (a ragged last block, masked)
     invalid: str | None  # the contract break planted, if any: "store" or "carry"
     outer_writes: bool  # whether the body writes into tiles made before the loop (accumulates or assigns)
     kernel_src: str
@@ -54,8 +56,9 @@ class Program:
 class _Writer:
     """Builds a kernel's and NumPy's source statement by statement, keeping the tiles' widths."""
 
-    def __init__(self, rnd: random.Random, gen: str, mode: str, iters: int):
+    def __init__(self, rnd: random.Random, gen: str, mode: str, iters: int, ragged: int | None = None):
         self.rnd, self.gen, self.mode, self.R = rnd, gen, mode, iters
+        self.ragged = ragged  # rows of x when its last block is partial (first generation: masked accesses)
         self.k, self.n = [], []  # loop-body lines: kernel, NumPy
         self.tiles = []  # (name, width) of the body's tiles so far
         self.outputs = []  # HBM outputs [R * 128, W] that statements add (each written whole)
@@ -65,6 +68,17 @@ class _Writer:
     def rows(self, forwards: bool) -> str:
         first = "i * 128" if forwards else f"({self.R - 1} - i) * 128"
         return f"{first}:{first} + 128"
+
+    def block(self, tensor: str, forwards: bool, c0: int, width: int) -> tuple[str, str]:
+        """(kernel access, NumPy access) of a [128, width] block of rows of ``tensor``; with ragged
+        rows, by index arrays with a mask (``, mask=...`` follows the access in the kernel)."""
+        np_access = f"{tensor}[{self.rows(forwards)}, {c0}:{c0 + width}]"
+        if self.ragged is None:
+            return np_access, np_access
+        first = "i * 128" if forwards else f"({self.R - 1} - i) * 128"
+        ip, jf = f"ip{self.count}_{len(self.k)}", f"jf{self.count}_{len(self.k)}"
+        self.k.append(f"{ip}, {jf} = nl.mgrid[0:128, 0:{width}]")
+        return f"{tensor}[{first} + {ip}, {c0} + {jf}], mask=({first} + {ip} < {self.ragged})", np_access
 
     def operand(self, width: int) -> str | None:
         """A tile (or a column window of a wider one) of ``width`` columns, if any is that wide."""
@@ -93,7 +107,11 @@ class _Writer:
             src = f"y[:, {c0}:{c0 + width}]"  # the same rows in every iteration
         else:
             fw = self.rnd.random() < 0.6 if forwards is None else forwards
-            src = f"x[{self.rows(fw)}, {c0}:{c0 + width}]"
+            src, np_src = self.block("x", fw, c0, width)
+            t = self.new(width)
+            self.k.append(f"{t} = nl.load({src})" if self.gen == "gen1" else f"nisa.dma_copy(dst={t}, src={src})")
+            self.n.append(f"{t} = {np_src}.copy()")
+            return
         t = self.new(width)
         self.k.append(f"{t} = nl.load({src})" if self.gen == "gen1" else f"nisa.dma_copy(dst={t}, src={src})")
         self.n.append(f"{t} = {src}.copy()")
@@ -257,6 +275,9 @@ class _Writer:
                  self.transpose, self.matmul, self.inner_affine, self.inner_sequential]
         if any(w == 1 for _, w in self.tiles):
             kinds.append(self.per_partition)
+        if self.ragged is not None:  # (a partial block's other rows are garbage: nothing may mix rows)
+            kinds = [k for k in kinds if k not in (self.load_by_index, self.transpose, self.matmul,
+                                                  self.inner_affine, self.inner_sequential)]
         self.rnd.choice(kinds)()
 
     def any_tile(self, width: int) -> str:
@@ -272,13 +293,15 @@ def random_program(seed: int, gen: str, mode: str) -> Program:
     """A random kernel of API generation ``gen`` over ``mode`` ("loop" or "grid"), with its NumPy twin."""
     rnd = random.Random(seed)
     R = rnd.randint(4, 8)
-    w = _Writer(rnd, gen, mode, R)
     invalid = None
     roll = rnd.random()
     if roll < 0.08:
         invalid = "store"
     elif roll < 0.14 and mode == "loop":
         invalid = "carry"
+    ragged = R * P - rnd.randint(1, 127) if gen == "gen1" and invalid is None and rnd.random() < 0.3 else None
+    w = _Writer(rnd, gen, mode, R, ragged)
+    N = ragged or R * P
     out_fw = rnd.random() < 0.7  # the main output's rows: the iteration's own block, or reversed
 
     pre_k, pre_n, post_k, post_n, outs = [], [], [], [], ["out"]
@@ -290,7 +313,7 @@ def random_program(seed: int, gen: str, mode: str) -> Program:
         if name != "out":
             outs.append(name)
 
-    out("out", (R * P, W))
+    out("out", (N, W))
     if rnd.random() < 0.4:  # a tile made before the loop, read by every iteration
         wo = rnd.choice(WIDTHS)
         c0 = rnd.randrange(0, W - wo + 1, 32)
@@ -305,7 +328,7 @@ def random_program(seed: int, gen: str, mode: str) -> Program:
     for _ in range(rnd.randint(2, 7)):
         w.statement()
 
-    if mode == "loop":
+    if mode == "loop" and ragged is None:
         if rnd.random() < 0.5:  # a matmul accumulated over the loop, in PSUM
             m, n = rnd.choice((32, 64, 128)), rnd.choice((32, 64, 128))
             out("out_mm", (m, n))
@@ -381,9 +404,9 @@ def random_program(seed: int, gen: str, mode: str) -> Program:
     while c < W:
         width = rnd.choice([v for v in WIDTHS if c + v <= W])
         a = w.any_tile(width)
-        dst = f"out[{w.rows(out_fw)}, {c}:{c + width}]"
+        dst, np_dst = w.block("out", out_fw, c, width)
         w.k.append(f"nl.store({dst}, value={a})" if gen == "gen1" else f"nisa.dma_copy(dst={dst}, src={a})")
-        w.n.append(f"{dst} = {a}")
+        w.n.append(f"{np_dst} = {a}")
         c += width
 
     ind = "    "
@@ -397,12 +420,15 @@ def random_program(seed: int, gen: str, mode: str) -> Program:
     ret = ind + "return " + ", ".join(outs)
     kernel_src = "\n".join(head + ["", "", "@nki.jit", "def kernel(x, y):"] + [ind + s for s in pre_k] + loop
                            + body + [ind + s for s in post_k] + [ret]) + "\n"
-    numpy_src = "\n".join(["import ml_dtypes", "import numpy as np", "", "", "def reference(x, y):"] + [ind + s for s in pre_n]
-                          + [ind + f"for i in range({R}):"] + [ind * 2 + s for s in w.n]
-                          + [ind + s for s in post_n] + [ret]) + "\n"
+    pad = [f"x = np.concatenate([x, np.zeros(({R * P - N}, {W}), np.float32)])",
+           f"out = np.zeros(({R * P}, {W}), np.float32)"] if ragged else []
+    crop = [f"out = out[:{N}]"] if ragged else []
+    numpy_src = "\n".join(["import ml_dtypes", "import numpy as np", "", "", "def reference(x, y):"]
+                          + [ind + s for s in pre_n + pad] + [ind + f"for i in range({R}):"]
+                          + [ind * 2 + s for s in w.n] + [ind + s for s in post_n + crop] + [ret]) + "\n"
     outer_writes = any(line.startswith(("sacc", "buf", "nisa.tensor_copy(dst=buf", "nisa.tensor_tensor(dst=sacc"))
                        for line in w.k)
-    return Program(gen, mode, R, invalid, outer_writes, kernel_src, numpy_src)
+    return Program(gen, mode, R, N, invalid, outer_writes, kernel_src, numpy_src)
 
 
 def _module(src: str, tmp_path, stem: str):
@@ -438,7 +464,7 @@ def check(prog: Program, tmp_path, data_seed: int = 0) -> int:
     kernel = _module(prog.kernel_src, tmp_path, "fuzz_kernel").kernel
     reference = _module(prog.numpy_src, tmp_path, "fuzz_numpy").reference
     rng = np.random.default_rng(data_seed)
-    x = rng.standard_normal((prog.iters * P, W), dtype=np.float32)
+    x = rng.standard_normal((prog.rows, W), dtype=np.float32)
     y = rng.standard_normal((P, W), dtype=np.float32)
     grid = prog.iters if prog.mode == "grid" else ()
     ref, _ = _launch(kernel, grid, (x, y), batched=False)
