@@ -732,3 +732,26 @@ def test_tensor_scalar_reduce_max_and_negated_min():
     np.testing.assert_allclose(y, x * 2.0, rtol=1e-6)
     np.testing.assert_allclose(stats[:, 0], (x * 2.0).max(1), rtol=1e-6)
     np.testing.assert_allclose(stats[:, 1], -(x * 2.0).min(1), rtol=1e-6)
+
+
+@nki.jit
+def partition_reduce(x, op):
+    """``nisa.tensor_partition_reduce`` of ``x`` into one partition of x's dtype."""
+    out = nl.ndarray((1, x.shape[1]), dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    r = nl.ndarray((1, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.tensor_partition_reduce(dst=r, op=op, data=t)
+    nisa.dma_copy(dst=out, src=r)
+    return out
+
+
+@pytest.mark.parametrize("op,ref", [(nl.bitwise_and, np.bitwise_and), (nl.bitwise_or, np.bitwise_or),
+                                    (nl.add, np.add), (nl.maximum, np.maximum)])
+def test_partition_reduce_of_int32_keeps_every_bit(op, ref):
+    # Values above 2**24 have no exact fp32 form: a reduction computed in fp32 would round them.
+    x = rng.integers(2**24, 2**31 - 1, size=(128, 16)).astype(np.int32)
+    x[:, 0] = 2**31 - 1
+    got = partition_reduce(x, op)
+    expect = ref.reduce(x, axis=0, keepdims=True, dtype=np.int32)
+    np.testing.assert_array_equal(got, expect)

@@ -241,8 +241,10 @@ def tensor_partition_reduce(dst, op, data, name=None):
 
     d = check_dst(dst, "tensor_partition_reduce", _SB)
     x = tile_operand(data, "data", "tensor_partition_reduce", _SB)
+    # integer tiles reduce in their own integers (bitwise_and / bitwise_or keep every bit), else in fp32
+    exact = d.dtype.kind in "iu" and x.dtype.kind in "iu"
     with scratch():
-        res = _gen1.tensor_partition_reduce(op, x, dtype=dt.float32)
+        res = _gen1.tensor_partition_reduce(op, x, dtype=x.dtype if exact else dt.float32)
     write(d, res.data, "tensor_partition_reduce")
 
 
