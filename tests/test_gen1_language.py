@@ -10,6 +10,7 @@ import pytest
 from nki_kernels.simulator import NKIError
 from nki_kernels.simulator import language as nl
 from nki_kernels.simulator import nki
+from nki_kernels.simulator.instructions import target
 
 RNG = np.random.default_rng(7)
 
@@ -55,9 +56,18 @@ def test_activation_functions_and_derivatives(name, f):
 def test_abs_max_abs_min_keep_the_signed_value_and_ties_return_y():
     a = np.array([[-5.0, 1.0, 2.0, -3.0]], np.float32).repeat(4, 0)
     b = np.array([[3.0, -1.0, -7.0, 3.0]], np.float32).repeat(4, 0)
-    np.testing.assert_array_equal(run1(nl.abs_max, a, b), np.where(np.abs(a) > np.abs(b), a, b))
-    np.testing.assert_array_equal(run1(nl.abs_min, a, b), np.where(np.abs(a) < np.abs(b), a, b))
-    assert run1(nl.abs_max, a, b)[0, 1] == -1.0  # |1| == |-1|: y
+    with target.use("gen4"):  # (NeuronCore-v4 and newer only, as the page says)
+        np.testing.assert_array_equal(run1(nl.abs_max, a, b), np.where(np.abs(a) > np.abs(b), a, b))
+        np.testing.assert_array_equal(run1(nl.abs_min, a, b), np.where(np.abs(a) < np.abs(b), a, b))
+        assert run1(nl.abs_max, a, b)[0, 1] == -1.0  # |1| == |-1|: y
+
+
+def test_shared_identity_matrix_is_uint8_unless_told():
+    # the page: dtype "default to be np.uint8"
+    ident = run1(lambda: nl.shared_identity_matrix(16))
+    assert ident.dtype == np.uint8
+    np.testing.assert_array_equal(ident, np.eye(16, dtype=np.uint8))
+    assert run1(lambda: nl.shared_identity_matrix(8, dtype=nl.float32)).dtype == np.float32
 
 
 def test_static_cast_outside_and_inside_a_kernel():

@@ -10,6 +10,7 @@ run over free axes only; ``mask=`` leaves masked-off elements untouched.
 from __future__ import annotations
 
 import builtins
+import functools as _functools
 import math
 import sys as _sys
 import weakref as _weakref
@@ -209,10 +210,13 @@ def _deferred(fn, args, dtype, mask, engine):
     return Tile(None, sbuf, thunk=(fn, args, shape, dtype))
 
 
+# The trailing parameters (dtype, keepdims, transpose_x ...) may also be passed by position, as the
+# current nki.language signatures allow (`nl.exp(x, dtype=None)`); the first generation's pages make
+# them keyword-only, and calls by keyword behave the same either way. `mask` stays keyword-only.
 def _make_unary(name, fn):
     lazy_ok = isinstance(fn, np.ufunc) and name not in _BOOL_RESULT
 
-    def op(x, *, dtype=None, mask=None):
+    def op(x, dtype=None, *, mask=None):
         if lazy_ok and dtype is None and mask is None and type(x) is Tile:
             # A tile's own dtype out (most uses): _deferred's tile without the general layers.
             if x._diag is not None or _diag.loops:
@@ -254,7 +258,7 @@ def _align_partitions(x, y, a, b):
 def _make_binary(name, fn):
     lazy_ok = isinstance(fn, np.ufunc) and name not in _BOOL_RESULT
 
-    def op(x, y, *, dtype=None, mask=None):
+    def op(x, y, dtype=None, *, mask=None):
         if lazy_ok and dtype is None and mask is None and type(x) is Tile and type(y) is Tile:
             # Two tiles of one dtype and shape (most ops of a kernel): _deferred's tile without the
             # general layers (_values, _out_dtype, NumPy's promotion); the same hooks in the same order.
@@ -302,6 +306,50 @@ for _n, _f in _BINARY.items():
     globals()[_n] = _make_binary(_n, _f)
 
 
+def _integer_only(op, operands):
+    """``op`` refusing floating-point ``operands`` (``"x"`` / ``"y"``): the bitwise pages say "Inputs must
+    be integer typed". NumPy would raise a bare TypeError, and only once the deferred result is computed."""
+    name = op.__name__
+
+    @_functools.wraps(op)
+    def checked(*args, **kwargs):
+        given = dict(zip(operands, args))
+        given.update((k, kwargs[k]) for k in operands if k in kwargs)
+        for arg, v in given.items():
+            if isinstance(v, (Tile, bool, int, float, np.generic)) and dt.is_float(_dtype_of(v)):
+                raise NKIError("integer operands", f"nl.{name}: operand {arg} has dtype {_dtype_of(v)}; "
+                               f"nl.{name} takes integer inputs only (\"Inputs must be integer typed\")")
+        return op(*args, **kwargs)
+
+    return checked
+
+
+for _n in ("bitwise_and", "bitwise_or", "bitwise_xor", "left_shift", "right_shift"):
+    globals()[_n] = _integer_only(globals()[_n], ("x", "y"))
+invert = _integer_only(invert, ("x",))  # noqa: F821 - made by the loop above
+
+
+def _from_gen4(op):
+    """Element-wise ``op`` refused on targets older than NeuronCore-v4, as its page says."""
+
+    @_functools.wraps(op)
+    def gated(*args, **kwargs):
+        from .instructions.target import get_nc_version, nc_version
+
+        cur = get_nc_version()
+        if cur.value < nc_version.gen4.value:
+            raise NKIError("target", f"nl.{op.__name__} is available only on NeuronCore-v4 (trn3) and newer; the "
+                           f"simulated target is {cur.name} (NeuronCore-v{cur.value}); select it with "
+                           "NKI_SIM_NC_VERSION=gen4")
+        return op(*args, **kwargs)
+
+    return gated
+
+
+abs_max = _from_gen4(abs_max)  # noqa: F821 - current-only names (see _CURRENT_ONLY)
+abs_min = _from_gen4(abs_min)  # noqa: F821
+
+
 def np_function(op):
     """The NumPy function behind an ``nl`` op or a NumPy ufunc given as ``op=``."""
     if hasattr(op, "_np"):
@@ -315,7 +363,7 @@ def np_function(op):
     raise NKIError("op", f"{op!r} is not an NKI operator (use nl.add, nl.exp, np.add, ...)")
 
 
-def where(condition, x, y, *, dtype=None, mask=None):
+def where(condition, x, y, dtype=None, *, mask=None):
     """Element-wise select: ``x`` where ``condition`` is non-zero, else ``y`` (``nl.where``)."""
     c = _values(condition, "condition")
     a, b = _values(x, "x"), _values(y, "y")
@@ -361,7 +409,7 @@ def _sum_of_products(x, axes, keepdims):
 
 
 def _make_reduce(name, fn, out_float=False):
-    def op(x, axis, *, dtype=None, mask=None, keepdims=False):
+    def op(x, axis, dtype=None, keepdims=False, *, mask=None):
         axes = _axes(x, axis, name)
         if isinstance(x, Tile) and x.nb:
             axes = tuple(a + x.nb for a in axes)
@@ -415,7 +463,7 @@ def _need_tile(x, name, op):
     return x
 
 
-def matmul(x, y, *, transpose_x=False, mask=None):
+def matmul(x, y, transpose_x=False, *, mask=None):
     """``x @ y`` on the Tensor engine (``nl.matmul``); result in PSUM, fp32.
 
     Without ``transpose_x`` x is [M, K] (M <= 128, K <= 128); with it x is
@@ -429,7 +477,7 @@ def matmul(x, y, *, transpose_x=False, mask=None):
     return nc_matmul(stationary, y, mask=mask)
 
 
-def transpose(x, *, dtype=None, mask=None):
+def transpose(x, dtype=None, *, mask=None):
     """Swap the partition and free axes of a 2-D tile (``nl.transpose``); both <= 128."""
     x = _need_tile(x, "x", "nl.transpose")
     if x.ndim != 2:
@@ -596,7 +644,7 @@ def _as_access(x, name, op):
     raise NKIError("operand type", f"{op}: {name} must be an HBM tensor, got {type(x).__name__}")
 
 
-def load(src, *, mask=None, dtype=None):
+def load(src, dtype=None, *, mask=None):
     """DMA an HBM region into a new SBUF tile (``nl.load``); masked-off elements are not read."""
     acc = _as_access(src, "src", "nl.load")
     mask = acc.local_mask(mask)
@@ -737,7 +785,7 @@ def atomic_rmw(dst, value, op, *, mask=None):
     accumulate_into_hbm(acc, vals, mask, "nl.atomic_rmw")
 
 
-def load_transpose2d(src, *, mask=None, dtype=None):
+def load_transpose2d(src, dtype=None, *, mask=None):
     """Load a 2-D HBM region transposed: its free axis becomes the partition axis."""
     acc = _as_access(src, "src", "nl.load_transpose2d")
     mask = acc.local_mask(mask)
@@ -755,7 +803,7 @@ def load_transpose2d(src, *, mask=None, dtype=None):
     return Tile(np.ascontiguousarray(dt.cast(data, d)), sbuf)
 
 
-def copy(x, *, dtype=None, mask=None):
+def copy(x, dtype=None, *, mask=None):
     """Copy a tile (SBUF or PSUM) into a new SBUF tile, optionally casting: the first generation's
     ``nisa.tensor_copy`` (one implementation of the copy)."""
     from .isa import tensor_copy
@@ -804,6 +852,8 @@ def random_seed(seed, *, mask=None):
 
     ``seed`` is an int or a tile whose first element is the seed (the official samples pass a
     ``[1, 1]`` tile loaded from HBM). Same seed, same random stream."""
+    if isinstance(seed, (Access, HBMTensor)):
+        _values(seed, "seed")  # the HBM error (reading it as an array would index past its end)
     value = seed
     if isinstance(seed, Tile):
         value = np.asarray(_values(seed, "seed")).reshape(-1)
@@ -813,7 +863,7 @@ def random_seed(seed, *, mask=None):
     current().rng = np.random.default_rng(int(np.asarray(value).astype(np.int64)) & 0xFFFFFFFF)
 
 
-def dropout(x, rate, *, dtype=None, mask=None):
+def dropout(x, rate, dtype=None, *, mask=None):
     """Zero elements of ``x`` with probability ``rate`` (``nl.dropout``), no rescaling.
 
     ``rate`` is a scalar or a tile broadcasting against ``x`` (per-partition rates as a
@@ -887,8 +937,9 @@ def shared_constant(constant, dtype=None):
     return HBMTensor(data, shared_hbm, "shared_constant")
 
 
-def shared_identity_matrix(n, dtype=float32):
-    """An ``n`` x ``n`` identity matrix in SBUF (``nl.shared_identity_matrix``)."""
+def shared_identity_matrix(n, dtype=uint8):
+    """An ``n`` x ``n`` identity matrix in SBUF (``nl.shared_identity_matrix``); the page of either
+    generation: dtype "default to be np.uint8"."""
     tile = _allocate((int(n), int(n)), dtype, sbuf, 0)
     tile.data[...] = np.eye(int(n), dtype=tile.dtype)
     return tile
@@ -915,7 +966,7 @@ def gather_flattened(data, indices, *, dtype=None, mask=None):
     return _result(out, _out_dtype(dtype, d), mask, engine="GpSimd")
 
 
-def rms_norm(x, w, axis, n, epsilon=1e-6, *, dtype=None, compute_dtype=None, mask=None):
+def rms_norm(x, w, axis, n, epsilon=1e-6, dtype=None, compute_dtype=None, *, mask=None):
     """``x / sqrt(sum(x**2, axis) / n + epsilon) * w`` (``nl.rms_norm``), fp32 statistics."""
     axes = _axes(x, axis, "rms_norm")
     v = np.asarray(_values(x, "x"), dtype=np.float32)
@@ -1305,7 +1356,7 @@ BATCH_SAFE = set(_UNARY) | set(_BINARY) | {
     "ndarray", "zeros", "ones", "full", "zeros_like", "ones_like", "full_like", "empty_like", "load", "store",
     "load_transpose2d", "ds",
     "copy", "broadcast_to", "expand_dims", "arange", "program_id", "num_programs", "program_ndim",
-    "affine_range", "sequential_range", "static_range", "loop_reduce", "np_function"}
+    "affine_range", "sequential_range", "static_range", "loop_reduce", "np_function", "dynamic_range"}
 
 
 def _per_program_only(fn, prefix="nl"):
@@ -1333,7 +1384,17 @@ def _guard_module(namespace, safe, prefix):
 
 
 # Dynamic control flow: loops whose bounds live in registers (nisa.register_*), read at run time.
-from .instructions.control import dynamic_range, fori_loop, while_loop  # noqa: E402,F401
+from .instructions.control import dynamic_range as _dynamic_range, fori_loop, while_loop  # noqa: E402,F401
+
+
+def dynamic_range(start, stop=None, step=1):
+    """A loop whose bounds may be registers (``nl.dynamic_range``), read at run time; ``step`` "must be
+    a compile-time positive integer (not VirtualRegister)"."""
+    if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step <= 0:
+        raise NKIError("dynamic_range step", "nl.dynamic_range: step must be a compile-time positive integer "
+                       f"(not a VirtualRegister), got {step!r}")
+    return _dynamic_range(start, stop, int(step))
+
 from .spmd_reduce import all_reduce  # noqa: E402,F401 - a reduction over the programs of the SPMD grid
 
 _guard_module(globals(), BATCH_SAFE, "nl")
