@@ -27,21 +27,22 @@ _sb, _out = to_sbuf, to_hbm
 def range_select_kernel(x, lo, hi, cmd="reset_reduce", repeat=1):
     t = _sb(x)
     b0 = _sb(lo)
+    b1 = _sb(hi)  # (bounds are [P, 1] fp32 tiles; on_false_value must be FP32_MIN, the default)
     d = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.sbuf)
     r = nl.ndarray((x.shape[0], 1), dtype=nl.float32, buffer=nl.sbuf)
     for i in range(repeat):
         nisa.range_select(dst=d, on_true_tile=t, comp_op0=nl.greater_equal, comp_op1=nl.less, bound0=b0,
-                          bound1=hi, reduce_cmd=cmd if i == 0 else nisa.reduce_cmd.reduce, reduce_res=r,
-                          reduce_op=nl.maximum, range_start=2.0, on_false_value=-1e30)
+                          bound1=b1, reduce_cmd=cmd if i == 0 else nisa.reduce_cmd.reduce, reduce_res=r,
+                          reduce_op=nl.maximum, range_start=2.0)
     return _out(d), _out(r)
 
 
 def test_range_select_and_reduction():
     x = RNG.standard_normal((8, 32)).astype(np.float32)
     lo = RNG.integers(0, 10, (8, 1)).astype(np.float32)
-    got, red = nki.simulate(range_select_kernel)(x, lo, 20.0)
+    got, red = nki.simulate(range_select_kernel)(x, lo, np.full((8, 1), 20.0, np.float32))
     idx = np.arange(32)[None, :] + 2.0
-    want = np.where((idx >= lo) & (idx < 20.0), x, np.float32(-1e30))
+    want = np.where((idx >= lo) & (idx < 20.0), x, np.finfo(np.float32).min)
     np.testing.assert_array_equal(got, want)
     np.testing.assert_array_equal(red, want.max(axis=1, keepdims=True))
 
@@ -50,7 +51,7 @@ def test_reduce_cmd_reduce_accumulates_across_instructions():
     x = RNG.standard_normal((4, 16)).astype(np.float32)
     lo = np.zeros((4, 1), np.float32)
     # reset_reduce then reduce: max of max over the same data is the same max; with add it would differ.
-    _, red = nki.simulate(range_select_kernel)(x, lo, 100.0, repeat=2)
+    _, red = nki.simulate(range_select_kernel)(x, lo, np.full((4, 1), 100.0, np.float32), repeat=2)
     np.testing.assert_array_equal(red, x.max(axis=1, keepdims=True))
 
 
@@ -59,7 +60,7 @@ def test_range_select_needs_neuroncore_v3():
 
     x = np.zeros((4, 16), np.float32)
     with target.use("gen2"), pytest.raises(NKIError, match="NeuronCore-v3"):
-        nki.simulate(range_select_kernel)(x, np.zeros((4, 1), np.float32), 1.0)
+        nki.simulate(range_select_kernel)(x, np.zeros((4, 1), np.float32), np.ones((4, 1), np.float32))
 
 
 @nki.jit

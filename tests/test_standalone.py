@@ -755,3 +755,11 @@ def test_partition_reduce_of_int32_keeps_every_bit(op, ref):
     got = partition_reduce(x, op)
     expect = ref.reduce(x, axis=0, keepdims=True, dtype=np.int32)
     np.testing.assert_array_equal(got, expect)
+
+
+def test_partition_reduce_average_is_the_mean_over_partitions():
+    # nl.average: an op of nisa.tensor_partition_reduce ("add, average, max, bitwise_or, bitwise_and")
+    x = _f32(128, 24)
+    got = partition_reduce(x, nl.average)
+    np.testing.assert_allclose(got, x.mean(axis=0, keepdims=True, dtype=np.float64), rtol=1e-5, atol=1e-6)
+    assert "average" in nl.__all__

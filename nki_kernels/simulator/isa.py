@@ -506,7 +506,7 @@ def dma_transpose(src, *, axes=None, mask=None, dtype=None, name=None):
     if perm is None:
         raise _NKIError("dma_transpose", f"nisa.dma_transpose takes a 2-D to 4-D source, got shape {shape}")
     out_shape = tuple(shape[a] for a in perm)
-    return _functional(out_shape, dtype or src.dtype, mask, lambda d: _dma.dma_transpose(d, src, axes=perm))
+    return _functional(out_shape, dtype or src.dtype, mask, lambda d: _dma.transpose_gen1(d, src, axes=perm))
 
 
 _FP32_MIN = float(_np.finfo(_np.float32).min)
@@ -518,7 +518,7 @@ def range_select(*, on_true_tile, comp_op0, comp_op1, bound0, bound1, reduce_cmd
     bound1)`` hold for free index ``i``, else ``on_false_value``: a new tile, with the max reduction
     into the Vector registers / ``reduce_res`` (NeuronCore-v3+)."""
     x = _tile(on_true_tile, "on_true_tile", "range_select")
-    return _functional(x.shape, dtype or x.dtype, mask, lambda d: _vector.range_select(
+    return _functional(x.shape, dtype or x.dtype, mask, lambda d: _vector.range_select_gen1(
         d, x, comp_op0, comp_op1, bound0, bound1, reduce_cmd, reduce_res, reduce_op, range_start, on_false_value))
 
 

@@ -213,10 +213,57 @@ def dma_compute(dst, srcs, reduce_op, scales=None, unique_indices=True, oob_mode
     store(dst, acc * np.float32(scales[0]) if scales[0] != 1.0 else acc, op, "reduction")
 
 
+_TRANSPOSE_AXES = ((1, 0), (2, 1, 0), (3, 1, 2, 0))  # the page's "Supported axes"
+
+
+def _transpose_rules(dst, src, axes, dge_mode):
+    """dma_transpose's page (v2.32): dst "must be a tile in SBUF"; ``src.dtype == dst.dtype``; axes
+    (1, 0), (2, 1, 0) or (3, 1, 2, 0); with ``dge_mode=hwdge`` (a Hardware DGE transpose) a 2-D
+    src has 16 partitions, a 3-D/4-D src ``src.shape[0]`` in {1, 2, 4, 8, 16} with
+    ``src.shape[0] * src.shape[-2]`` a multiple of 16, ``src.shape[-1] <= 128`` and a 2-byte dtype."""
+    op = "dma_transpose"
+    if isinstance(dst, (Access, HBMTensor)) or (isinstance(dst, Tile) and dst.buffer is not sbuf):
+        where = "HBM" if isinstance(dst, (Access, HBMTensor)) else dst.buffer.name.upper()
+        raise NKIError("dst memory", f"nisa.{op}: dst (shape {tuple(dst.shape)}) is in {where}; the destination "
+                       "of a DMA transpose must be a tile in SBUF")
+    sdt, ddt = getattr(src, "dtype", None), getattr(dst, "dtype", None)
+    if sdt is not None and ddt is not None and np.dtype(sdt) != np.dtype(ddt):
+        raise NKIError("dtype", f"nisa.{op}: src dtype {sdt} and dst dtype {ddt} differ; the transpose copies "
+                       "elements, src.dtype == dst.dtype")
+    if axes is not None and tuple(int(a) for a in axes) not in _TRANSPOSE_AXES:
+        raise NKIError("axes", f"nisa.{op}: axes={tuple(axes)}; the supported axes are (1, 0), (2, 1, 0) and "
+                       "(3, 1, 2, 0)")
+    if getattr(dge_mode, "value", dge_mode) == "hwdge":
+        shape = tuple(src.shape)
+        rule = None
+        if len(shape) == 2 and shape[0] != 16:
+            rule = "src.shape[0] == 16 for a 2-D src"
+        elif len(shape) in (3, 4) and (shape[0] not in (1, 2, 4, 8, 16) or (shape[0] * shape[-2]) % 16):
+            rule = ("src.shape[0] in {1, 2, 4, 8, 16} and (src.shape[0] * src.shape[-2]) % 16 == 0 for a "
+                    "3-D/4-D src")
+        elif shape[-1] > 128:
+            rule = "src.shape[-1] <= 128"
+        elif sdt is not None and np.dtype(sdt).itemsize != 2:
+            rule = f"a 2-byte src.dtype (src is {sdt})"
+        if rule is not None:
+            raise NKIError("dge_mode", f"nisa.{op}(dge_mode=hwdge): src shape {shape}: a Hardware DGE transpose "
+                           f"requires {rule}")
+
+
 @instruction(batched=True)
 def dma_transpose(dst, src, axes=None, priority=None, dge_mode=_dge_mode.unknown, oob_mode=_oob_mode.error, name=None):
-    """Transpose ``src`` (HBM or SBUF) into ``dst`` (SBUF or HBM) through DMA: 2-D swaps the axes,
-    3-D reverses them, 4-D permutes ``[3, 1, 2, 0]``, or ``axes`` when given."""
+    """Transpose ``src`` (HBM or SBUF) into ``dst`` (SBUF) through DMA: 2-D swaps the axes, 3-D
+    reverses them, 4-D permutes ``[3, 1, 2, 0]`` (``axes``, when given, is one of these); src and dst
+    have the same dtype; ``dge_mode=hwdge`` adds the Hardware DGE limits (see :func:`_transpose_rules`).
+    (https://awsdocs-neuron.readthedocs-hosted.com/en/v2.32.0/nki/api/generated/nki.isa.dma_transpose.html)
+    """
+    _transpose_rules(dst, src, axes, dge_mode)
+    _transpose(dst, src, axes)
+
+
+def _transpose(dst, src, axes=None):
+    """The transposition of :func:`dma_transpose` without the current page's rules (the first
+    generation's ``dma_transpose`` takes any permutation and casts to its ``dtype``)."""
     vals = _per_program(src, np.asarray(read(src, "dma_transpose")))
     nb = getattr(current_or_none(), "nb", 0)
     perm = tuple(axes) if axes is not None else {2: (1, 0), 3: (2, 1, 0), 4: (3, 1, 2, 0)}.get(vals.ndim - nb)
@@ -228,6 +275,10 @@ def dma_transpose(dst, src, axes=None, priority=None, dge_mode=_dge_mode.unknown
         raise NKIError("dst shape", f"nisa.dma_transpose: dst has shape {dst.shape}, the transposed source has "
                        f"shape {shape}")
     store(dst, out, "dma_transpose", "transposed source")
+
+
+_transpose.__name__ = "dma_transpose"  # (the instruction's name in messages and the engine logs)
+transpose_gen1 = instruction(batched=True)(_transpose)
 
 
 # ---------------------------------------------------------------------------

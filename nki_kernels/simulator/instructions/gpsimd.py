@@ -200,6 +200,9 @@ def iota(dst, pattern, offset=0, channel_multiplier=0, name=None):
         vals = np.asarray(pattern)
         vals = vals[:, None] if vals.ndim == 1 else vals
     else:
+        if len(pattern) > 4:
+            raise NKIError("pattern", f"nisa.iota: pattern {pattern} has {len(pattern)} [step, num] entries; the "
+                           "access pattern is up to 4D")
         vals = _pattern_values(pattern, offset, channel_multiplier, d.shape[0])
         n = int(np.prod([p[1] for p in pattern]))
         if n != per_partition(d.shape):
@@ -248,6 +251,10 @@ def tensor_partition_reduce(dst, op, data, name=None):
     write(d, res.data, "tensor_partition_reduce")
 
 
+_ELEMS_PER_IDX = (1, 2, 4, 8, 16, 32)  # the page's num_elem_per_idx values
+MAX_INDICES_PER_CORE = 4096
+
+
 @instruction
 def local_gather(dst, src_buffer, index, num_elem_per_idx=1, num_valid_indices=None, name=None):
     """Gather within each GpSimd core's 16 partitions (GpSimd engine, SBUF only).
@@ -258,15 +265,24 @@ def local_gather(dst, src_buffer, index, num_elem_per_idx=1, num_valid_indices=N
     of the core gathers, for each index ``i``, the ``num_elem_per_idx`` contiguous
     elements starting at element ``i`` of its own data:
     ``dst[p, j, :] = src_buffer[p].flat[i_j : i_j + num_elem_per_idx]``. An index
-    reaching past a partition's data is an error.
+    reaching past a partition's data is an error. The page's rules: uint16 indices, dst
+    in src_buffer's dtype (no casting), ``num_elem_per_idx`` in [1, 2, 4, 8, 16, 32], at
+    most 4096 indices per core.
     (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/generated/nki.isa.local_gather.html)
     """
     op = "local_gather"
     d = check_dst(dst, op, _SB)
     s = tile_operand(src_buffer, "src_buffer", op, _SB)
     ix = tile_operand(index, "index", op, _SB)
-    if not np.issubdtype(ix.dtype, np.integer):
-        raise NKIError("dtype", f"nisa.{op}: index dtype {ix.dtype}; indices are integers")
+    if ix.dtype != dt.uint16:
+        raise NKIError("dtype", f"nisa.{op}: index (shape {ix.shape}) has dtype {ix.dtype}; the indices in index "
+                       "must be uint16")
+    if d.dtype != s.dtype:
+        raise NKIError("dtype", f"nisa.{op}: dst dtype {d.dtype} differs from src_buffer dtype {s.dtype}; "
+                       "local_gather preserves the input data type, no casting is allowed")
+    if int(num_elem_per_idx) not in _ELEMS_PER_IDX:
+        raise NKIError(op, f"nisa.{op}: num_elem_per_idx={num_elem_per_idx}; it must be one of "
+                       f"{list(_ELEMS_PER_IDX)}")
     P = s.shape[0]
     if ix.shape[0] != P or P % PARTITIONS_PER_CORE:
         raise NKIError("operand shapes", f"nisa.{op}: index {ix.shape} and src_buffer {s.shape} need the same "
@@ -274,9 +290,12 @@ def local_gather(dst, src_buffer, index, num_elem_per_idx=1, num_valid_indices=N
     n = int(num_elem_per_idx)
     per_core = PARTITIONS_PER_CORE * per_partition(ix.shape)
     nv = per_core if num_valid_indices is None else int(num_valid_indices)
-    if not 1 <= nv <= per_core or n < 1:
+    if not 1 <= nv <= per_core:
         raise NKIError(op, f"nisa.{op}: num_valid_indices={num_valid_indices} must be 1..{per_core} (the indices "
-                       f"of one core's 16 partitions) and num_elem_per_idx={num_elem_per_idx} >= 1")
+                       "of one core's 16 partitions)")
+    if nv > MAX_INDICES_PER_CORE:
+        raise NKIError(op, f"nisa.{op}: {nv} indices per GpSimd core (index {ix.shape}, num_valid_indices="
+                       f"{num_valid_indices}); the number of indices per core must be <= {MAX_INDICES_PER_CORE}")
     if d.shape[0] != P or per_partition(d.shape) != nv * n:
         raise NKIError("dst shape", f"nisa.{op}: dst {d.shape} must have {P} partitions and {nv} x {n} elements "
                        "per partition")

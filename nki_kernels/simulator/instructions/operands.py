@@ -166,6 +166,13 @@ def column(v, parts, name, op):
     return np.full((parts, 1), np.float32(v))
 
 
+def one_per_partition(t, parts, name, op):
+    """A ``reduce_res``-like output "of shape (data.shape[0], 1)": ``parts`` partitions, one element each."""
+    if t is not None and hasattr(t, "shape") and (t.shape[0] != parts or per_partition(t.shape) != 1):
+        raise NKIError("operand shapes", f"nisa.{op}: {name} has shape {tuple(t.shape)}; it must be a tile of shape "
+                       f"({parts}, 1): one element per partition of the data")
+
+
 def same_rows(op, a, an, b, bn):
     """``a`` and ``b`` occupy the same partitions and elements per partition."""
     if a.shape[0] != b.shape[0] or per_partition(a.shape) != per_partition(b.shape):
@@ -646,6 +653,27 @@ def _alu(op):
     return _nl.np_function(op)
 
 
+# The bitvec operators of the "Supported Math Operators" table (by their NumPy functions): they treat
+# elements as bit patterns, so the instructions that take them need integer tiles.
+BITVEC = frozenset({np.bitwise_and, np.bitwise_or, np.bitwise_xor, np.invert, np.left_shift, np.right_shift})
+
+
+def is_bitvec(op) -> bool:
+    """Whether operator ``op`` (``nl.bitwise_and``, ``np.left_shift`` ...) is a bitvec operator."""
+    return op is not None and alu(op) in BITVEC
+
+
+def bitvec_on_integers(op, opname, *tiles):
+    """The pages' rule for bitvec operators (tensor_scalar, tensor_tensor, tensor_reduce): "the
+    input/output data types must be integer types" (elements are bit patterns, never cast). ``tiles``
+    are ``(what, tile)`` pairs; scalars are skipped."""
+    for what, t in tiles:
+        if isinstance(t, Tile) and t.dtype.kind not in "iu":
+            raise NKIError("bitvec dtype", f"nisa.{opname}: op {getattr(op, '__name__', op)} is a bitvec operator "
+                           f"but {what} (shape {t.shape}) has dtype {t.dtype}; with bitvec operators the input/output "
+                           "data types must be integer types")
+
+
 _REDUCERS = {np.add: np.sum, np.maximum: np.max, np.minimum: np.min, np.multiply: np.prod}
 
 
@@ -654,6 +682,8 @@ def reducer(op):
     fn = alu(op)
     if fn in _REDUCERS:
         return _REDUCERS[fn]
+    if getattr(fn, "__name__", None) == "average" and "nki_kernels" in (getattr(fn, "__module__", "") or ""):
+        return fn  # nl.average: a reduction operator only (the mean), no pairwise form
     if isinstance(fn, np.ufunc) and fn.nin == 2:
         return fn.reduce
     raise NKIError("op", f"{op!r} cannot be used as a reduction operator (use nl.add, nl.maximum, nl.minimum, "

@@ -7,8 +7,10 @@ import numpy as np
 
 from .. import dtypes as dt
 from .. import profile as _prof
+from ..core import Tile
 from ..errors import NKIError, NotBatchable
-from .operands import (alu, check_dst, column, engine_name, instruction, no_gpsimd_psum, per_partition, rows,
+from .operands import (alu, check_dst, column, engine_name, instruction, no_gpsimd_psum, one_per_partition,
+                       per_partition, rows,
                        tile_operand, write)
 from .target import engine as _engine
 from .target import reduce_cmd as _reduce_cmd
@@ -58,13 +60,15 @@ def activate2(dst, op, data, imm0, imm1, op0, op1, relu_param=0.0, reverse0=Fals
             continue
         a = column(imm, parts, what, name_)
         v = alu(stage)(a, v) if rev else alu(stage)(v, a)
-    fn = alu(op)
-    if getattr(op, "__name__", None) == "relu":
-        out = np.where(v > 0, v, np.float32(relu_param) * v)
+    if getattr(op, "__name__", None) == "relu" or is_prelu(op):
+        # relu_param: the negative slope (nl.prelu's "relu_param argument"), a scalar or a [P, 1] tile
+        slope = column(relu_param, parts, "relu_param", name_)
+        out = np.where(v >= 0, v, slope * v).astype(np.float32)
     else:
-        if float(relu_param) != 0.0:
-            raise NKIError("relu_param", f"nisa.{name_}: relu_param={relu_param} only applies to nl.relu, op is {op!r}")
-        out = np.asarray(fn(v), np.float32)
+        if isinstance(relu_param, Tile) or float(relu_param) != 0.0:
+            raise NKIError("relu_param", f"nisa.{name_}: relu_param={relu_param} only applies to the parameterized "
+                           f"activations (nl.prelu, nl.relu), op is {op!r}")
+        out = np.asarray(alu(op)(v), np.float32)
     _prof.instruction(eng, out)
     write(d, out.reshape(d.shape), name_)
     if reduce_op is not None or reduce_res is not None:
@@ -118,6 +122,7 @@ def activation(dst, op, data, bias=None, scale=1.0, reduce_op=None, reduce_res=N
                        "registers only sum (nl.add); use nisa.tensor_reduce or nisa.activate2 for max/min")
     if reducing and x.nb:
         raise NotBatchable(f"nisa.{op_name}: the accumulation registers in a batch of programs")
+    one_per_partition(reduce_res, x.shape[0], "reduce_res", op_name)  # "a tile of shape (data.shape[0], 1)"
     with scratch():
         res = _gen1.activation(_identity_op(op), x, bias=bias, scale=scale, dtype=dt.float32)
     out = res.data
@@ -125,8 +130,21 @@ def activation(dst, op, data, bias=None, scale=1.0, reduce_op=None, reduce_res=N
     registers.accumulate(op_name, "Scalar", out, x.shape[0], reduce_op, reduce_res, reduce_cmd)
 
 
+def is_prelu(op) -> bool:
+    """Whether ``op`` is ``nl.prelu``: the current ``nki.language`` lists it as the parametric-ReLU
+    activation constant; the simulator's ``nl.prelu`` is also the element-wise function
+    ``prelu(x, alpha)``, which as an ``op=`` means the activation (as ``nl.copy`` means the identity)."""
+    return getattr(op, "__name__", None) == "prelu" and "nki_kernels" in (getattr(op, "__module__", "") or "")
+
+
 def _identity_op(op):
-    """``nl.copy`` / ``nl.bypass`` of either generation as the identity activation."""
+    """``nl.copy`` / ``nl.bypass`` of either generation as the identity activation. ``nl.prelu`` is
+    refused: its negative slope is "controlled by the relu_param argument", which ``nisa.activation``
+    does not take, and a slope the pages do not state would be a guess (``nisa.activate2`` takes it)."""
+    if is_prelu(op):
+        raise NKIError("op", "nisa.activation: op=nl.prelu needs its negative slope, the relu_param argument, "
+                       "which nisa.activation does not take; use nisa.activate2(op=nl.prelu, relu_param=...) "
+                       "(NeuronCore-v4+), or nl.relu for slope 0")
     return np.copy if getattr(op, "__name__", None) in ("copy", "bypass") else op
 
 

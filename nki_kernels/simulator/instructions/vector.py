@@ -13,9 +13,11 @@ from .. import profile as _prof
 from ..core import Tile, psum
 from ..errors import NKIError
 from ..indexing import _full_mask
-from .operands import (alu, check_dst, column, engine_name, identity_of, instruction, no_gpsimd_psum,
+from .operands import (alu, bitvec_on_integers, check_dst, column, engine_name, identity_of, instruction,
+                       is_bitvec, no_gpsimd_psum, one_per_partition,
                        partition_range, per_partition, rows, same_rows, scratch, tile_operand, values_of, write,
                        compute_into)
+from .operands import BITVEC as _BITVEC
 from .target import engine as _engine
 from .target import reduce_cmd as _reduce_cmd
 
@@ -95,8 +97,8 @@ def tensor_copy_predicated(dst, src, predicate, reverse_pred=False, name=None):
 
     src (a tensor), dst and predicate occupy the same partitions and elements per
     partition; predicate is uint8/uint16/uint32; src and dst share a dtype (a
-    Python scalar only needs the same kind: float into a float dst, int into an
-    integer dst); src and predicate are not both in PSUM.
+    scalar src "is copied": an int or a float into a float dst, an int into an integer
+    dst); src and predicate are not both in PSUM.
     (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/generated/nki.isa.tensor_copy_predicated.html)
     """
     op = "tensor_copy_predicated"
@@ -121,8 +123,6 @@ def tensor_copy_predicated(dst, src, predicate, reverse_pred=False, name=None):
                            f"{type(src).__name__}")
         if isinstance(src, (float, np.floating)) and not dt.is_float(d.dtype):
             raise NKIError("dtype", f"nisa.{op}: a float scalar src needs a float dst, dst is {d.dtype}")
-        if isinstance(src, (int, np.integer)) and dt.is_float(d.dtype):
-            raise NKIError("dtype", f"nisa.{op}: an int scalar src needs an integer dst, dst is {d.dtype}")
         vals = np.full(d.shape, src)
     cond = np.reshape(p.data, d.shape) != 0
     if reverse_pred:
@@ -154,14 +154,18 @@ def _eight(op, vals, parts):
 
 @instruction
 def max8(dst, src, name=None):
-    """The 8 largest values of each partition of ``src`` (8..16384 elements), descending, into a
-    ``[P, 8]`` ``dst``; fp32 compute, converted to ``dst.dtype``.
+    """The 8 largest values of each partition of ``src`` (up to 3-D, 8..16384 elements), descending,
+    into a 2-D ``[P, 8]`` ``dst``; fp32 compute, converted to ``dst.dtype``.
     (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/generated/nki.isa.max8.html)
     """
     d = check_dst(dst, "max8")
     x, v = _search_rows("max8", src)
-    if d.shape[0] != x.shape[0] or per_partition(d.shape) != 8:
-        raise NKIError("dst shape", f"nisa.max8: dst {d.shape} must be [{x.shape[0]}, 8]")
+    if x.ndim > 3:
+        raise NKIError("operand shapes", f"nisa.max8: src has shape {x.shape}; the source tile can be up to "
+                       "3-dimensional")
+    if d.ndim != 2 or d.shape[0] != x.shape[0] or d.shape[1] != 8:
+        raise NKIError("dst shape", f"nisa.max8: dst {d.shape} must be [{x.shape[0]}, 8] (the output tile is always "
+                       "2-dimensional)")
     # the 8 largest by a partition (O(n) per row), then sorted: a full sort of 16384-element rows
     # dominated nki-library's top-k
     top = -np.partition(-v, 7, axis=1)[:, :8] if v.shape[1] > 8 else v
@@ -243,15 +247,45 @@ def nc_match_replace8(dst, data, vals, imm, dst_idx=None, name=None):
 # ---------------------------------------------------------------------------
 # selects and cumulative ops
 # ---------------------------------------------------------------------------
+FP32_MIN = float(np.finfo(np.float32).min)  # -3.4028235e+38: range_select's only on_false_value
+_RANGE_COMPARE = {np.equal: "equal", np.less: "less", np.less_equal: "less_equal", np.greater: "greater",
+                  np.greater_equal: "greater_equal"}
+
+
 @instruction
-def range_select(dst, on_true_tile, comp_op0, comp_op1, bound0, bound1, reduce_cmd=_reduce_cmd.reset_reduce, reduce_res=None,
-                 reduce_op=np.maximum, range_start=0.0, on_false_value=0.0, name=None):
+def range_select(dst, on_true_tile, comp_op0, comp_op1, bound0, bound1, reduce_cmd=_reduce_cmd.reset_reduce,
+                 reduce_res=None, reduce_op=np.maximum, range_start=0.0, on_false_value=FP32_MIN, name=None):
     """``dst = where(comp_op0(i + range_start, bound0) & comp_op1(i + range_start, bound1), on_true_tile,
     on_false_value)`` with ``i`` the free index of each element (Vector engine, NeuronCore-v3+); the
     result's free-axis reduction (``reduce_op``, max) feeds the Vector engine's accumulation
-    registers per ``reduce_cmd`` and ``reduce_res``. bounds are scalars or [P, 1] tiles.
-    (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/generated/nki.isa.range_select.html)
+    registers per ``reduce_cmd`` and ``reduce_res``.
+
+    The page's constraints: comparisons are equal / less / less_equal / greater / greater_equal;
+    ``on_true_tile`` has a float dtype; ``bound0`` / ``bound1`` are float32 tiles with one element per
+    partition; ``reduce_op`` is maximum only; ``on_false_value`` "must be FP32_MIN (-3.4028235e+38)"
+    (the default; the v2.32 signature's ``Ellipsis`` means the same).
+    (https://awsdocs-neuron.readthedocs-hosted.com/en/v2.32.0/nki/api/generated/nki.isa.range_select.html)
     """
+    select_in_range(dst, on_true_tile, comp_op0, comp_op1, bound0, bound1, reduce_cmd, reduce_res, reduce_op,
+                    range_start, on_false_value)
+
+
+def _range_select_gen1(dst, on_true_tile, comp_op0, comp_op1, bound0, bound1, reduce_cmd, reduce_res, reduce_op,
+                       range_start, on_false_value):
+    """The first generation's ``range_select`` (its page's rules only, see :func:`select_in_range`)."""
+    select_in_range(dst, on_true_tile, comp_op0, comp_op1, bound0, bound1, reduce_cmd, reduce_res, reduce_op,
+                    range_start, on_false_value, gen1=True)
+
+
+_range_select_gen1.__name__ = "range_select"  # (the instruction's name in messages and the engine logs)
+range_select_gen1 = instruction(_range_select_gen1)
+
+
+def select_in_range(dst, on_true_tile, comp_op0, comp_op1, bound0, bound1, reduce_cmd, reduce_res, reduce_op,
+                    range_start, on_false_value, gen1=False):
+    """:func:`range_select`; ``gen1=True`` applies only the rules the first generation's page (v2.26)
+    states as well (comparison operators, float on_true_tile, fp32 bounds of one element per
+    partition): its bounds may still be scalars, and its ``on_false_value`` / ``reduce_op`` are free."""
     from . import registers, target
 
     op = "range_select"
@@ -259,6 +293,29 @@ def range_select(dst, on_true_tile, comp_op0, comp_op1, bound0, bound1, reduce_c
     d = check_dst(dst, op)
     x = tile_operand(on_true_tile, "on_true_tile", op)
     same_rows(op, d, "dst", x, "on_true_tile")
+    for cmp, what in ((comp_op0, "comp_op0"), (comp_op1, "comp_op1")):
+        if alu(cmp) not in _RANGE_COMPARE:
+            raise NKIError("comp_op", f"nisa.{op}: {what}={cmp!r}; the comparison operators must be one of "
+                           "nl.equal, nl.less, nl.less_equal, nl.greater, nl.greater_equal")
+    if not dt.is_float(x.dtype):
+        raise NKIError("dtype", f"nisa.{op}: on_true_tile (shape {x.shape}) has dtype {x.dtype}; it must be one of "
+                       "the FP dtypes")
+    for b, what in ((bound0, "bound0"), (bound1, "bound1")):
+        if isinstance(b, Tile):
+            if b.dtype != dt.float32:
+                raise NKIError("dtype", f"nisa.{op}: {what} (shape {b.shape}) has dtype {b.dtype}; bound0/bound1 "
+                               "must be FP32 (the comparison runs in fp32)")
+        elif not gen1:
+            raise NKIError("operand type", f"nisa.{op}: {what} is a {type(b).__name__} ({b!r}); bound0 and bound1 "
+                           f"are tiles with one element per partition ([{x.shape[0]}, 1] float32)")
+    if not gen1:
+        fill = FP32_MIN if on_false_value is Ellipsis else on_false_value
+        if isinstance(fill, Tile) or float(np.float32(fill)) != FP32_MIN:
+            raise NKIError("on_false_value", f"nisa.{op}: on_false_value={on_false_value!r}; due to hardware "
+                           "constraints it must be FP32_MIN (-3.4028235e+38), the default")
+        if alu(reduce_op) is not np.maximum:
+            raise NKIError("reduce_op", f"nisa.{op}: reduce_op={reduce_op!r}; only nl.maximum is supported")
+        on_false_value = FP32_MIN
     v = values_of(x, "on_true_tile", op)
     parts = x.shape[0]
     idx = np.arange(v.shape[1], dtype=np.float32)[None, :] + np.float32(range_start)
@@ -312,6 +369,7 @@ def select_reduce(dst, predicate, on_true, on_false, reduce_res=None, reduce_cmd
     write(d, out.reshape(d.shape), op)
     if reduce_res is not None and not dt.is_float(reduce_res.dtype):
         raise NKIError("reduce_res dtype", f"nisa.{op}: reduce_res dtype {reduce_res.dtype} must be a float type")
+    one_per_partition(reduce_res, parts, "reduce_res", op)  # "a vector of shape (on_true.shape[0], 1)"
     registers.accumulate(op, "Vector", out, parts, reduce_op, reduce_res, reduce_cmd)
 
 
@@ -388,6 +446,11 @@ def scalar_tensor_tensor(dst, data, op0, operand0, op1, operand1, reverse0=False
     x = tile_operand(data, "data", op)
     o1 = tile_operand(operand1, "operand1", op)
     same_rows(op, x, "data", o1, "operand1")
+    same_rows(op, d, "dst", x, "data")
+    for fn, what in ((op0, "op0"), (op1, "op1")):
+        if is_bitvec(fn):
+            raise NKIError("op", f"nisa.{op}: {what}={getattr(fn, '__name__', fn)} is a bitvec operator; op0 and op1 "
+                           "must be arithmetic operators (bitvec operators are not supported)")
     if x.buffer is psum and o1.buffer is psum:
         raise NKIError("operand memory", f"nisa.{op}: data and operand1 cannot both be in PSUM")
     parts = x.shape[0]
@@ -496,6 +559,8 @@ def tensor_tensor(dst, data1, data2, op, engine=_engine.unknown, name=None):
                        "partition size and the same number of elements per partition (use nisa.tensor_scalar "
                        "to broadcast a [P, 1] operand)")
     fn = alu(op)
+    if fn in _BITVEC:
+        bitvec_on_integers(op, "tensor_tensor", ("data1", a), ("data2", b), ("dst", d))
     if fn is np.power or (engine is not _engine.unknown and engine_name(engine) == "GpSimd"):
         no_gpsimd_psum("GpSimd", "tensor_tensor", a, b, d)
     cdt = _compute_dtype(d, a, b)
@@ -512,21 +577,60 @@ def tensor_tensor(dst, data1, data2, op, engine=_engine.unknown, name=None):
     write(d, res.data, "tensor_tensor")
 
 
+def _unary_operand(opname, op0, operand0):
+    """Whether ``op0`` is a one-input operator (``nl.abs``, ``nl.exp`` ...); its ``operand0`` "must be
+    None or 0 when op0 is a unary operator" (the tensor_scalar page), else an error."""
+    if not _is_unary(op0):
+        return False
+    if operand0 is not None and (isinstance(operand0, Tile) or float(operand0) != 0.0):
+        what = f"a tile of shape {operand0.shape}" if isinstance(operand0, Tile) else repr(operand0)
+        raise NKIError("operand0", f"nisa.{opname}: op0={getattr(op0, '__name__', op0)} is a unary operator, so "
+                       f"operand0 must be None or 0; got {what}")
+    return True
+
+
+def _scalar_ops_rules(opname, d, x, op0, operand0, op1, operand1, eng="unknown"):
+    """tensor_scalar's operator rules: op1 needs operand1; op0 and op1 are both bitvec or both
+    arithmetic; bitvec operators run on the Vector engine, on integer tiles; the GpSimd engine is
+    "only allowed for rsqrt"."""
+    if op1 is not None and operand1 is None:
+        raise NKIError("operand1", f"nisa.{opname}: op1={getattr(op1, '__name__', op1)} is given without operand1; "
+                       "op1 and operand1 are used together (both None when unused)")
+    ops = [fn for fn in (op0, op1) if fn is not None]
+    kinds = [not _is_unary(fn) and is_bitvec(fn) for fn in ops]
+    if len(set(kinds)) > 1:
+        raise NKIError("op", f"nisa.{opname}: op0={getattr(op0, '__name__', op0)} and op1="
+                       f"{getattr(op1, '__name__', op1)} mix a bitvec and an arithmetic operator; both must be "
+                       "bitvec or both arithmetic")
+    if any(kinds):
+        if eng not in ("Vector", "unknown"):
+            raise NKIError("engine", f"nisa.{opname}: bitvec operators run on the Vector engine only, engine is {eng}")
+        bitvec_on_integers(ops[0], opname, ("data", x), ("dst", d), ("operand0", operand0), ("operand1", operand1))
+    if eng == "GpSimd" and not (getattr(op0, "__name__", None) == "rsqrt" and op1 is None):
+        raise NKIError("engine", f"nisa.{opname}: engine=gpsimd is only allowed for rsqrt (op0=nl.rsqrt, no op1); "
+                       f"got op0={getattr(op0, '__name__', op0)}, op1={getattr(op1, '__name__', op1)}")
+
+
 @instruction(batched=True)
 def tensor_scalar(dst, data, op0, operand0=None, reverse0=False, op1=None, operand1=None, reverse1=False,
                   engine=_engine.unknown, name=None):
     """``dst = (data op0 operand0) op1 operand1`` with scalar or [P, 1] operands broadcast along the free axes.
 
-    ``reverse0`` / ``reverse1`` swap an operator's inputs; ``op1`` is optional; a
-    one-input ``op0`` (``nl.exp`` ...) without ``operand0`` applies it. fp32 compute,
-    rounded to ``dst.dtype``; data and dst in SBUF or PSUM (SBUF only on GpSimd).
+    ``reverse0`` / ``reverse1`` swap an operator's inputs; ``op1`` is optional (``operand1`` with
+    it); a one-input ``op0`` (``nl.exp``, ``nl.abs`` ...) with ``operand0`` None or 0 applies it.
+    op0 and op1 are both bitvec or both arithmetic; bitvec operators run on the Vector engine on
+    integer tiles (bit patterns, no casting); engine=gpsimd only for rsqrt. fp32 compute, rounded to
+    ``dst.dtype``; data and dst in SBUF or PSUM (SBUF only on GpSimd).
+    (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/generated/nki.isa.tensor_scalar.html)
     """
 
     d = check_dst(dst, "tensor_scalar")
-    no_gpsimd_psum(engine_name(engine), "tensor_scalar", data, operand0, operand1, d)
+    eng = engine_name(engine)
+    no_gpsimd_psum(eng, "tensor_scalar", data, operand0, operand1, d)
     x = _gen1()._tile(data, "data", "tensor_scalar")
+    _scalar_ops_rules("tensor_scalar", d, x, op0, operand0, op1, operand1, eng)
     with scratch():
-        if operand0 is None and _is_unary(op0):
+        if _unary_operand("tensor_scalar", op0, operand0):
             x = Tile(np.asarray(alu(op0)(dt.compute_view(x.data))), x.buffer)
             res = x if op1 is None else _gen1().tensor_scalar(x, op1, operand1, reverse1, dtype=dt.float32)
         else:
@@ -547,9 +651,11 @@ def tensor_scalar_reduce(dst, data, op0, operand0, reduce_op, reduce_res=None, r
 
     d = check_dst(dst, "tensor_scalar_reduce")
     x = _gen1()._tile(data, "data", "tensor_scalar_reduce")
-    with scratch():
-        res = _gen1().tensor_scalar(x, op0, operand0, reverse0, dtype=dt.float32)
-    out = res.data
+    if _unary_operand("tensor_scalar_reduce", op0, operand0):  # nki-library: op0=nl.abs, operand0=0.0
+        out = np.asarray(alu(op0)(dt.compute_view(x.data).astype(np.float32)), np.float32)
+    else:
+        with scratch():
+            out = _gen1().tensor_scalar(x, op0, operand0, reverse0, dtype=dt.float32).data
     write(d, out, "tensor_scalar_reduce")
     registers.accumulate("tensor_scalar_reduce", "Vector", out, x.shape[0], reduce_op, reduce_res, reduce_cmd,
                          reduce_init, negate=reduce_res_negate)
@@ -560,9 +666,13 @@ def tensor_reduce(dst, op, data, axis, negate=False, keepdims=False, name=None):
     """Reduce ``data`` over free ``axis`` with ``op`` into ``dst`` (Vector engine).
 
     ``axis`` must be the last contiguous free dimension(s), ending at the last
-    one; axis 0 (partition) cannot be reduced. fp32 compute; ``negate``
-    multiplies the result by -1. ``dst`` has data's partition size and as many
-    elements per partition as the reduction leaves.
+    one; axis 0 (partition) cannot be reduced. Several axes reduce as one: their
+    elements, flattened in row-major order, fold left with ``op`` (the same result
+    for add / max / ...; for ``nl.subtract`` it is ``x0 - x1 - x2 ...`` over the flattened
+    elements). fp32 compute for arithmetic operators; bitvec operators (bitwise_and ...)
+    need integer tiles and reduce their bit patterns; ``negate`` (arithmetic operators only)
+    multiplies the result by -1. ``dst`` has data's partition size and as many elements per
+    partition as the reduction leaves.
     (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/generated/nki.isa.tensor_reduce.html)
     """
     from .. import language as _nl1
@@ -573,43 +683,86 @@ def tensor_reduce(dst, op, data, axis, negate=False, keepdims=False, name=None):
     if axes != list(range(x.ndim - len(axes), x.ndim)):
         raise NKIError("reduce axes", f"nisa.tensor_reduce: axis={axis} on a tile of shape {x.shape}; the reduced "
                        f"axes must be the last contiguous free dimensions, ending at axis {x.ndim - 1}")
+    bitvec = is_bitvec(op)
+    if bitvec:
+        bitvec_on_integers(op, "tensor_reduce", ("data", x), ("dst", d))
+        if negate:
+            raise NKIError("negate", f"nisa.tensor_reduce: negate=True with the bitvec operator "
+                           f"{getattr(op, '__name__', op)}; negate only applies to arithmetic operators")
     with scratch():
-        res = _gen1().tensor_reduce(op, x, axis, negate=negate, keepdims=keepdims, dtype=dt.float32)
-    write(d, res.data, "tensor_reduce", f"reduction of {x.shape} over axis {axis}")
+        if len(axes) > 1:
+            # the trailing axes as one (row-major, the order the engine reads them): a fold of the
+            # flattened elements, which non-reorderable operators (subtract) need
+            kept = x.shape[:axes[0]]
+            flat = Tile(np.reshape(x.data, x.data.shape[:x.nb] + kept + (-1,)), x.buffer)
+            res = _gen1().tensor_reduce(op, flat, len(kept), negate=negate, keepdims=keepdims,
+                                        dtype=x.dtype if bitvec else dt.float32)
+            vals = res.data
+            if keepdims:
+                vals = np.reshape(vals, vals.shape[:x.nb] + kept + (1,) * len(axes))
+        else:
+            vals = _gen1().tensor_reduce(op, x, axis, negate=negate, keepdims=keepdims,
+                                         dtype=x.dtype if bitvec else dt.float32).data
+    write(d, vals, "tensor_reduce", f"reduction of {x.shape} over axis {axis}")
 
 
 @instruction
 def tensor_tensor_scan(dst, data0, data1, initial, op0, op1, reverse0=False, reverse1=False, name=None):
-    """Scan along the free axis: ``r[i] = op1(op0(data0[i], r[i-1]), data1[i])`` into ``dst``."""
+    """Scan along each partition: ``r[i] = op1(op0(data0[i], r[i-1]), data1[i])`` into ``dst``, ``r[-1] =
+    initial`` (a scalar or a [P, 1] tile); ``reverse0`` / ``reverse1`` swap an operator's inputs.
 
-    d = check_dst(dst, "tensor_tensor_scan")
+    The page's pseudo-code runs per partition over its elements, so a tile with several free axes
+    is scanned over the partition's flattened free elements (row-major), one chain per partition.
+    data0 and data1 have the same partitions and elements per partition and are not both in PSUM;
+    fp32 compute, rounded to ``dst.dtype``.
+    (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/generated/nki.isa.tensor_tensor_scan.html)
+    """
+
+    op = "tensor_tensor_scan"
+    d = check_dst(dst, op)
     gen1 = _gen1()
-    t0, t1 = gen1._tile(data0, "data0", "tensor_tensor_scan"), gen1._tile(data1, "data1", "tensor_tensor_scan")
+    t0, t1 = gen1._tile(data0, "data0", op), gen1._tile(data1, "data1", op)
+    same_rows(op, t0, "data0", t1, "data1")
+    same_rows(op, d, "dst", t0, "data0")
     if t0.buffer is psum and t1.buffer is psum:
         raise NKIError("operand memory", "nisa.tensor_tensor_scan: data0 and data1 cannot both be in PSUM")
-    a = dt.compute_view(t0.data).astype(np.float32)
-    b = dt.compute_view(t1.data).astype(np.float32)
+    parts = t0.shape[0]
+    a = values_of(t0, "data0", op)  # [P, elements]: the chain runs over all of a partition's elements
+    b = values_of(t1, "data1", op)
     f0, f1 = alu(op0), alu(op1)
-    init = gen1._per_partition(initial, t0, "initial", "tensor_tensor_scan")
-    prev = np.broadcast_to(np.asarray(init, np.float32), a.shape[:1] + (1,) * (a.ndim - 1))[..., 0]
+    prev = column(initial, parts, "initial", op)[:, 0]
     out = np.empty_like(a)
-    for i in range(a.shape[-1]):
-        t = f0(a[..., i], prev) if not reverse0 else f0(prev, a[..., i])  # the page: op0(data0[:, i], result[:, i-1])
-        prev = f1(t, b[..., i]) if not reverse1 else f1(b[..., i], t)
-        out[..., i] = prev
+    for i in range(a.shape[1]):
+        t = f0(a[:, i], prev) if not reverse0 else f0(prev, a[:, i])  # the page: op0(data0[:, i], result[:, i-1])
+        prev = f1(t, b[:, i]) if not reverse1 else f1(b[:, i], t)
+        out[:, i] = prev
     _prof.instruction("Vector", out)
-    write(d, out, "tensor_tensor_scan")
+    write(d, out.reshape(d.shape), op)
 
 
 @instruction(batched=True)
 def memset(dst, value, engine=_engine.unknown, name=None):
-    """Fill ``dst`` with the constant ``value`` (Vector or GpSimd engine; GpSimd cannot reach PSUM)."""
+    """Fill ``dst`` with the compile-time constant ``value`` (Vector or GpSimd engine; GpSimd cannot reach
+    PSUM). Every NKI dtype; for the x4 packed types (``float8_e4m3fn_x4``, ``float8_e5m2_x4``,
+    ``float4_e2m1fn_x4``) only ``value=0`` (all-zero bits) is supported.
+    (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/generated/nki.isa.memset.html)
+    """
 
     d = check_dst(dst, "memset")
     eng = engine_name(engine)
+    if eng not in ("Vector", "GpSimd", "unknown"):
+        raise NKIError("engine", f"nisa.memset: engine={engine!r}; memset runs on nki.isa.engine.vector or "
+                       "nki.isa.engine.gpsimd (or engine.unknown, the compiler's choice)")
     no_gpsimd_psum(eng, "memset", d)
+    if d.dtype in dt.PACKED_X4:
+        if isinstance(value, Tile) or float(value) != 0.0:
+            raise NKIError("packed dtype", f"nisa.memset: dst (shape {d.shape}) has the x4 packed dtype "
+                           f"{d.dtype.names[0]}; only value=0 is supported for x4 packed types, got {value!r}")
+        vals = np.zeros(d.shape, d.dtype)  # four zero elements in each packed element: all bits clear
+    else:
+        vals = np.full(d.shape, value)
     _prof.instruction("GpSimd" if eng == "GpSimd" else "Vector", d.data)
-    write(d, np.full(d.shape, value), "memset")
+    write(d, vals, "memset")
 
 
 @instruction
@@ -641,6 +794,10 @@ def bn_aggr(dst, data, name=None):
 
     d = check_dst(dst, "bn_aggr")
     x = _gen1()._tile(data, "data", "bn_aggr")
+    if per_partition(x.shape) % 3:
+        raise NKIError("bn_aggr", f"nisa.bn_aggr: data (shape {x.shape}) has {per_partition(x.shape)} elements per "
+                       "partition; bn_aggr reads (count, mean, variance*count) triples from bn_stats, so the "
+                       "number of elements per partition must be a multiple of three")
     s = dt.compute_view(x.data).reshape(x.shape[0], -1, 3).astype(np.float64)
     n, mean, m2 = s[..., 0], s[..., 1], s[..., 2]
     tot = n.sum(1, keepdims=True)

@@ -77,6 +77,15 @@ def bypass(x):
 bypass._np = lambda x: np.array(x, copy=True)
 
 
+def average(x, axis, keepdims=False):
+    """The "average" reduction operator identifier (``nl.average``), an ``op=`` of
+    ``nisa.tensor_partition_reduce`` ("add, average, max, bitwise_or, bitwise_and"): the mean."""
+    return np.mean(x, axis=axis, keepdims=keepdims)
+
+
+average._np = average
+
+
 def _op_function(op):
     """The NumPy function of an operator identifier, accepting the standalone-only ones."""
     if op is copy or op is _gen1.identity:
@@ -209,7 +218,7 @@ def shared_constant(constant, dtype=None):
 
 
 # Wrappers of batch-capable functions stay batch-capable (the rest run one program at a time).
-_gen1._guard_module(globals(), {"ds", "bypass", "np_function", "softmax", "var", "broadcast_to", "zeros_like",
+_gen1._guard_module(globals(), {"ds", "bypass", "average", "np_function", "softmax", "var", "broadcast_to", "zeros_like",
                                 "empty_like"}, "nl")
 
 
@@ -237,7 +246,7 @@ for _name in ("AffineExpr", "BExpr", "Mask", "NKIError", "NotBatchable", "PMAX",
     globals().pop(_name, None)
 del _name
 
-__all__ = sorted({*_gen1.__all__, *_CURRENT_ONLY, *_dtypes.__all__, "NKIObject", "NkiTensor", "bool", "ds", "bypass",
+__all__ = sorted({*_gen1.__all__, *_CURRENT_ONLY, *_dtypes.__all__, "NKIObject", "NkiTensor", "bool", "ds", "bypass", "average",
                   "shared_identity_matrix", "tile_size",
                   "np_function"})
 __all__ = [n for n in __all__ if n in globals()]
