@@ -37,12 +37,26 @@ def source_hash(func) -> str:
     return hashlib.sha256(src.encode()).hexdigest()[:16]
 
 
+_DTYPE_KEY = "__nki_dtype__"  # a static dtype argument (nl.bfloat16, nl.float8_e5m2_x4 ...) by name
+
+
+def _dtype_name(value: Any) -> str | None:
+    """The name of a dtype given as a static argument (``as_dtype`` reads it back), else None."""
+    if isinstance(value, np.dtype) or (isinstance(value, type) and issubclass(value, np.generic)):
+        d = np.dtype(value)
+        return d.names[0] if d.names else d.name  # (packed MX types are named structured dtypes)
+    return None
+
+
 def _plain(value: Any) -> Any:
-    """Turn a static argument into JSON (tuples become lists, numpy scalars Python)."""
+    """Turn a static argument into JSON (tuples become lists, numpy scalars Python, dtypes their names)."""
     if isinstance(value, (bool, int, float, str)) or value is None:
         return value
     if isinstance(value, np.generic):
         return value.item()
+    name = _dtype_name(value)
+    if name is not None:
+        return {_DTYPE_KEY: name}
     if isinstance(value, (tuple, list)):
         return [_plain(v) for v in value]
     if isinstance(value, dict):
@@ -139,6 +153,19 @@ def resolve_kernel(payload: dict):
     return _resolve(k["module"], k["qualname"], k["source_sha256"])
 
 
+def _unplain(value: Any) -> Any:
+    """The static arguments :func:`_plain` encoded, with dtypes made dtypes again."""
+    if isinstance(value, dict):
+        if set(value) == {_DTYPE_KEY}:
+            from nki_kernels.simulator import dtypes
+
+            return dtypes.as_dtype(value[_DTYPE_KEY])
+        return {k: _unplain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_unplain(v) for v in value]
+    return value
+
+
 def run_payload(payload: dict, arrays: Sequence[np.ndarray], outputs: Sequence[np.ndarray] = ()) -> list:
     """Run the launch a payload describes on the simulator; returns the results as a list.
 
@@ -147,7 +174,7 @@ def run_payload(payload: dict, arrays: Sequence[np.ndarray], outputs: Sequence[n
     from nki_kernels.simulator.launch import simulate_into
 
     kernel = resolve_kernel(payload)
-    out = simulate_into(outputs, kernel, tuple(payload["grid"]), *arrays, **payload["static"])
+    out = simulate_into(outputs, kernel, tuple(payload["grid"]), *arrays, **_unplain(payload["static"]))
     outs = list(out) if isinstance(out, (tuple, list)) else [out]
     want = payload["results"]
     if len(outs) != len(want):

@@ -100,6 +100,14 @@ def scale_rows_kernel(a, scale=2.0):
 
 
 @nki.jit
+def cast_kernel(a, dtype):
+    """``a`` (one tile of at most 128 x 512) cast to the static argument ``dtype`` (an ``nl`` dtype)."""
+    out = nl.ndarray(a.shape, dtype=dtype, buffer=nl.shared_hbm)
+    nl.store(out, value=nl.copy(nl.load(a), dtype=dtype))
+    return out
+
+
+@nki.jit
 def sum_diff_kernel(a, b):
     """(a + b, a - b) for 2-D tiles of at most 128 x 512; one program."""
     s = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)

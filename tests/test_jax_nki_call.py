@@ -15,7 +15,7 @@ from nki_kernels.add import add_grid, tensor_add_kernel
 from nki_kernels.backend import nki, nl
 from nki_kernels.rmsnorm import rms_norm_fwd_kernel, row_grid
 
-from .jax_helpers import (DTYPES, TOL, assert_close, custom_calls, payloads, random, rms_norm_ref,
+from .jax_helpers import (DTYPES, TOL, assert_close, cast_kernel, custom_calls, payloads, random, rms_norm_ref,
                           scale_rows_kernel, sum_diff_kernel, unmasked_rows_kernel)
 
 
@@ -48,6 +48,18 @@ def test_payload_carries_static_arguments_and_several_results():
     assert p["grid"] == [2]
     assert [r["dtype"] for r in p["results"]] == ["bfloat16", "float32"]
     assert p["results"][1]["shape"] == [130, 1]
+
+
+def test_a_dtype_static_argument_crosses_the_payload_by_name():
+    # (nki-samples' MX tutorial passes nl.float8_e5m2_x4 to its kernel): the payload names the
+    # dtype, and the custom call runs the kernel with the dtype itself
+    a = random((64, 96), jnp.float32)
+    f = jax.jit(lambda a: jax_ops.nki_call(cast_kernel, a, dtype=nl.bfloat16))
+    (p,) = payloads(f.lower(a).compiler_ir("hlo").as_hlo_text())
+    assert p["static"] == {"dtype": {"__nki_dtype__": "bfloat16"}}
+    got = f(a)
+    assert got.dtype == jnp.bfloat16
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(a).astype(jnp.bfloat16))
 
 
 def test_compiled_cpu_program_runs_the_custom_call_not_a_python_callback():

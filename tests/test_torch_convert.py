@@ -12,7 +12,7 @@ from torch_ops import dispatch
 from torch_ops.convert import from_numpy, numpy_dtype, to_numpy, torch_dtype
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.int32, torch.int8, torch.uint8,
-          torch.float8_e4m3fn, torch.float8_e5m2]
+          torch.float8_e4m3fn, torch.float8_e5m2, torch.uint16, torch.uint32, torch.uint64]
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)

@@ -30,6 +30,9 @@ _TORCH_TO_NUMPY = {
     torch.int32: np.dtype(np.int32),
     torch.int64: np.dtype(np.int64),
     torch.uint8: np.dtype(np.uint8),
+    torch.uint16: np.dtype(np.uint16),  # (torch's "limited support" unsigned types: MX kernels pass packed
+    torch.uint32: np.dtype(np.uint32),  # fp8 / fp4 data as uint32 words; they cross zero-copy like the rest)
+    torch.uint64: np.dtype(np.uint64),
     torch.bool: np.dtype(np.bool_),
     **{t: np.dtype(m) for t, (_, m) in _VIA_BITS.items()},
 }
