@@ -763,3 +763,40 @@ def test_partition_reduce_average_is_the_mean_over_partitions():
     got = partition_reduce(x, nl.average)
     np.testing.assert_allclose(got, x.mean(axis=0, keepdims=True, dtype=np.float64), rtol=1e-5, atol=1e-6)
     assert "average" in nl.__all__
+
+
+@nki.jit
+def strided_load_reshaped(x):
+    """A DMA reading every 4th row group of ``x`` [4 * 128, F] into a [128, F, 4] tile (a strided
+    .ap source, as nki-samples' MX tutorial lays out its data), then the tile reshaped to [128, 4F]."""
+    P, F = 128, x.shape[1]
+    t = nl.ndarray((P, F, 4), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x.ap(pattern=[[F, P], [1, F], [P * F, 4]], offset=0))
+    flat = t.reshape((P, F * 4))
+    out = nl.ndarray((P, F * 4), dtype=x.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=flat)
+    return out
+
+
+def test_a_tile_loaded_by_a_strided_dma_reshapes_like_its_memory():
+    x = _f32(4 * 128, 16)
+    got = strided_load_reshaped(x)
+    # t[p, f, k] = x[k * 128 + p, f]; the reshape reads t's row-major memory
+    expect = x.reshape(4, 128, 16).transpose(1, 2, 0).reshape(128, 64)
+    np.testing.assert_array_equal(got, expect)
+
+
+def test_the_official_target_variable_selects_the_neuroncore(monkeypatch):
+    from nki_kernels.simulator.instructions import target
+
+    monkeypatch.delenv("NKI_SIM_NC_VERSION", raising=False)
+    monkeypatch.setenv("NEURON_PLATFORM_TARGET_OVERRIDE", "trn3")
+    assert target.get_nc_version() is target.nc_version.gen4
+    monkeypatch.setenv("NKI_SIM_NC_VERSION", "gen2")  # the simulator's own variable wins
+    assert target.get_nc_version() is target.nc_version.gen2
+    monkeypatch.delenv("NKI_SIM_NC_VERSION")
+    monkeypatch.setenv("NEURON_PLATFORM_TARGET_OVERRIDE", "trn9")
+    with pytest.raises(ValueError, match="NEURON_PLATFORM_TARGET_OVERRIDE='trn9'"):
+        target.get_nc_version()
+    monkeypatch.delenv("NEURON_PLATFORM_TARGET_OVERRIDE")
+    assert target.get_nc_version() is target.nc_version.gen3

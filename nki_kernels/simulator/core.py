@@ -766,6 +766,13 @@ class Tile(NkiTensor):
         try:
             data = np.reshape(self.data, self.data.shape[:self.nb] + shape, copy=False)
         except ValueError:
+            data = None
+            if self._parent is None and not self._data.flags.writeable:
+                # a whole tile still viewing HBM copy-on-write (a strided DMA's source): its own,
+                # row-major copy reshapes as the tile's memory does
+                self.own()
+                data = np.reshape(self.data, self.data.shape[:self.nb] + shape, copy=False)
+        if data is None:
             raise NKIError("reshape", f"a {self.buffer.name} tile view of shape {self.shape} cannot be reshaped "
                            f"into {shape} without a copy; reshape the whole tile instead") from None
         view = Tile(data, self.buffer, 0, parent=self)

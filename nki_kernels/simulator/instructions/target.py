@@ -1,7 +1,8 @@
 """The simulated target (``nki.isa.nc_version`` / ``get_nc_version``) and the ISA config enums.
 
 The target defaults to NeuronCore-v3 (Trn2). Select another with the
-environment variable ``NKI_SIM_NC_VERSION`` (``gen2`` / ``gen3`` / ``gen4``)
+environment variable ``NKI_SIM_NC_VERSION`` (``gen2`` / ``gen3`` / ``gen4``), or the
+official ``NEURON_PLATFORM_TARGET_OVERRIDE`` (``trn1`` / ``trn2`` / ``trn3``) when that is unset,
 or, in code, ``with target.use(nc_version.gen4): ...``; rules that depend on
 the version (matmul dtypes, NeuronCore-v4-only instructions) read
 :func:`get_nc_version` when an instruction runs.
@@ -42,12 +43,16 @@ _local = threading.local()
 
 
 def _from_env():
-    name = os.environ.get("NKI_SIM_NC_VERSION", "gen3").strip().lower()
+    # NKI_SIM_NC_VERSION, else the official simulator's NEURON_PLATFORM_TARGET_OVERRIDE (the target
+    # `NKI_SIMULATOR=1 python script.py` runs unmodified scripts' kernels for), else Trn2
+    var = next((v for v in ("NKI_SIM_NC_VERSION", "NEURON_PLATFORM_TARGET_OVERRIDE") if os.environ.get(v, "").strip()),
+               None)
+    name = os.environ[var].strip().lower() if var else "gen3"
     aliases = {"trn1": "gen2", "inf2": "gen2", "trn2": "gen3", "trn3": "gen4", "v2": "gen2", "v3": "gen3",
                "v4": "gen4"}
     name = aliases.get(name, name)
     if name not in nc_version.__members__:
-        raise ValueError(f"NKI_SIM_NC_VERSION={name!r}: expected gen2, gen3 or gen4 (or trn1, trn2, trn3)")
+        raise ValueError(f"{var}={name!r}: expected gen2, gen3 or gen4 (or trn1, trn2, trn3)")
     return nc_version[name]
 
 
