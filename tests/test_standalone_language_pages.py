@@ -14,21 +14,13 @@ from nki_kernels.simulator import nki as gen1_nki
 from nki_kernels.simulator import standalone as nki
 from nki_kernels.simulator.instructions import target
 
+from .isa_helpers import to_hbm as _store
+from .isa_helpers import to_sbuf as _load
+from .test_gen1_language import run1 as run_gen1
+
 nl = nki.language
 nisa = nki.isa
 rng = np.random.default_rng(11)
-
-
-def _load(x):
-    t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
-    nisa.dma_copy(dst=t, src=x)
-    return t
-
-
-def _store(t):
-    out = nl.ndarray(t.shape, dtype=t.dtype, buffer=nl.shared_hbm)
-    nisa.dma_copy(dst=out, src=t)
-    return out
 
 
 def run(fn, *arrays):
@@ -37,19 +29,6 @@ def run(fn, *arrays):
     @nki.jit
     def kernel(*tensors):
         return _store(fn(*[_load(t) for t in tensors]))
-
-    return kernel(*arrays)
-
-
-def run_gen1(fn, *arrays):
-    """Run ``fn`` (tiles -> tile) as a first-generation kernel."""
-
-    @gen1_nki.jit
-    def kernel(*tensors):
-        res = fn(*[shared_nl.load(t) for t in tensors])
-        out = shared_nl.ndarray(res.shape, dtype=res.dtype, buffer=shared_nl.shared_hbm)
-        shared_nl.store(out, value=res)
-        return out
 
     return kernel(*arrays)
 
