@@ -686,3 +686,46 @@ def test_a_masked_load_assigned_into_a_tile_leaves_the_masked_off_elements_alone
     want = np.full((128, 64), 7.0, np.float32)
     want[8:, :16] = x[8:, :16]
     np.testing.assert_array_equal(k(x), want)
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.int16, np.uint16])
+def test_narrow_integer_arithmetic_does_not_wrap_at_its_own_width(dtype):
+    # "(np.int8, 2) -> np.int32", and the engines compute in fp32: twice a value above half the
+    # type's maximum is exact, not wrapped at 8 or 16 bits
+    v = np.iinfo(dtype).max // 2 + 10
+    a = np.full((128, 8), v, dtype)
+    got = run1(lambda t: nl.multiply(t, 2), a)
+    assert got.dtype == np.int32
+    np.testing.assert_array_equal(got, np.full((128, 8), 2 * v, np.int32))
+    got = run1(lambda t: nl.add(t, t, dtype=nl.int32), a)
+    np.testing.assert_array_equal(got, np.full((128, 8), 2 * v, np.int32))
+
+
+@nki.jit
+def loop_reduced_as_documented(a):
+    """``b = nl.loop_reduce(t, op=np.add, loop_indices=[k])`` over the slices of ``a`` [K, 128, F], as
+    the page writes it (b made before the loop)."""
+    out = nl.ndarray(a.shape[1:], dtype=nl.float32, buffer=nl.shared_hbm)
+    b = nl.zeros(a.shape[1:], dtype=nl.float32, buffer=nl.sbuf)
+    for k in nl.affine_range(a.shape[0]):
+        t = nl.load(a[k])
+        b = nl.loop_reduce(t, op=np.add, loop_indices=[k], dtype=nl.float32)
+    nl.store(out, b)
+    return out
+
+
+def test_loop_reduce_rebinding_its_destination_accumulates_every_iteration():
+    # "The destination tile is also the rhs input to op": the same as b = tensor_tensor(b, a, add)
+    a = RNG.standard_normal((5, 128, 16)).astype(np.float32)
+    got = loop_reduced_as_documented(a)
+    np.testing.assert_allclose(got, a.sum(axis=0, dtype=np.float64), rtol=1e-5, atol=1e-6)
+
+
+def test_integer_divide_is_computed_in_float_and_rounded_to_the_integer_dtype():
+    # The output dtype defaults to the inputs' (int32); the engine divides in fp32 and its float->int
+    # conversion rounds to nearest even: 7 / 2 = 3.5 -> 4, 9 / 2 = 4.5 -> 4, -7 / 2 -> -4
+    a = np.tile(np.array([[7, 9, -7, 6]], np.int32), (128, 1))
+    b = np.full((128, 4), 2, np.int32)
+    got = run1(lambda x, y: nl.divide(x, y), a, b)
+    assert got.dtype == np.int32
+    np.testing.assert_array_equal(got, np.rint(a / b).astype(np.int32))

@@ -138,9 +138,16 @@ def scalar_dtype(x) -> np.dtype:
     return {int64: int32, float64: float32}.get(d, d)
 
 
+_NARROW_INTS = {int8, uint8, int16, uint16}
+
+
 def compute_view(data: np.ndarray) -> np.ndarray:
-    """The array an engine computes on: fp32 for low-precision floats, else as stored."""
+    """The array an engine computes on: fp32 for low-precision floats, int32 for 8- and 16-bit
+    integers (the engines compute in fp32, which holds every such value and their sums and
+    products, so `(int8, 2) -> int32` arithmetic does not wrap at 8 bits), else as stored."""
     dtype = data.dtype
+    if dtype in _NARROW_INTS:
+        return data.astype(np.int32)
     if dtype in _LOW_FLOATS:
         if dtype.itemsize == 1 and data.ndim:
             # fp8: the fp32 value of each of the 256 bit patterns, looked up (ml_dtypes converts fp8

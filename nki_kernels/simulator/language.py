@@ -200,6 +200,8 @@ def _deferred(fn, args, dtype, mask, engine):
     else:
         plain = type(a0) is np.ndarray and builtins.all(type(a) is np.ndarray and a.shape == a0.shape
                                                          and a.dtype == a0.dtype for a in args)
+    if plain and fn is np.divide and a0.dtype.kind != "f":
+        return None  # (integers divide to a float, rounded to the integer dtype by _result)
     if plain:
         shape, rtype = a0.shape, a0.dtype  # (the common case, without NumPy's general promotion)
     else:
@@ -270,7 +272,8 @@ def _make_binary(name, fn):
             b = y.data
             d = a.dtype
             if (type(a) is np.ndarray and type(b) is np.ndarray and b.dtype == d and a.shape == b.shape
-                    and a.ndim and d not in dt._LOW_FLOATS and _prof._recorder is None):
+                    and a.ndim and d not in dt._LOW_FLOATS and _prof._recorder is None
+                    and not (fn is np.divide and d.kind != "f")):  # (integer division: a float result)
                 _prof.instruction("Vector", None)  # (as _deferred: counted now)
                 return Tile(None, sbuf, thunk=(fn, (a, b), a.shape, d))
             a, b = dt.compute_view(a), dt.compute_view(b)
@@ -1190,9 +1193,13 @@ static_range = _loop("static")
 
 
 def loop_reduce(x, op, loop_indices, *, dtype=None, mask=None, name=""):
-    """Reduce ``x`` with ``op`` over the iterations of ``loop_indices`` (``nl.loop_reduce``): the
-    result, assigned into a tile (``acc[i] = nl.loop_reduce(x, np.add, (j,))``), combines with what
-    the tile holds (``acc[i] = op(acc[i], x)``), as a reduction across ``affine_range`` iterations."""
+    """Reduce ``x`` with ``op`` over the iterations of ``loop_indices`` (``nl.loop_reduce``).
+
+    "The destination tile is also the rhs input to op": ``b = nl.loop_reduce(a, np.add, [k])``
+    with ``b`` a tile of ``a``'s shape is ``b = op(b, a)``, accumulated into ``b`` in place (so ``b``
+    stays the tile made before the loop, the reduction the loop-carried check allows); assigned
+    into a region (``acc[i] = nl.loop_reduce(x, np.add, (j,))``) the result combines with what the
+    region holds (``acc[i] = op(acc[i], x)``)."""
     fn = {np.max: np.maximum, np.amax: np.maximum, np.min: np.minimum, np.amin: np.minimum,
           np.sum: np.add, np.prod: np.multiply}.get(op) or np_function(op)
     name = next((n for n, f in _BINARY.items() if f is fn), None)
@@ -1201,6 +1208,13 @@ def loop_reduce(x, op, loop_indices, *, dtype=None, mask=None, name=""):
                        "nl.maximum, ...)")
     if not isinstance(loop_indices, (tuple, list)):
         loop_indices = (loop_indices,)
+    caller = _sys._getframe(1)
+    target = _loop_body.rebound_name(caller)
+    dst = caller.f_locals.get(target) if target is not None else None
+    if type(dst) is Tile and mask is None and isinstance(x, Tile) and dst.shape == x.shape \
+            and (dtype is None or dt.as_dtype(dtype) == dst.dtype):
+        _inplace(name)(dst, x)
+        return dst
     if dtype is None and mask is None:
         # The reduction reads x and writes the tile it is assigned into: one instruction, no result tile
         # of its own (a copy would be an automatically allocated SBUF tile, which a kernel placing its

@@ -86,6 +86,32 @@ def _module(filename):
     return hit[1], hit[2]
 
 
+_rebinds = {}  # (code, line) -> the name a `name = <call>` statement there rebinds, or None
+
+
+def rebound_name(frame):
+    """The name that the statement running at ``frame``'s line assigns a call's result to, when it
+    is one plain name (``b = nl.loop_reduce(...)``); None otherwise or without source."""
+    key = (frame.f_code, frame.f_lineno)
+    if key in _rebinds:
+        return _rebinds[key]
+    name = None
+    try:
+        parsed = _module(frame.f_code.co_filename)
+    except SyntaxError:
+        parsed = None
+    if parsed is not None:
+        line = frame.f_lineno
+        for node in ast.walk(parsed[0]):
+            if (isinstance(node, ast.Assign) and node.lineno <= line <= node.end_lineno
+                    and isinstance(node.value, ast.Call) and len(node.targets) == 1
+                    and isinstance(node.targets[0], ast.Name)):
+                name = node.targets[0].id
+                break
+    _rebinds[key] = name
+    return name
+
+
 def _compile(code, line):
     parsed = _module(code.co_filename)
     if parsed is None:
