@@ -25,6 +25,8 @@ GEN1_DOCUMENTED = {
     "iota", "dropout", "affine_select", "range_select", "select_reduce", "sequence_bounds", "memset", "bn_stats",
     "bn_aggr", "local_gather", "dma_copy", "dma_transpose", "max8", "nc_find_index8", "nc_match_replace8",
     "nc_stream_shuffle", "engine", "reduce_cmd", "dge_mode", "nc_version", "get_nc_version",
+    # the v2.26 nki.isa.dma_copy page: signature oob_mode=oob_mode.error, examples nisa.oob_mode.skip/.error
+    "oob_mode",
     # engine shorthands the pages use (engine=nisa.vector_engine; dma_engine listed v2.20 .. v2.22)
     "unknown_engine", "tensor_engine", "vector_engine", "scalar_engine", "gpsimd_engine", "dma_engine",
 }

@@ -133,14 +133,17 @@ def test_a_limit_of_zero_turns_the_pool_off(monkeypatch):
 
 
 @nki.jit
-def _int_divide(a, b):
+def _int_divide(a, b, dtype=None):
     out = nl.ndarray(a.shape, dtype=nl.float32, buffer=nl.shared_hbm)
-    nl.store(out, value=nl.divide(nl.load(a), nl.load(b)))
+    nl.store(out, value=nl.divide(nl.load(a), nl.load(b), dtype=dtype))
     return out
 
 
-def test_a_deferred_op_whose_result_dtype_is_not_its_operands_is_computed_right():
-    # np.divide of int32 arrays is float64: an int32 pooled buffer must not be its destination
+def test_an_op_whose_numpy_result_dtype_is_not_its_operands_is_computed_right():
+    # np.divide of int32 arrays is float64 (an int32 pooled buffer must not receive it): the
+    # result is the page's dtype, the inputs' int32 unless given (the quotient rounded to nearest
+    # even), or float32 when asked for
     a = np.arange(1, 128 * 16384 + 1, dtype=np.int32).reshape(128, 16384)
     b = np.full_like(a, 3)
-    np.testing.assert_allclose(_int_divide(a, b), a / 3, rtol=1e-6)
+    np.testing.assert_array_equal(_int_divide(a, b), np.rint(a / 3).astype(np.float32))
+    np.testing.assert_allclose(_int_divide(a, b, dtype=nl.float32), a / 3, rtol=1e-6)

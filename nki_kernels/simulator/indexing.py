@@ -317,6 +317,10 @@ def _indirect(tile, axis, what):
     if not np.issubdtype(vals.dtype, np.integer):
         raise NKIError("indirect index", f"the index tile for axis {axis} of {what} has dtype {vals.dtype}; "
                        "indirect offsets must be integers (int32 / uint32)")
+    if vals.ndim == 1:
+        # A [P] tile is the [P, 1] column it stands for (one offset per partition): the nl.load page's
+        # data_tensor[idx_tile[i_p, 0], i_f] gathers [P, F] rows (example 12).
+        vals = vals.reshape(vals.shape + (1,))
     return vals.astype(np.int64)
 
 
@@ -405,6 +409,11 @@ def _resolve(shape, key, what) -> Index:
             c = c.reshape((1,) * (rank - c.ndim) + c.shape)
         aligned.append(c)
     dropped = _unowned_axes(aligned, out_shape)
+    if dropped and dropped[0] == 0 and rank <= len(shape):
+        # No surplus axis: an unowned leading size-1 axis is the partition axis an integer subscript
+        # took (a[0, src_mgrid.x] of a [1, 128] tile is [1, 128], nc_stream_shuffle's example 2), not
+        # an mgrid dummy; dropping it would read the free axis as partitions.
+        dropped = dropped[1:]
     if dropped:
         # An index space with axes no index owns (mgrid dummies): the tile keeps the owned
         # axes in the order of the subscripts owning them -- gamma.reshape((1, F))[i_p, i_f]

@@ -28,7 +28,8 @@ from .instructions import rng as _rng
 from .instructions import vector as _vector
 from .instructions.target import dge_mode, engine, get_nc_version, nc_version, reduce_cmd
 from .instructions.target import matmul_perf_mode as _matmul_perf_mode
-from .instructions.target import oob_mode as _oob_mode
+from .instructions.target import oob_mode
+_oob_mode = oob_mode  # (the dma_copy signature's default below)
 
 
 unknown_engine = engine.unknown
@@ -422,7 +423,7 @@ def tensor_copy_predicated(*, src, dst, predicate, reverse_pred=False, mask=None
     """Copy ``src`` into ``dst`` (in place) where ``predicate`` holds; see
     :func:`nki_kernels.simulator.instructions.vector.tensor_copy_predicated`."""
     _in_place(dst, mask, dtype, "tensor_copy_predicated",
-              lambda: _vector.tensor_copy_predicated(dst, src, predicate, reverse_pred))
+              lambda: _vector.tensor_copy_predicated_gen1(dst, src, predicate, reverse_pred))
 
 
 def max8(*, src, mask=None, dtype=None, name=None):
@@ -526,7 +527,7 @@ def select_reduce(*, dst, predicate, on_true, on_false, reduce_res=None, reduce_
                   reduce_op=_np.amax, reverse_pred=False, mask=None, dtype=None, name=None):
     """``dst = where(predicate, on_true, on_false)`` in place, with the max reduction into the Vector
     registers / ``reduce_res``."""
-    _in_place(dst, mask, dtype, "select_reduce", lambda: _vector.select_reduce(
+    _in_place(dst, mask, dtype, "select_reduce", lambda: _vector.select_reduce_gen1(
         dst, predicate, on_true, on_false, reduce_res, reduce_cmd, reduce_op, reverse_pred))
 
 
@@ -559,5 +560,6 @@ __all__ = sorted(n for n in (
     "tensor_copy", "tensor_copy_dynamic_src", "tensor_copy_dynamic_dst", "tensor_copy_predicated", "reciprocal",
     "iota", "dropout", "affine_select", "range_select", "select_reduce", "sequence_bounds", "memset", "bn_stats",
     "bn_aggr", "local_gather", "dma_copy", "dma_transpose", "max8", "nc_find_index8", "nc_match_replace8",
-    "nc_stream_shuffle", "engine", "reduce_cmd", "dge_mode", "nc_version", "get_nc_version", "unknown_engine",
-    "tensor_engine", "vector_engine", "scalar_engine", "gpsimd_engine", "dma_engine") if n in globals())
+    "nc_stream_shuffle", "engine", "reduce_cmd", "dge_mode", "oob_mode", "nc_version", "get_nc_version",
+    "unknown_engine", "tensor_engine", "vector_engine", "scalar_engine", "gpsimd_engine", "dma_engine")
+    if n in globals())

@@ -1024,26 +1024,20 @@ def arange(*args):
     return AffineExpr((len(r),), r.start, (r.step,))
 
 
-class _Grid:
-    """Open index grid returned by ``nl.mgrid[...]``: iterable, with ``.p`` / ``.x`` / ``.y`` / ``.z``
-    naming its axes in order (up to 4)."""
+class _Grid(tuple):
+    """Open index grid returned by ``nl.mgrid[...]``: the tuple of its axes' index arrays (so it
+    indexes a tensor whole, ``in_tensor[nl.mgrid[0:128, 0:512]]``, as the pages' examples do), with
+    ``.p`` / ``.x`` / ``.y`` / ``.z`` naming its axes in order (up to 4)."""
 
-    def __init__(self, arrays):
-        self._arrays = arrays
+    __slots__ = ()
 
-    def __iter__(self):
-        return iter(self._arrays)
-
-    def __len__(self):
-        return len(self._arrays)
-
-    def __getitem__(self, i):
-        return self._arrays[i]
+    def __new__(cls, arrays):
+        return tuple.__new__(cls, arrays)
 
     def _axis(self, i, name):
-        if i >= len(self._arrays):
-            raise AttributeError(f"nl.mgrid of {len(self._arrays)} axes has no .{name} (axis {i})")
-        return self._arrays[i]
+        if i >= len(self):
+            raise AttributeError(f"nl.mgrid of {len(self)} axes has no .{name} (axis {i})")
+        return self[i]
 
     @property
     def p(self):
@@ -1089,6 +1083,14 @@ class nc:
 
     def __int__(self):
         return self.n
+
+    # The grid shorthand of the SPMD page: `nl.nc(2) * 2` is nl.spmd_dim(nl.nc(2), 2) and
+    # `2 * nl.nc(2)` is nl.spmd_dim(2, nl.nc(2)) (the order decides which programs share a core).
+    def __mul__(self, other):
+        return spmd_dim(self, other)
+
+    def __rmul__(self, other):
+        return spmd_dim(other, self)
 
 
 class spmd_dim:

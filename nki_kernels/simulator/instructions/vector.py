@@ -88,6 +88,7 @@ def nc_stream_shuffle(dst, src, shuffle_mask, name=None):
 
 
 _PREDICATE_DTYPES = (dt.uint8, dt.uint16, dt.uint32)
+_GEN1_PREDICATE_DTYPES = (dt.bool_,) + _PREDICATE_DTYPES  # (v2.26: bool is "boolean stored as uint8")
 
 
 @instruction
@@ -101,12 +102,18 @@ def tensor_copy_predicated(dst, src, predicate, reverse_pred=False, name=None):
     dst); src and predicate are not both in PSUM.
     (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/generated/nki.isa.tensor_copy_predicated.html)
     """
+    copy_predicated(dst, src, predicate, reverse_pred)
+
+
+def copy_predicated(dst, src, predicate, reverse_pred=False, gen1=False):
+    """:func:`tensor_copy_predicated`'s body; ``gen1``: the first generation's page (v2.26), whose examples
+    pass a NumPy bool array as the predicate (its dtype table: bool is "boolean stored as uint8")."""
     op = "tensor_copy_predicated"
     d = check_dst(dst, op)
     p = tile_operand(predicate, "predicate", op)
-    if p.dtype not in _PREDICATE_DTYPES:
+    if p.dtype not in (_GEN1_PREDICATE_DTYPES if gen1 else _PREDICATE_DTYPES):
         raise NKIError("predicate dtype", f"nisa.{op}: predicate (shape {p.shape}) has dtype {p.dtype}; it must be "
-                       "uint8, uint16 or uint32")
+                       f"{'bool, ' if gen1 else ''}uint8, uint16 or uint32")
     same_rows(op, d, "dst", p, "predicate")
     if isinstance(src, Tile):
         s = tile_operand(src, "src", op)
@@ -129,6 +136,15 @@ def tensor_copy_predicated(dst, src, predicate, reverse_pred=False, name=None):
         cond = ~cond
     _prof.instruction("Vector", d.data)
     write(d, np.where(cond, dt.cast(vals, d.dtype), d.data), op)
+
+
+def _copy_predicated_gen1(dst, src, predicate, reverse_pred):
+    """The first generation's ``tensor_copy_predicated`` (a bool predicate too, see :func:`copy_predicated`)."""
+    copy_predicated(dst, src, predicate, reverse_pred, gen1=True)
+
+
+_copy_predicated_gen1.__name__ = "tensor_copy_predicated"  # (the instruction's name in messages and logs)
+tensor_copy_predicated_gen1 = instruction(_copy_predicated_gen1)
 
 
 def _search_rows(op, data, mask=None):
@@ -330,6 +346,7 @@ def select_in_range(dst, on_true_tile, comp_op0, comp_op1, bound0, bound1, reduc
 
 
 _PRED_SELECT = (dt.int8, dt.uint8, dt.int16, dt.uint16)
+_GEN1_PRED_SELECT = (dt.bool_,) + _PRED_SELECT  # (v2.26: bool is "boolean stored as uint8")
 
 
 @instruction
@@ -343,6 +360,13 @@ def select_reduce(dst, predicate, on_true, on_false, reduce_res=None, reduce_cmd
     tfloat32/int32/uint32; on_true and predicate not both in PSUM; reduce_op max only.
     (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/generated/nki.isa.select_reduce.html)
     """
+    select_where(dst, predicate, on_true, on_false, reduce_res, reduce_cmd, reduce_op, reverse_pred)
+
+
+def select_where(dst, predicate, on_true, on_false, reduce_res=None, reduce_cmd=_reduce_cmd.idle,
+                 reduce_op=np.maximum, reverse_pred=False, gen1=False):
+    """:func:`select_reduce`'s body; ``gen1``: the first generation's page (v2.26), whose example passes a
+    NumPy bool array as the predicate (its dtype table: bool is "boolean stored as uint8")."""
     from . import registers
 
     op = "select_reduce"
@@ -351,9 +375,9 @@ def select_reduce(dst, predicate, on_true, on_false, reduce_res=None, reduce_cmd
     p = tile_operand(predicate, "predicate", op)
     same_rows(op, d, "dst", t, "on_true")
     same_rows(op, d, "dst", p, "predicate")
-    if p.dtype not in _PRED_SELECT:
-        raise NKIError("predicate dtype", f"nisa.{op}: predicate dtype {p.dtype}; it must be int8, uint8, int16 "
-                       "or uint16")
+    if p.dtype not in (_GEN1_PRED_SELECT if gen1 else _PRED_SELECT):
+        raise NKIError("predicate dtype", f"nisa.{op}: predicate dtype {p.dtype}; it must be "
+                       f"{'bool, ' if gen1 else ''}int8, uint8, int16 or uint16")
     if t.dtype in (dt.int32, dt.uint32):
         raise NKIError("dtype", f"nisa.{op}: on_true dtype {t.dtype} is not supported (no int32/uint32/tfloat32)")
     if t.buffer is psum and p.buffer is psum:
@@ -371,6 +395,15 @@ def select_reduce(dst, predicate, on_true, on_false, reduce_res=None, reduce_cmd
         raise NKIError("reduce_res dtype", f"nisa.{op}: reduce_res dtype {reduce_res.dtype} must be a float type")
     one_per_partition(reduce_res, parts, "reduce_res", op)  # "a vector of shape (on_true.shape[0], 1)"
     registers.accumulate(op, "Vector", out, parts, reduce_op, reduce_res, reduce_cmd)
+
+
+def _select_reduce_gen1(dst, predicate, on_true, on_false, reduce_res, reduce_cmd, reduce_op, reverse_pred):
+    """The first generation's ``select_reduce`` (a bool predicate too, see :func:`select_where`)."""
+    select_where(dst, predicate, on_true, on_false, reduce_res, reduce_cmd, reduce_op, reverse_pred, gen1=True)
+
+
+_select_reduce_gen1.__name__ = "select_reduce"  # (the instruction's name in messages and logs)
+select_reduce_gen1 = instruction(_select_reduce_gen1)
 
 
 _CUMULATIVE_DTYPES = (dt.bfloat16, dt.float16, dt.float32, dt.float8_e4m3, dt.float8_e5m2, dt.uint8, dt.uint16,
