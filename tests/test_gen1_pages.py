@@ -11,6 +11,8 @@ from nki_kernels.simulator import nki
 from nki_kernels.simulator import standalone as snki
 from nki_kernels.simulator.instructions import target
 
+from .test_isa_vector import predicated_kernel  # (the current generation's copy-predicated kernel)
+
 RNG = np.random.default_rng(26)
 
 
@@ -101,26 +103,11 @@ def test_select_reduce_still_rejects_an_int32_predicate():
         _select_reduce(np.ones((8, 16), np.int32), t, np.zeros((8, 1), np.float32))
 
 
-@snki.jit
-def _current_copy_predicated(src, pred, init):
-    snl, sisa = snki.language, snki.isa
-    out = snl.ndarray(init.shape, dtype=init.dtype, buffer=snl.shared_hbm)
-    s = snl.ndarray(src.shape, dtype=src.dtype, buffer=snl.sbuf)
-    p = snl.ndarray(pred.shape, dtype=pred.dtype, buffer=snl.sbuf)
-    d = snl.ndarray(init.shape, dtype=init.dtype, buffer=snl.sbuf)
-    sisa.dma_copy(dst=s, src=src)
-    sisa.dma_copy(dst=p, src=pred)
-    sisa.dma_copy(dst=d, src=init)
-    sisa.tensor_copy_predicated(dst=d, src=s, predicate=p)
-    sisa.dma_copy(dst=out, src=d)
-    return out
-
-
 def test_current_generation_keeps_its_page_predicate_dtypes():
     # The current page lists uint8/uint16/uint32 predicates and no bool example: bool stays rejected there.
     a = np.ones((16, 8), np.float32)
     with pytest.raises(NKIError, match="predicate dtype"):
-        snki.simulate(_current_copy_predicated)(a, np.ones((16, 8), np.bool_), a)
+        snki.simulate(predicated_kernel)(a, np.ones((16, 8), np.bool_), a)
 
 
 # ---------------------------------------------------------------------------

@@ -29,7 +29,6 @@ from .instructions import vector as _vector
 from .instructions.target import dge_mode, engine, get_nc_version, nc_version, reduce_cmd
 from .instructions.target import matmul_perf_mode as _matmul_perf_mode
 from .instructions.target import oob_mode
-_oob_mode = oob_mode  # (the dma_copy signature's default below)
 
 
 unknown_engine = engine.unknown
@@ -316,7 +315,7 @@ def memset(shape, value, dtype, *, mask=None, engine=engine.unknown, name=None):
     return _nl._result(full, _dt.as_dtype(dtype), mask)
 
 
-def dma_copy(*, dst, src, mask=None, dst_rmw_op=None, oob_mode=_oob_mode.error, dge_mode=dge_mode.unknown,
+def dma_copy(*, dst, src, mask=None, dst_rmw_op=None, oob_mode=oob_mode.error, dge_mode=dge_mode.unknown,
              name=None):
     """Copy ``src`` into ``dst`` through DMA (HBM or SBUF, never PSUM); ``dst_rmw_op`` (np.add) accumulates.
     Without ``mask`` this is :func:`nki_kernels.simulator.instructions.dma.dma_copy`; a ``mask`` limits

@@ -75,6 +75,18 @@ def instruction(fn=None, *, batched=False):
     return run
 
 
+def first_generation(impl, name):
+    """The first generation's entry point of instruction ``name``: ``impl`` (the instruction's body,
+    taking ``gen1=``) with the rules of the first generation's page, as an :func:`instruction`."""
+
+    def run(*args, **kwargs):
+        return impl(*args, gen1=True, **kwargs)
+
+    run.__name__ = run.__qualname__ = name  # (the instruction's name in messages and the engine logs)
+    run.__doc__ = f"The first generation's ``nisa.{name}`` (see :func:`{impl.__name__}`)."
+    return instruction(run)
+
+
 class lazy_text(tuple):
     """``lazy_text((fmt, *args))`` shows as ``fmt.format(*args)``, formatted only when shown: an error
     message's detail that an instruction would otherwise build on every call (a tuple: made without

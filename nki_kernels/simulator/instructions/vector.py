@@ -13,10 +13,9 @@ from .. import profile as _prof
 from ..core import Tile, psum
 from ..errors import NKIError
 from ..indexing import _full_mask
-from .operands import (alu, bitvec_on_integers, check_dst, column, engine_name, identity_of, instruction,
-                       is_bitvec, no_gpsimd_psum, one_per_partition,
-                       partition_range, per_partition, rows, same_rows, scratch, tile_operand, values_of, write,
-                       compute_into)
+from .operands import (alu, bitvec_on_integers, check_dst, column, compute_into, engine_name, first_generation,
+                       identity_of, instruction, is_bitvec, no_gpsimd_psum, one_per_partition, partition_range,
+                       per_partition, rows, same_rows, scratch, tile_operand, values_of, write)
 from .operands import BITVEC as _BITVEC
 from .target import engine as _engine
 from .target import reduce_cmd as _reduce_cmd
@@ -138,13 +137,8 @@ def copy_predicated(dst, src, predicate, reverse_pred=False, gen1=False):
     write(d, np.where(cond, dt.cast(vals, d.dtype), d.data), op)
 
 
-def _copy_predicated_gen1(dst, src, predicate, reverse_pred):
-    """The first generation's ``tensor_copy_predicated`` (a bool predicate too, see :func:`copy_predicated`)."""
-    copy_predicated(dst, src, predicate, reverse_pred, gen1=True)
-
-
-_copy_predicated_gen1.__name__ = "tensor_copy_predicated"  # (the instruction's name in messages and logs)
-tensor_copy_predicated_gen1 = instruction(_copy_predicated_gen1)
+# the first generation's entry point: a bool predicate too (see copy_predicated)
+tensor_copy_predicated_gen1 = first_generation(copy_predicated, "tensor_copy_predicated")
 
 
 def _search_rows(op, data, mask=None):
@@ -286,15 +280,6 @@ def range_select(dst, on_true_tile, comp_op0, comp_op1, bound0, bound1, reduce_c
                     range_start, on_false_value)
 
 
-def _range_select_gen1(dst, on_true_tile, comp_op0, comp_op1, bound0, bound1, reduce_cmd, reduce_res, reduce_op,
-                       range_start, on_false_value):
-    """The first generation's ``range_select`` (its page's rules only, see :func:`select_in_range`)."""
-    select_in_range(dst, on_true_tile, comp_op0, comp_op1, bound0, bound1, reduce_cmd, reduce_res, reduce_op,
-                    range_start, on_false_value, gen1=True)
-
-
-_range_select_gen1.__name__ = "range_select"  # (the instruction's name in messages and the engine logs)
-range_select_gen1 = instruction(_range_select_gen1)
 
 
 def select_in_range(dst, on_true_tile, comp_op0, comp_op1, bound0, bound1, reduce_cmd, reduce_res, reduce_op,
@@ -343,6 +328,10 @@ def select_in_range(dst, on_true_tile, comp_op0, comp_op1, bound0, bound1, reduc
     _prof.instruction("Vector", out)
     write(d, out.reshape(d.shape), op)
     registers.accumulate(op, "Vector", out, parts, reduce_op, reduce_res, reduce_cmd)
+
+
+# the first generation's entry point: its page's rules only (see select_in_range)
+range_select_gen1 = first_generation(select_in_range, "range_select")
 
 
 _PRED_SELECT = (dt.int8, dt.uint8, dt.int16, dt.uint16)
@@ -397,13 +386,8 @@ def select_where(dst, predicate, on_true, on_false, reduce_res=None, reduce_cmd=
     registers.accumulate(op, "Vector", out, parts, reduce_op, reduce_res, reduce_cmd)
 
 
-def _select_reduce_gen1(dst, predicate, on_true, on_false, reduce_res, reduce_cmd, reduce_op, reverse_pred):
-    """The first generation's ``select_reduce`` (a bool predicate too, see :func:`select_where`)."""
-    select_where(dst, predicate, on_true, on_false, reduce_res, reduce_cmd, reduce_op, reverse_pred, gen1=True)
-
-
-_select_reduce_gen1.__name__ = "select_reduce"  # (the instruction's name in messages and logs)
-select_reduce_gen1 = instruction(_select_reduce_gen1)
+# the first generation's entry point: a bool predicate too (see select_where)
+select_reduce_gen1 = first_generation(select_where, "select_reduce")
 
 
 _CUMULATIVE_DTYPES = (dt.bfloat16, dt.float16, dt.float32, dt.float8_e4m3, dt.float8_e5m2, dt.uint8, dt.uint16,
