@@ -1,79 +1,27 @@
-"""Profile kernels on the simulator: a table per launch, a Perfetto trace and an on-chip occupancy plot.
+"""Profile kernels on the simulator: a report per launch, a Perfetto trace and an on-chip memory picture.
 
     python scripts/profile_kernel.py [--out DIR] [--rows N --cols D]
-    python scripts/profile_kernel.py --kernel FILE.py:NAME --arg 1024x4096:bfloat16 --arg 1024x2048:bfloat16 \
+    python scripts/profile_kernel.py --kernel FILE.py:NAME --arg 1024x4096:bfloat16 --arg 1024x2048:bfloat16 \\
         [--grid 4] [--static KEY=VALUE ...] [--out DIR]
 
-Without ``--kernel`` it profiles the repository's add and RMSNorm kernels. With ``--kernel`` it
-profiles any kernel (``path/to/file.py:name`` or ``package.module:name``; either NKI generation,
-the simulator is installed first) on random inputs of the given shapes (uniform in [0, 1), as the
-official tutorials' ``torch.rand``).
-
-Prints each report (HBM bytes, traffic ratio vs. the minimum, instructions per engine,
-SBUF/PSUM peaks, estimated Trainium time from the model in
-``nki_kernels/simulator/profiler.py``) and writes ``<kernel>.trace.json`` for
-https://ui.perfetto.dev or chrome://tracing (with a counter track of live SBUF/PSUM bytes)
-and ``<kernel>.memory.png``, the on-chip occupancy over the instruction sequence.
+Without ``--kernel`` it profiles the repository's add and RMSNorm kernels; with it, any kernel
+(``nki-ops profile`` does the same for an installed nki-ops). For each kernel NAME it prints the
+report (HBM bytes, traffic ratio vs. the minimum, instructions per engine, SBUF/PSUM peaks,
+estimated Trainium time from the model in ``nki_kernels/simulator/profiler.py``) and writes
+NAME.report.txt / .report.json / .trace.json (https://ui.perfetto.dev) / .memory.png into --out,
+a folder git ignores (``out/`` is in .gitignore, and the folder gets its own .gitignore).
 """
 
 from __future__ import annotations
 
 import argparse
-import ast
-import importlib
-import importlib.util
-import os
 
 import numpy as np
 from rich.console import Console
 
 from nki_kernels.simulator import profile
-
-
-def load_kernel(spec: str):
-    """The kernel ``spec`` names: ``path/to/file.py:name`` or ``package.module:name``."""
-    where, sep, name = spec.rpartition(":")
-    if not sep or not where or not name:
-        raise ValueError(f"--kernel must be FILE.py:NAME or MODULE:NAME, got {spec!r}")
-    if where.endswith(".py"):
-        mod_spec = importlib.util.spec_from_file_location(os.path.splitext(os.path.basename(where))[0], where)
-        if mod_spec is None:
-            raise ValueError(f"--kernel: cannot load {where!r}")
-        module = importlib.util.module_from_spec(mod_spec)
-        mod_spec.loader.exec_module(module)
-    else:
-        module = importlib.import_module(where)
-    try:
-        return getattr(module, name)
-    except AttributeError:
-        raise ValueError(f"--kernel: {where} defines no {name!r}") from None
-
-
-def random_input(spec: str, rng) -> np.ndarray:
-    """A uniform [0, 1) array for ``SHAPE[:DTYPE]`` (``1024x4096:bfloat16``; default float32)."""
-    import ml_dtypes
-
-    shape_s, _, dtype_s = spec.partition(":")
-    try:
-        shape = tuple(int(s) for s in shape_s.lower().split("x"))
-    except ValueError:
-        raise ValueError(f"--arg must be SHAPE[:DTYPE] such as 128x512:bfloat16, got {spec!r}") from None
-    dtype_s = dtype_s or "float32"
-    dtype = np.dtype(getattr(ml_dtypes, dtype_s, None) or dtype_s)
-    return rng.random(shape).astype(dtype)
-
-
-def _static(items):
-    out = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise ValueError(f"--static must be KEY=VALUE, got {item!r}")
-        try:
-            out[key] = ast.literal_eval(value)
-        except (ValueError, SyntaxError):
-            out[key] = value
-    return out
+from nki_ops import profiling
+from nki_ops.profiling import load_kernel, random_input  # noqa: F401 - the script's helpers, kept by name
 
 
 def _default_reports(args):
@@ -97,17 +45,17 @@ def _default_reports(args):
 
 
 def main(argv=None):
-    """Run the profiles; returns ``{name: Report}``."""
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default=".", help="directory for the trace JSON and occupancy PNG files")
-    ap.add_argument("--rows", type=int, default=1024)
-    ap.add_argument("--cols", type=int, default=2048)
+    """Run the profiles and write their files; returns ``{name: Report}``."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter, allow_abbrev=False)
+    ap.add_argument("--out", default="out/profiles", help="folder for the reports, traces and pictures")
+    ap.add_argument("--rows", type=int, default=1024, help="rows of the default kernels' inputs")
+    ap.add_argument("--cols", type=int, default=2048, help="columns of the default kernels' inputs")
     ap.add_argument("--kernel", help="FILE.py:NAME or MODULE:NAME of any kernel to profile instead")
     ap.add_argument("--arg", action="append", default=[], help="an input SHAPE[:DTYPE], once per argument")
-    ap.add_argument("--grid", type=int, nargs="*", default=None, help="launch grid (default: a single program)")
+    ap.add_argument("--grid", type=int, nargs="*", default=None, help="launch grid (without it: one program)")
     ap.add_argument("--static", action="append", default=[], help="KEY=VALUE keyword argument of the kernel")
     args = ap.parse_args(argv)
-    os.makedirs(args.out, exist_ok=True)
     console = Console()
     if args.kernel:
         from nki_kernels.simulator import install
@@ -118,17 +66,15 @@ def main(argv=None):
         inputs = [random_input(s, rng) for s in args.arg]
         name = args.kernel.rpartition(":")[2]
         reports = {name: profile(kernel, *inputs, grid=tuple(args.grid) if args.grid else None,
-                                 **_static(args.static))}
+                                 **profiling.parse_static(args.static))}
         notes = {name: "inputs " + ", ".join(args.arg)}
     else:
         reports, notes = _default_reports(args)
     for name, rep in reports.items():
         console.print(rep.table())
-        path = rep.write_trace(os.path.join(args.out, f"{name}.trace.json"))
-        png = rep.plot_memory(os.path.join(args.out, f"{name}.memory.png"))
-        console.print(f"on-chip occupancy plot: {png}")
-        console.print(f"[bold]{name}[/bold]: HBM traffic ratio {rep.traffic_ratio:.4f} "
-                      f"(target 1.00; {notes[name]}); trace written to {path}\n")
+        written = profiling.write_profile(rep, args.out, name)
+        console.print(f"[bold]{name}[/bold]: HBM traffic ratio {rep.traffic_ratio:.4f} (target 1.00; {notes[name]})")
+        console.print("wrote " + ", ".join(written) + "\n")
     return reports
 
 
