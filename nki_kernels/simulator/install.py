@@ -99,13 +99,17 @@ def install() -> bool:
 def standalone_layout(prefix: str, root) -> dict:
     """``sys.modules`` entries of the standalone package under ``prefix``: the package, its
     ``language`` (``.language.dtypes``), ``isa`` (``.isa.constants``), ``dtype``, ``tensor``,
-    ``typing`` and, where the simulator has them, ``collectives`` and ``compiler``."""
+    ``typing``, ``simulator`` (``simulate_kernel``, as vllm-neuron's CPU mode imports it) and,
+    where the simulator has them, ``collectives`` and ``compiler``."""
     from . import standalone
+    from .standalone import simulator
 
+    root.simulator = simulator
     mods = {prefix: root, f"{prefix}.language": standalone.language,
             f"{prefix}.language.dtypes": standalone.dtype, f"{prefix}.isa": standalone.isa,
             f"{prefix}.isa.constants": standalone.isa.constants, f"{prefix}.dtype": standalone.dtype,
-            f"{prefix}.tensor": standalone.tensor, f"{prefix}.typing": standalone.typing}
+            f"{prefix}.tensor": standalone.tensor, f"{prefix}.typing": standalone.typing,
+            f"{prefix}.simulator": simulator}
     for name in ("collectives", "compiler"):
         if hasattr(standalone, name):
             mods[f"{prefix}.{name}"] = getattr(standalone, name)
