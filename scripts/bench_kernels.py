@@ -21,9 +21,7 @@ Rows:
 Each time is the best of ``--repeat`` runs after a warm-up, the simulator's and NumPy's runs
 alternating (so both see the same machine load); the ratio is simulator / NumPy (> 1: the
 simulator is slower). ``--clock cpu`` times this process's CPU time instead of wall time (steadier
-on a shared, loaded machine); the table's title gives the clock and the load average. The last
-column counts the ``affine_range`` iterations one simulator run executed batched
-(:mod:`nki_kernels.simulator.loop_batch`; ``NKI_SIM_VECTORIZE=0`` gives the per-iteration path).
+on a shared, loaded machine); the table's title gives the clock and the load average.
 ``--quick`` runs small shapes once (a smoke test). ``--only TEXT`` keeps the rows (both tables) whose
 name or workload contains TEXT: ``--only 128x64`` times the small element-wise instructions alone.
 """
@@ -47,7 +45,6 @@ from rich.progress import Progress  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from nki_kernels.simulator import isa as nisa1  # noqa: E402
-from nki_kernels.simulator import loop_batch  # noqa: E402
 from nki_kernels.simulator import language as nl1  # noqa: E402
 from nki_kernels.simulator import nki as nki1  # noqa: E402
 from nki_kernels.simulator import standalone as nki2  # noqa: E402
@@ -515,13 +512,10 @@ def main(argv=None) -> int:
         task = progress.add_task("benchmarking", total=len(rows) + 1)
         for name, group, workload, sim, ref in rows:
             progress.update(task, description=f"{name} {workload}")
-            before = loop_batch.batched_iterations
             (t_sim, t_ref), (got, want) = best_of_pair((sim, ref), repeat)
-            batched = (loop_batch.batched_iterations - before) // (repeat + 1)  # (per simulator run)
             err = float(np.max(np.abs(np.asarray(got, np.float64) - want)) / max(1.0, float(np.max(np.abs(want)))))
             results.append({"name": name, "group": group, "workload": workload, "sim_ms": t_sim * 1e3,
-                            "numpy_ms": t_ref * 1e3, "ratio": t_sim / t_ref, "max_rel_err": err,
-                            "loop_iterations_batched": batched})
+                            "numpy_ms": t_ref * 1e3, "ratio": t_sim / t_ref, "max_rel_err": err})
             progress.advance(task)
         progress.update(task, description="per-instruction cost")
         instr = per_instruction(args.quick, wanted, repeat)
@@ -530,12 +524,11 @@ def main(argv=None) -> int:
     table = Table(title=f"Simulator vs NumPy, best of {repeat}, {args.clock} time, load average "
                         f"{load:.1f} -> {load_end:.1f} on {os.cpu_count()} CPUs (> 1: simulator slower)")
     for col, just in (("kernel", "left"), ("workload", "left"), ("simulator ms", "right"),
-                      ("numpy ms", "right"), ("ratio", "right"), ("max rel err", "right"),
-                      ("iters batched", "right")):
+                      ("numpy ms", "right"), ("ratio", "right"), ("max rel err", "right")):
         table.add_column(col, justify=just, no_wrap=True)
     for r in results:
         table.add_row(r["name"], r["workload"], f"{r['sim_ms']:.1f}", f"{r['numpy_ms']:.1f}",
-                      f"{r['ratio']:.2f}x", f"{r['max_rel_err']:.1e}", str(r["loop_iterations_batched"]))
+                      f"{r['ratio']:.2f}x", f"{r['max_rel_err']:.1e}")
     console.print(table)
     itable = Table(title="Cost of one instruction (in a loop) vs the same operation in NumPy, one call each")
     itable.add_column("instruction")
