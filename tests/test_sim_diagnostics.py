@@ -5,10 +5,14 @@ import warnings
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from nki_kernels.simulator import NKIError, config, nki
 from nki_kernels.simulator import isa as nisa
 from nki_kernels.simulator import language as nl
+from nki_kernels.simulator.diagnostics import _strided_elements, sorted_unique
+from nki_kernels.simulator.indexing import resolve
 
 THIS = __file__.rsplit("/", 1)[-1]
 
@@ -241,10 +245,14 @@ def test_output_partly_never_stored():
         nl.store(out[i * 128 + nl.arange(128)[:, None], nl.arange(512)[None, :]], value=nl.load(a[0:128, 0:512]))
         return out
 
-    e = err(k, A, grid=1)  # grid too small: rows 128..255 never written
-    assert e.rule == "uninit" and "65536 of its 131072" in str(e) and "(128, 0)" in str(e)
-    # outputs skip the NaN fill only while this is an error; with the check off or a warning the
-    # never-stored rows still read NaN, as the official simulator's sentinel
+    # Grid too small: rows 128..255 never written. It runs on hardware (the caller may never read
+    # them), so it is a warning naming the elements, and the rows read NaN, the official
+    # simulator's sentinel: no stale value passes for a result.
+    with pytest.warns(config.NKIWarning, match=r"\[uninit\].*65536 of its 131072.*\(128, 0\).*hold nan") as w:
+        got = k[1](A)
+    assert THIS in str(w[0].message)  # (the kernel's line)
+    np.testing.assert_array_equal(got[:128], A[:128])
+    assert np.isnan(got[128:]).all()
     for mode in ("off", "warn"):
         with config.override(uninit=mode), warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -467,3 +475,24 @@ def test_concurrent_launches_from_threads_do_not_mix_diagnostics():
     for t in threads:
         t.join()
     assert not errors, errors[0]
+
+
+# --------------------------------------------------------------------------- the elements of a strided index
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(1, 5), min_size=1, max_size=3), st.data())
+def test_strided_elements_are_the_sorted_unique_elements(out_shape, data):
+    # (the race check's regions of a strided access, made in order without a sort)
+    shape = (40, 30, 20)
+    comps = []
+    for dim in shape:
+        coefs = [data.draw(st.integers(-3, 6)) for _ in out_shape]
+        span = sum(abs(c) * (n - 1) for c, n in zip(coefs, out_shape))
+        lo = sum(min(0, c) * (n - 1) for c, n in zip(coefs, out_shape))
+        if span >= dim:
+            coefs, span, lo = [0] * len(out_shape), 0, 0
+        off = data.draw(st.integers(-lo, dim - 1 - span + lo)) if dim - 1 - span + lo >= -lo else 0
+        comps.append(nl.AffineExpr(tuple(out_shape), off, tuple(coefs)))
+    index = resolve(shape, tuple(comps))
+    fast = _strided_elements(index)
+    if fast is not None:
+        np.testing.assert_array_equal(fast, sorted_unique(index.element_indices()))

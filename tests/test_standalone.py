@@ -800,3 +800,347 @@ def test_the_official_target_variable_selects_the_neuroncore(monkeypatch):
         target.get_nc_version()
     monkeypatch.delenv("NEURON_PLATFORM_TARGET_OVERRIDE")
     assert target.get_nc_version() is target.nc_version.gen3
+
+
+# ---------------------------------------------------------------------------
+# dst= instructions in affine loops
+# ---------------------------------------------------------------------------
+@nki.jit
+def k_loop(lhsT, rhs, start, read_inside):
+    """``acc`` accumulates over the k loop (from iteration ``start + 1`` on; before that each matmul
+    overwrites it); with ``read_inside`` every iteration also stores what ``acc`` holds then."""
+    out = nl.ndarray((lhsT.shape[0] if read_inside else 128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+    acc = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+    for k in nl.affine_range(lhsT.shape[0] // 128):
+        a = nl.ndarray((128, 128), dtype=lhsT.dtype, buffer=nl.sbuf)
+        b = nl.ndarray((128, 512), dtype=rhs.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=a, src=lhsT[k * 128:(k + 1) * 128, :])
+        nisa.dma_copy(dst=b, src=rhs[k * 128:(k + 1) * 128, :])
+        nisa.nc_matmul(dst=acc, stationary=a, moving=b, accumulate=(k > start))
+        if read_inside:
+            res = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.tensor_copy(dst=res, src=acc)
+            nisa.dma_copy(dst=out[k * 128:(k + 1) * 128, :], src=res)
+    if not read_inside:
+        final = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=final, src=acc)
+        nisa.dma_copy(dst=out[0:128, :], src=final)
+    return out
+
+
+@pytest.mark.parametrize("start, read_inside", [(0, False), (3, False), (0, True)],
+                         ids=["accumulating after the first", "overwriting in early iterations",
+                              "read inside the loop"])
+def test_an_accumulation_group_across_an_affine_loop_with_accumulate_from_the_loop_index(start, read_inside):
+    lhsT = rng.standard_normal((1024, 128), dtype=np.float32)
+    rhs = rng.standard_normal((1024, 512), dtype=np.float32)
+    got = k_loop(lhsT, rhs, start, read_inside)
+    l64, r64 = lhsT.astype(np.float64), rhs.astype(np.float64)
+    if read_inside:  # iteration k sees the products of iterations 0..k
+        want = np.concatenate([l64[:(k + 1) * 128].T @ r64[:(k + 1) * 128] for k in range(8)])
+    else:
+        want = l64[start * 128:].T @ r64[start * 128:]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
+
+
+@nki.jit
+def halves_then_k_loop(lhsT, rhs):
+    """``acc`` written half by half (the left half twice, accumulating), then accumulated whole over
+    the k loop: a PSUM tile every element of which holds a value by the time the loop starts."""
+    out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+    acc = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+    a = nl.ndarray((128, 128), dtype=lhsT.dtype, buffer=nl.sbuf)
+    b = nl.ndarray((128, 512), dtype=rhs.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=a, src=lhsT[0:128, :])
+    nisa.dma_copy(dst=b, src=rhs[0:128, :])
+    nisa.nc_matmul(dst=acc[:, 0:256], stationary=a, moving=b[:, 0:256])
+    nisa.nc_matmul(dst=acc[:, 0:256], stationary=a, moving=b[:, 0:256])  # (accumulates: right half unwritten)
+    nisa.nc_matmul(dst=acc[:, 256:512], stationary=a, moving=b[:, 256:512])
+    for k in nl.affine_range(lhsT.shape[0] // 128 - 1):
+        ak = nl.ndarray((128, 128), dtype=lhsT.dtype, buffer=nl.sbuf)
+        bk = nl.ndarray((128, 512), dtype=rhs.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=ak, src=lhsT[(k + 1) * 128:(k + 2) * 128, :])
+        nisa.dma_copy(dst=bk, src=rhs[(k + 1) * 128:(k + 2) * 128, :])
+        nisa.nc_matmul(dst=acc, stationary=ak, moving=bk)
+    final = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=final, src=acc)
+    nisa.dma_copy(dst=out, src=final)
+    return out
+
+
+def test_a_psum_tile_completed_by_view_writes_accumulates_over_a_loop():
+    # Whether every element of acc holds a value is found (not yet: the right half) between the view
+    # writes; the write completing it must count, so the loop's matmuls accumulate.
+    lhsT = rng.standard_normal((1024, 128), dtype=np.float32)
+    rhs = rng.standard_normal((1024, 512), dtype=np.float32)
+    got = halves_then_k_loop(lhsT, rhs)
+    l64, r64 = lhsT.astype(np.float64), rhs.astype(np.float64)
+    want = l64.T @ r64
+    want[:, :256] += l64[:128].T @ r64[:128, :256]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
+
+
+@nki.jit
+def load_scale_store(x):
+    """Each iteration DMAs rows of ``x`` into a fresh tile, doubles the tile in place, stores it."""
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    for i in nl.affine_range(x.shape[0] // 128):
+        t = nl.ndarray((128, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x[i * 128:(i + 1) * 128, :])
+        nisa.tensor_scalar(dst=t, data=t, op0=nl.multiply, operand0=2.0)
+        nisa.dma_copy(dst=out[i * 128:(i + 1) * 128, :], src=t)
+    return out
+
+
+@nki.jit
+def load_then_overwrite_the_source(x):
+    """A copy ``src`` of ``x`` in HBM; each iteration loads rows of ``src``, then overwrites those rows
+    with zeros, then stores what it loaded: the values from before the overwrite."""
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    src = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=src, src=x)
+    for i in nl.affine_range(x.shape[0] // 128):
+        t = nl.ndarray((128, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+        z = nl.ndarray((128, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=src[i * 128:(i + 1) * 128, :])
+        nisa.memset(dst=z, value=0.0)
+        nisa.dma_copy(dst=src[i * 128:(i + 1) * 128, :], src=z)
+        nisa.dma_copy(dst=out[i * 128:(i + 1) * 128, :], src=t)
+    return out, src
+
+
+def test_fresh_tiles_loaded_in_a_loop_view_hbm_copy_on_write():
+    # A DMA from HBM into a fresh tile views HBM instead of copying: a write into the tile must not
+    # reach HBM, and a write into HBM must not reach the tile loaded before it.
+    x = rng.standard_normal((1024, 256), dtype=np.float32)
+    keep = x.copy()
+    got = load_scale_store(x)
+    np.testing.assert_array_equal(got, keep * 2.0)
+    np.testing.assert_array_equal(x, keep)  # the input is untouched
+
+    got, src = load_then_overwrite_the_source(x)
+    np.testing.assert_array_equal(got, keep)
+    np.testing.assert_array_equal(src, 0.0)
+
+
+@nki.jit
+def row_softmax_scaled(x, y, bias):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    f = x.shape[1]
+    for i in nl.affine_range(x.shape[0] // 128):
+        a = nl.ndarray((128, f), dtype=x.dtype, buffer=nl.sbuf)
+        b = nl.ndarray((128, f), dtype=x.dtype, buffer=nl.sbuf)
+        c = nl.ndarray((128, f), dtype=x.dtype, buffer=nl.sbuf)
+        s = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+        bt = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=a, src=x[i * 128:(i + 1) * 128, :])
+        nisa.dma_copy(dst=b, src=y[i * 128:(i + 1) * 128, :])
+        nisa.dma_copy(dst=bt, src=bias)  # the same source in every iteration
+        nisa.tensor_tensor(dst=c, data1=a, data2=b, op=nl.multiply)
+        nisa.activation(dst=a, op=nl.exp, data=c, bias=bt, scale=0.5)
+        nisa.tensor_reduce(dst=s, op=nl.add, data=a, axis=1)
+        nisa.tensor_scalar(dst=c, data=a, op0=nl.divide, operand0=s, op1=nl.add, operand1=1.0)
+        nisa.dma_copy(dst=out[i * 128:(i + 1) * 128, :], src=c)
+    return out
+
+
+def test_elementwise_activation_and_reduction_instructions_in_a_loop():
+    x, y = (rng.standard_normal((1024, 96), dtype=np.float32) for _ in range(2))
+    bias = rng.standard_normal((128, 1), dtype=np.float32)
+    got = row_softmax_scaled(x, y, bias)
+    e = np.exp(x.astype(np.float64) * y * 0.5 + np.tile(bias, (8, 1)))
+    np.testing.assert_allclose(got, e / e.sum(1, keepdims=True) + 1, rtol=1e-5)
+
+
+@nki.jit
+def cast_copy_fill(x):
+    out = nl.ndarray(x.shape, dtype=nl.bfloat16, buffer=nl.shared_hbm)
+    for i in nl.affine_range(x.shape[0] // 128):
+        a = nl.ndarray((128, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+        h = nl.ndarray((128, x.shape[1]), dtype=nl.bfloat16, buffer=nl.sbuf)
+        nisa.dma_copy(dst=a, src=x[i * 128:(i + 1) * 128, :])
+        nisa.memset(dst=h, value=0.0)
+        nisa.tensor_copy(dst=h[:, 0:32], src=a[:, 0:32])  # a view of the tile as dst
+        nisa.dma_copy(dst=out[i * 128:(i + 1) * 128, :], src=h)
+    return out
+
+
+def test_dtype_conversion_memset_and_a_view_as_dst_in_a_loop():
+    x = rng.standard_normal((768, 64), dtype=np.float32)
+    got = cast_copy_fill(x)
+    want = np.zeros_like(x)
+    want[:, :32] = x[:, :32]
+    np.testing.assert_array_equal(got, want.astype(ml_dtypes.bfloat16))
+
+
+@nki.jit
+def transposed_reciprocals(x):
+    out = nl.ndarray((x.shape[1], x.shape[0]), dtype=nl.float32, buffer=nl.shared_hbm)
+    for i in nl.affine_range(x.shape[0] // 128):
+        a = nl.ndarray((128, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+        pos = nl.ndarray((128, x.shape[1]), dtype=nl.int32, buffer=nl.sbuf)
+        t = nl.ndarray((x.shape[1], 128), dtype=x.dtype, buffer=nl.psum)
+        r = nl.ndarray((x.shape[1], 128), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=a, src=x[i * 128:(i + 1) * 128, :])
+        nisa.iota(dst=pos, pattern=[[1, x.shape[1]]], offset=1, channel_multiplier=x.shape[1])
+        nisa.tensor_tensor(dst=a, data1=a, data2=pos, op=nl.add)
+        nisa.nc_transpose(dst=t, data=a)
+        nisa.reciprocal(dst=r, data=t)
+        nisa.dma_copy(dst=out[:, i * 128:(i + 1) * 128], src=r)
+    return out
+
+
+def test_iota_transpose_and_reciprocal_in_a_loop():
+    x = rng.uniform(0.5, 1.0, (768, 64)).astype(np.float32)
+    got = transposed_reciprocals(x)
+    pos = np.tile(np.arange(128 * 64, dtype=np.float64).reshape(128, 64) + 1, (6, 1))
+    np.testing.assert_allclose(got, 1.0 / (x + pos).T, rtol=1e-6)
+
+
+@nki.jit
+def transpose_3d(x):
+    out = nl.ndarray((x.shape[0] // 128 * 64, 128), dtype=x.dtype, buffer=nl.shared_hbm)
+    for i in nl.affine_range(x.shape[0] // 128):
+        a = nl.ndarray((128, 2, 32), dtype=x.dtype, buffer=nl.sbuf)
+        t = nl.ndarray((64, 128), dtype=x.dtype, buffer=nl.psum)
+        r = nl.ndarray((64, 128), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=a, src=x[i * 128:(i + 1) * 128, :, :])
+        nisa.nc_transpose(dst=t, data=a)  # the free axes flattened
+        nisa.tensor_copy(dst=r, src=t)
+        nisa.dma_copy(dst=out[i * 64:(i + 1) * 64, :], src=r)
+    return out
+
+
+@nki.jit
+def transposed_blend(x, y, w):
+    out = nl.ndarray((x.shape[1], x.shape[0]), dtype=x.dtype, buffer=nl.shared_hbm)
+    for i in nl.affine_range(x.shape[0] // 128):
+        xt = nl.ndarray((x.shape[1], 128), dtype=x.dtype, buffer=nl.sbuf)
+        yt = nl.ndarray((x.shape[1], 128), dtype=x.dtype, buffer=nl.sbuf)
+        wt = nl.ndarray((x.shape[1], 128), dtype=x.dtype, buffer=nl.sbuf)
+        s = nl.ndarray((x.shape[1], 1), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_transpose(dst=xt, src=x[i * 128:(i + 1) * 128, :])
+        nisa.dma_transpose(dst=yt, src=y[i * 128:(i + 1) * 128, :])
+        nisa.dma_transpose(dst=wt, src=w)  # the same source in every iteration
+        nisa.tensor_reduce(dst=s, op=nl.max, data=yt, axis=1)
+        # yt = (s - xt) * wt, then xt = xt - (yt + 0.5): both operand orders of both operators
+        nisa.scalar_tensor_tensor(dst=yt, data=xt, op0=nl.subtract, operand0=s, op1=nl.multiply, operand1=wt,
+                                  reverse0=True)
+        nisa.scalar_tensor_tensor(dst=xt, data=yt, op0=nl.add, operand0=0.5, op1=nl.subtract, operand1=xt,
+                                  reverse1=True)
+        nisa.dma_copy(dst=out[:, i * 128:(i + 1) * 128], src=xt)
+    return out
+
+
+def test_dma_transposes_and_scalar_tensor_tensor_in_a_loop():
+    x, y = (rng.standard_normal((640, 32), dtype=np.float32) for _ in range(2))
+    w = rng.standard_normal((128, 32), dtype=np.float32)
+    got = transposed_blend(x, y, w)
+    xt, yt, wt = x.T.astype(np.float64), y.T, np.tile(w.T, (1, 5))
+    s = np.concatenate([np.broadcast_to(yt[:, i * 128:(i + 1) * 128].max(1, keepdims=True), (32, 128))
+                        for i in range(5)], axis=1)
+    np.testing.assert_allclose(got, xt - ((s - xt) * wt + 0.5), rtol=1e-5, atol=1e-5)
+
+
+@nki.jit
+def tile_rows(row, n):
+    out = nl.ndarray((n * 128, row.shape[1]), dtype=row.dtype, buffer=nl.shared_hbm)
+    for i in nl.affine_range(n):
+        nisa.dma_copy(dst=out[i * 128:(i + 1) * 128, :], src=row)  # HBM to HBM, the same source each time
+    return out
+
+
+def test_a_dma_of_one_source_into_every_iteration_s_region():
+    row = rng.standard_normal((128, 40), dtype=np.float32)
+    got = tile_rows(row, 7)
+    np.testing.assert_array_equal(got, np.tile(row, (7, 1)))
+
+
+@nki.jit
+def psum_halves(lhsT, rhs):
+    out = nl.ndarray((lhsT.shape[1], 256), dtype=nl.float32, buffer=nl.shared_hbm)
+    for m in nl.affine_range(lhsT.shape[1] // 128):
+        a = nl.ndarray((128, 128), dtype=lhsT.dtype, buffer=nl.sbuf)
+        b = nl.ndarray((128, 256), dtype=rhs.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=a, src=lhsT[:, m * 128:(m + 1) * 128])
+        nisa.dma_copy(dst=b, src=rhs)
+        acc = nl.ndarray((128, 256), dtype=nl.float32, buffer=nl.psum)
+        nisa.nc_matmul(dst=acc[:, 0:128], stationary=a, moving=b[:, 0:128])  # views of a PSUM tile
+        nisa.nc_matmul(dst=acc[:, 128:256], stationary=a, moving=b[:, 128:256])
+        nisa.nc_matmul(dst=acc[:, 128:256], stationary=a, moving=b[:, 128:256])  # accumulates
+        res = nl.ndarray((128, 256), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_copy(dst=res, src=acc)
+        nisa.dma_copy(dst=out[m * 128:(m + 1) * 128, :], src=res)
+    return out
+
+
+@nki.jit
+def sums_in_registers(x):
+    out = nl.ndarray((x.shape[0], 1), dtype=nl.float32, buffer=nl.shared_hbm)
+    for i in nl.affine_range(x.shape[0] // 128):
+        a = nl.ndarray((128, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+        e = nl.ndarray((128, x.shape[1]), dtype=nl.float32, buffer=nl.sbuf)
+        s = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.sbuf)
+        nisa.dma_copy(dst=a, src=x[i * 128:(i + 1) * 128, :])
+        nisa.activation(dst=e, op=nl.exp, data=a, reduce_op=nl.add, reduce_res=s)
+        nisa.dma_copy(dst=out[i * 128:(i + 1) * 128, :], src=s)
+    return out
+
+
+@nki.jit
+def add_into_hbm(x, acc_in):
+    out = nl.ndarray(acc_in.shape, dtype=acc_in.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out, src=acc_in)
+    for i in nl.affine_range(x.shape[0] // 128):
+        a = nl.ndarray((128, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=a, src=x[i * 128:(i + 1) * 128, :])
+        nisa.dma_copy(dst=out[i * 128:(i + 1) * 128, :], src=a, dst_rmw_op=nl.add)
+    return out
+
+
+def _psum_halves_case():
+    lhsT = rng.standard_normal((128, 640), dtype=np.float32)
+    rhs = rng.standard_normal((128, 256), dtype=np.float32)
+    want = lhsT.T.astype(np.float64) @ rhs
+    want[:, 128:] *= 2
+    return psum_halves, (lhsT, rhs), want
+
+
+def _registers_case():
+    x = rng.standard_normal((640, 48), dtype=np.float32)
+    return sums_in_registers, (x,), np.exp(x.astype(np.float64)).sum(1, keepdims=True)
+
+
+def _rmw_case():
+    x, base = (rng.standard_normal((640, 32), dtype=np.float32) for _ in range(2))
+    return add_into_hbm, (x, base), base.astype(np.float64) + x
+
+
+def _transpose_3d_case():
+    x = rng.standard_normal((640, 2, 32), dtype=np.float32)
+    return transpose_3d, (x,), np.concatenate([x[i * 128:(i + 1) * 128].reshape(128, 64).T for i in range(5)])
+
+
+@pytest.mark.parametrize("case", [_psum_halves_case, _registers_case, _rmw_case, _transpose_3d_case],
+                         ids=["matmuls into views of a PSUM tile", "accumulation registers", "dst_rmw_op",
+                              "transpose of a three-axis tile"])
+def test_more_instructions_in_a_loop(case):
+    kernel, args, want = case()
+    got = kernel(*args)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+
+
+@nki.jit
+def reads_past_the_end(x):
+    out = nl.ndarray((x.shape[0], 64), dtype=x.dtype, buffer=nl.shared_hbm)
+    for i in nl.affine_range(6):
+        a = nl.ndarray((128, 64), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=a, src=x[i * 128:(i + 1) * 128, 0:64])
+        nisa.dma_copy(dst=out[i * 128:(i + 1) * 128, :], src=a)
+    return out
+
+
+def test_bug_dma_out_of_bounds_in_a_late_iteration():
+    x = rng.standard_normal((5 * 128, 64), dtype=np.float32)  # iteration 5 reads past the end
+    with pytest.raises(NKIError, match="out of bounds|outside"):
+        reads_past_the_end(x)
