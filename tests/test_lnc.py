@@ -294,9 +294,9 @@ def both_cores_write_rows_0_to_128_in_turn(x):
 def test_barrier_ordered_overlapping_writes_are_no_race_and_do_not_count_twice_as_coverage():
     # Two 128-row writes of a 256-row output add up to its size; they overlap, so rows 128:256 were
     # never stored (the coverage shortcut for disjoint boxes must not take them as covering it).
-    with pytest.raises(NKIError, match=r"\[uninit\].*1024 of its 2048 elements were never stored \(first at \(128, 0\)\)") as e:
-        both_cores_write_rows_0_to_128_in_turn[2](np.ones((128, 8), np.float32))
-    assert "race" not in str(e.value).split("]")[0]
+    with pytest.warns(UserWarning, match=r"\[uninit\].*1024 of its 2048 elements were never stored \(first at \(128, 0\)\)"):
+        got = both_cores_write_rows_0_to_128_in_turn[2](np.ones((128, 8), np.float32))  # (no [race] error)
+    assert np.isnan(got[128:]).all() and (got[:128] == 1).all()
 
 
 @nki.jit

@@ -34,6 +34,11 @@ floats and 4 for integers, as the official NKI CPU simulator does ("fills all ne
 tensors with sentinel values"), so a read of never-written memory poisons the result even with
 the ``uninit`` check off.
 
+``config.shadow`` (env ``NKI_SIM_SHADOW=1``, pytest ``--nki-shadow``) runs every launch twice, on its
+fast path and on the reference path (:func:`reference_path`: no vectorising, caches emptied), and
+raises ``[shadow]`` where outputs, in-place writes, verdicts or warnings differ
+(:mod:`nki_kernels.simulator.shadow`).
+
 ``config.blas_threads`` (env ``NKI_SIM_BLAS_THREADS``: ``auto``, the default, or a count; 0 leaves it
 alone) is the number of threads NumPy's BLAS uses while a launch runs; ``auto`` takes one thread per
 core the machine's load leaves idle, at least one (:mod:`nki_kernels.simulator.blas` says why).
@@ -55,6 +60,20 @@ thorough = os.environ.get("NKI_SIM_THOROUGH", "") not in ("", "0")
 nan_fill = os.environ.get("NKI_SIM_NAN_FILL", "1").strip().lower() not in ("0", "off", "false", "no")
 vectorize = os.environ.get("NKI_SIM_VECTORIZE", "1").strip().lower() not in ("0", "off", "false", "no")
 loop_batch = os.environ.get("NKI_SIM_LOOP_BATCH", "1").strip().lower() not in ("0", "off", "false", "no")
+
+shadow = os.environ.get("NKI_SIM_SHADOW", "").strip().lower() not in ("", "0", "off", "false", "no")
+
+
+@contextlib.contextmanager
+def reference_path():
+    """Run the simulator's reference path inside: every fast path (grid vectorising) off."""
+    global vectorize
+    saved = vectorize
+    vectorize = False
+    try:
+        yield
+    finally:
+        vectorize = saved
 
 
 def _blas_threads(text: str):

@@ -27,10 +27,12 @@ import math
 import os
 import sys
 import threading
+import warnings
 
 import numpy as np
 
 from . import config
+from . import dtypes as dt
 from .errors import _THREADING_FILE, NKIError, thread_where
 from .index_expr import Mask
 
@@ -587,33 +589,90 @@ def launch_end(state, result=None) -> None:
     log = getattr(state, "diag", None)
     if log is None:
         return
-    results = list(_hbm_results(result))
-    written = set()  # ids of returned outputs stored into, directly or through a view of them
-    aliases = {}  # id(output) -> (whole-tensor alias?, tensor, writes, covered, regions) per written alias
+    entries = []  # (tensor, writes, disjoint, regions) of every tensor written
     for key, (tensor, reads, writes) in log.tensors.items():
         if not writes:
             continue
-        covered, regions = None, None
+        disjoint, regions = False, None
         if config.enabled("race"):
-            covered, regions = _check_races(tensor, reads, writes, state, log.repeats.get(key, ()))
+            disjoint, regions = _check_races(tensor, reads, writes, state, log.repeats.get(key, ()))
             _bitmap_of[:] = [None, None]
-        for out in results:
-            same = _same_memory(tensor, out)
-            if same or tensor.__dict__.get("_storage_root") is out:  # out, or a view of its storage
-                written.add(id(out))
-                aliases.setdefault(id(out), []).append((same, tensor, writes, covered, regions))
-    for out in results:
-        # A whole-tensor reshape addresses the same elements in the same C order, so its flat
-        # coverage is the output's; coverage split over several views is not tracked.
-        al = aliases.get(id(out), ())
-        if len(al) == 1 and al[0][0] and config.enabled("uninit") and out.__dict__.get("uninit"):
-            _check_output_covered(*al[0][1:])
-    for t in results:
-        if config.enabled("uninit") and t.__dict__.get("uninit") and id(t) not in written:
+        entries.append((tensor, writes, disjoint, regions))
+    for out in _hbm_results(result):
+        _returned_output(out, entries)
+
+
+def _returned_output(out, entries) -> None:
+    """A launch returns ``out``, an output tensor or a view of one (``out.reshape(...)``). Elements of
+    an uninitialised (``nl.ndarray``) output that no program stored are what the hardware leaves
+    there: the simulator fills them with the NaN sentinel, as the official simulator fills new
+    tensors, so no stale value passes for a result. A kernel may leave padding it knows its caller
+    never reads, which runs on hardware: that is a warning (``uninit``), not an error. An output
+    that nothing was stored into at all is an error."""
+    root = out.__dict__.get("_storage_root", out)
+    if not root.__dict__.get("uninit"):
+        return
+    mine = [(t, w, d, r) for t, w, d, r in entries if _same_memory(t, root)
+            or t.__dict__.get("_storage_root") is root]
+    if not mine:
+        if config.enabled("uninit"):
             config.report("uninit", NKIError(
-                "uninit", f"kernel returns {t.name} {t.shape} (allocated with nl.ndarray) but no program "
-                "stored anything into it; its contents would be garbage on hardware",
-                where=fmt_where(where())))
+                "uninit", f"kernel returns {out.name} {out.shape} (allocated with nl.ndarray) but no program "
+                "stored anything into it; its contents would be garbage on hardware", where=fmt_where(where())))
+        return
+    if len(mine) == 1 and _same_memory(mine[0][0], root) and _covered(*mine[0]):
+        return  # (the common case: one whole-tensor alias whose writes cover it)
+    written = np.zeros(root.data.size, dtype=bool)
+    for tensor, writes, _, regions in mine:
+        bits = _element_view(written, root, tensor)
+        for r in (regions if regions is not None else _boxes(writes)):
+            if r.shape == tensor.shape and not r.empty():
+                if r.exact:
+                    bits[r.box()] = True
+                else:
+                    _mark_elements(bits, r)
+    mine_bits = _element_view(written, root, out)
+    if mine_bits.all():
+        return
+    fill = root.data.reshape(-1)  # (an output's storage is C-contiguous: a view, no copy)
+    fill[~written] = dt.sentinel(root.dtype)
+    if config.enabled("uninit"):
+        missing = ~mine_bits
+        first = tuple(int(v) for v in np.argwhere(missing)[0])
+        wh = mine[-1][1][-1][3]  # (where the last store into it was made: the kernel's line)
+        warnings.warn_explicit(
+            f"[uninit] kernel returns {out.name} {out.shape} (allocated with nl.ndarray) but {int(missing.sum())} of "
+            f"its {missing.size} elements were never stored (first at {first}); they hold "
+            f"{dt.sentinel(root.dtype)!r}, as on the official simulator (on hardware: whatever was there). "
+            f"Cover the whole output if its caller reads them, or allocate it with nl.zeros (at {fmt_where(wh)})",
+            config.NKIWarning, wh[0], wh[1])
+
+
+def _covered(tensor, writes, disjoint, regions) -> bool:
+    """Whether the write regions (boxes, not overlapping) add up to every element of ``tensor``."""
+    regions = regions if regions is not None else _boxes(writes)
+    return disjoint and all(r.exact for r in regions) and \
+        sum(math.prod(h - l for l, h in zip(r.lo, r.hi)) for r in regions) >= math.prod(tensor.shape)
+
+
+def _element_view(bits, root, tensor):
+    """The elements of flat bool array ``bits`` (one per element of ``root``, C order) that ``tensor``,
+    a view of ``root``'s storage, addresses, with ``tensor``'s shape."""
+    d, r = tensor.data, root.data
+    size = d.dtype.itemsize
+    offset = (d.__array_interface__["data"][0] - r.__array_interface__["data"][0]) // size
+    strides = tuple(s // size for s in d.strides)
+    return np.lib.stride_tricks.as_strided(bits[offset:], d.shape, strides, writeable=True)
+
+
+def _mark_elements(bits, region) -> None:
+    """Mark the elements ``region`` lists (flat C-order positions in ``bits``' shape) in ``bits``."""
+    if bits.flags.c_contiguous:
+        bits.reshape(-1)[region.elements()] = True
+        return
+    flat = np.zeros(bits.shape, bool).reshape(-1)
+    flat[region.elements()] = True
+    bits |= flat.reshape(bits.shape)
 
 
 def _same_memory(a, b) -> bool:
@@ -738,30 +797,6 @@ def _check_races(tensor, reads, writes, state, repeats=()):
             where=fmt_where(wb)))
         return False, regions[:len(writes)]
     return writes_disjoint, regions[:len(writes)]
-
-
-def _check_output_covered(tensor, writes, disjoint, regions=None):
-    regions = regions if regions is not None else _boxes(writes)
-    size = math.prod(tensor.shape)
-    if disjoint and all(r.exact for r in regions):
-        if sum(math.prod(h - l for l, h in zip(r.lo, r.hi)) for r in regions) >= size:
-            return
-    covered = np.zeros(tensor.shape, dtype=bool)
-    written = covered.reshape(-1)
-    for r in regions:
-        if r.shape == tensor.shape and not r.empty():
-            if r.exact:
-                covered[r.box()] = True  # a box: no element list
-            else:
-                written[r.elements()] = True
-    if not written.all():
-        first = tuple(int(v) for v in np.unravel_index(int(np.argmin(written)), tensor.shape))
-        config.report("uninit", NKIError(
-            "uninit",
-            f"kernel returns {tensor.name} {tensor.shape} (allocated with nl.ndarray) but {int((~written).sum())} "
-            f"of its {size} elements were never stored (first at {first}); on hardware they are garbage. "
-            "Cover the whole output (check the grid and masks) or allocate it with nl.zeros",
-            where=fmt_where(writes[-1][3])))
 
 
 # ---------------------------------------------------------------------------

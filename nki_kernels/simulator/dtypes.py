@@ -265,3 +265,19 @@ def pack_x4(values, dtype) -> np.ndarray:
     out = np.empty(values.shape[:-1] + (values.shape[-1] // 4,), dtype)
     out[dtype.names[0]] = groups
     return out
+
+
+INT_SENTINEL = 4  # the official simulator fills integer tensors with 4 (NKI CPU Simulator guide)
+
+
+def sentinel(dtype):
+    """The fill value of never-written memory of ``dtype``: NaN for floats, 4 for integers (the
+    official simulator's sentinels)."""
+    dtype = np.dtype(dtype)
+    if dtype.fields is not None:  # packed MX elements: all-zero bytes (NaN does not assign to a record)
+        return np.zeros((), dtype)[()]
+    if dtype == np.bool_:
+        return True
+    if np.issubdtype(dtype, np.integer):
+        return INT_SENTINEL
+    return np.nan

@@ -28,6 +28,7 @@ from . import config as _config
 from . import cores as _cores
 from . import diagnostics as _diag
 from . import memory as _memory
+from . import shadow as _shadow
 from . import spmd_reduce as _spmd
 from . import vectorize as _vec
 from . import dtypes as dt
@@ -257,8 +258,9 @@ def allocate_hbm(shape, dtype, buffer, fill, name):
                 data[...] = fill
         elif fill is None and _config.get("uninit") == "error":
             # The NaN fill is a full-size write the kernel overwrites: while reading a never-stored
-            # element, or returning one, is the `uninit` error, no kernel can see what is there
-            # (the JAX custom-call's XLA buffers are not filled either).
+            # element is the `uninit` error, no kernel can see what is there, and the launch's end
+            # fills what a returned output leaves unwritten (diagnostics._returned_output; the JAX
+            # custom-call's XLA buffers are filled the same way).
             data = np.empty(shape, dtype)
         else:
             data = _memory.uninitialised(shape, dtype) if fill is None else np.full(shape, fill, dtype)
@@ -347,10 +349,16 @@ def simulate_into(outputs, kernel, grid, *arrays, **static):
     if not isinstance(kernel, Kernel):
         raise TypeError(f"kernel must be an @nki.jit kernel, got {type(kernel).__name__}")
     grid = normalize_grid(grid)
-    args, kw = _bind(kernel, arrays, static)
-    result, _ = run_programs(kernel, grid, args, kw, outputs=outputs)
-    _copy_back((*args, *kw.values()))
-    return _unwrap(result)
+
+    def launch(arrays, outputs):
+        args, kw = _bind(kernel, arrays, static)
+        result, _ = run_programs(kernel, grid, args, kw, outputs=outputs)
+        _copy_back((*args, *kw.values()))
+        return _unwrap(result)
+
+    if _shadow.wanted():
+        return _shadow.run(kernel, launch, arrays, outputs)
+    return launch(arrays, outputs)
 
 
 def eval_shape(kernel, grid, *specs, **static):

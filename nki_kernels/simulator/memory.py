@@ -34,6 +34,7 @@ import numpy as np
 from . import buffer_pool as _pool
 from . import config as _config
 from . import diagnostics as _diag
+from .dtypes import INT_SENTINEL, sentinel  # noqa: F401 - the fill values, named here too
 from .errors import NKIError
 
 SBUF, PSUM = 0, 1
@@ -62,7 +63,6 @@ def sbuf_bytes() -> int:
 # No instruction touches more tiles than this (operands, result, side outputs such as reduce_res=);
 # a slot with more is several instructions an op path did not count apart, and is not judged.
 MAX_INSTRUCTION_TILES = 8
-INT_SENTINEL = 4  # the official simulator fills integer tensors with 4 (NKI CPU Simulator guide)
 
 _lines = False  # record source lines (set while a program is re-run for a report)
 
@@ -76,18 +76,6 @@ def uninitialised(shape, dtype) -> np.ndarray:
     if not _config.nan_fill:
         return np.empty(shape, dtype)
     return np.full(shape, sentinel(dtype), dtype)
-
-
-def sentinel(dtype):
-    """The fill value of never-written memory of ``dtype``."""
-    dtype = np.dtype(dtype)
-    if dtype.fields is not None:  # packed MX elements: all-zero bytes (NaN does not assign to a record)
-        return np.zeros((), dtype)[()]
-    if dtype == np.bool_:
-        return True
-    if np.issubdtype(dtype, np.integer):
-        return INT_SENTINEL
-    return np.nan
 
 
 def poison(array: np.ndarray) -> None:

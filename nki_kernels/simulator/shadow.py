@@ -1,0 +1,173 @@
+"""Shadow mode: every launch runs twice, on its fast path and on the reference path, and must agree.
+
+The simulator has one reference path (each SPMD program run alone, one Python call of the kernel
+after another) and fast paths that must give the same answers (grid vectorising, see
+:mod:`.vectorize`). With shadow mode on (``NKI_SIM_SHADOW=1``, or ``config.shadow = True``, or
+pytest's ``--nki-shadow``), :func:`run` launches the kernel as usual, then once more on copies of
+the inputs with every fast path off and the simulator's caches emptied, and compares:
+
+* the verdict: no error, or the same :class:`~.errors.NKIError` rule (any other exception: the
+  same type);
+* every output bit, and every bit the kernel wrote into its inputs (in-place kernels);
+* the diagnostics reported as warnings (rule names, in order).
+
+A disagreement raises :class:`ShadowMismatch` naming both verdicts (or the first differing
+element) and the kernel line; otherwise the fast path's result (or error) is returned as usual.
+It costs one more launch per launch: a testing tool, off by default.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import warnings
+
+import numpy as np
+
+from . import access_pattern, config, core, diagnostics, indexing, vectorize
+from .errors import NKIError
+
+# Caches of derived facts (resolved indexes, access plans, regions, split plans): emptied before the
+# reference run, so what one launch (or the fast path) cached cannot decide the reference's answer.
+_CACHES = ((indexing, "_RESOLVED"), (diagnostics, "_REGION_OF"), (diagnostics, "_WHOLE"),
+           (access_pattern, "_PLANS"), (access_pattern, "_ROOT_INDEX"), (access_pattern, "_ROOT_INDEX_ELEMENTWISE"),
+           (access_pattern, "_placed_positions"), (access_pattern, "_OWNER_ADDRESSES"), (core, "_WHOLE_INDEX"),
+           (vectorize, "_plans"))
+
+
+def clear_caches() -> None:
+    """Empty the simulator's caches of derived facts (a fresh process's state)."""
+    for module, name in _CACHES:
+        getattr(module, name).clear()
+
+_local = threading.local()  # depth: a launch made while a shadowed launch runs is not shadowed again
+
+
+class ShadowMismatch(NKIError):
+    """The fast path and the reference path of one launch disagree (a simulator bug: please report)."""
+
+    def __init__(self, detail: str, where: str):
+        super().__init__("shadow", detail, where=where)
+
+
+def wanted() -> bool:
+    """Whether the launch being made now is shadowed: shadow mode on and not inside another
+    shadowed launch."""
+    return config.shadow and not getattr(_local, "depth", 0)
+
+
+def run(kernel, simulate, arrays, outputs):
+    """Run ``simulate(arrays, outputs)`` (one launch of ``kernel``) on its fast path, then
+    ``simulate(copies, ())`` on the reference path; return the fast result if both agree, else raise
+    :class:`ShadowMismatch`."""
+    before = [np.array(a, copy=True) if isinstance(a, np.ndarray) else a for a in arrays]
+    _local.depth = getattr(_local, "depth", 0) + 1
+    try:
+        fast, fast_error, fast_warnings = _attempt(simulate, arrays, outputs)
+        with config.reference_path():
+            clear_caches()
+            ref, ref_error, ref_warnings = _attempt(simulate, before, ())
+    finally:
+        _local.depth -= 1
+    where = _kernel_line(kernel)
+    v_fast, v_ref = _verdict(fast_error), _verdict(ref_error)
+    if v_fast != v_ref:
+        raise ShadowMismatch(
+            f"the fast path and the reference path of {_name(kernel)} disagree: fast path: "
+            f"{_describe(fast_error)}; reference path (no vectorising, fresh state): {_describe(ref_error)}",
+            where=_error_where(fast_error) or _error_where(ref_error) or where)
+    if _rules(fast_warnings) != _rules(ref_warnings):
+        raise ShadowMismatch(
+            f"the fast path and the reference path of {_name(kernel)} report different diagnostics: fast "
+            f"path warned {_rules(fast_warnings)}, reference path {_rules(ref_warnings)}", where=where)
+    if fast_error is None:
+        _compare("output", fast, ref, kernel, where)
+        _compare("input", [a for a in arrays if isinstance(a, np.ndarray)],
+                 [a for a in before if isinstance(a, np.ndarray)], kernel, where, after_run=True)
+    for w in fast_warnings:
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    if fast_error is not None:
+        raise fast_error
+    return fast
+
+
+def _attempt(simulate, arrays, outputs):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            return simulate(arrays, outputs), None, list(caught)
+        except Exception as e:  # noqa: BLE001 - compared, then re-raised
+            return None, e, list(caught)
+
+
+def _verdict(error):
+    if error is None:
+        return None
+    if isinstance(error, NKIError):
+        return ("NKIError", error.rule)
+    return (type(error).__name__,)
+
+
+def _describe(error) -> str:
+    if error is None:
+        return "no error"
+    text = str(error).splitlines()[0]
+    return f"{type(error).__name__}: {text[:400]}"
+
+
+def _error_where(error):
+    return getattr(error, "where", None)
+
+
+_RULE = re.compile(r"^\[([^\]]+)\]")
+
+
+def _rules(caught) -> list:
+    return [(_RULE.match(str(w.message)) or [None, type(w.message).__name__])[1] for w in caught]
+
+
+def _name(kernel) -> str:
+    func = getattr(kernel, "func", kernel)
+    return getattr(func, "__qualname__", repr(kernel))
+
+
+def _kernel_line(kernel) -> str:
+    code = getattr(getattr(kernel, "func", kernel), "__code__", None)
+    if code is None:
+        return "<unknown>"
+    return f"{code.co_filename}:{code.co_firstlineno} in {code.co_name}"
+
+
+def _leaves(value, path=()):
+    if isinstance(value, (tuple, list)):
+        for i, v in enumerate(value):
+            yield from _leaves(v, path + (i,))
+    else:
+        yield path, value
+
+
+def _compare(what, fast, ref, kernel, where, after_run=False):
+    """Raise :class:`ShadowMismatch` unless ``fast`` and ``ref`` hold the same structure, shapes,
+    dtypes and bits."""
+    fl, rl = list(_leaves(fast)), list(_leaves(ref))
+    if [p for p, _ in fl] != [p for p, _ in rl]:
+        raise ShadowMismatch(f"{_name(kernel)} returns {len(fl)} value(s) on the fast path and {len(rl)} on the "
+                             "reference path", where=where)
+    for (path, a), (_, b) in zip(fl, rl):
+        label = f"{what} {'/'.join(map(str, path)) or '0'}" + (" (written by the kernel)" if after_run else "")
+        if not isinstance(a, np.ndarray) or not isinstance(b, np.ndarray):
+            if type(a) is not type(b) or (a != b if not isinstance(a, np.generic) else a.tobytes() != b.tobytes()):
+                raise ShadowMismatch(f"{label} of {_name(kernel)}: fast path {a!r}, reference path {b!r}", where=where)
+            continue
+        if a.shape != b.shape or a.dtype != b.dtype:
+            raise ShadowMismatch(f"{label} of {_name(kernel)}: fast path {a.shape} {a.dtype}, reference path "
+                                 f"{b.shape} {b.dtype}", where=where)
+        ab, bb = np.ascontiguousarray(a), np.ascontiguousarray(b)
+        if ab.tobytes() == bb.tobytes():
+            continue
+        diff = (ab.reshape(-1).view(np.uint8).reshape(ab.size, -1) != bb.reshape(-1).view(np.uint8).reshape(bb.size, -1)).any(1)
+        first = tuple(int(i) for i in np.unravel_index(int(np.argmax(diff)), a.shape)) if a.ndim else ()
+        raise ShadowMismatch(
+            f"{label} of {_name(kernel)} differs in {int(diff.sum())} of {a.size} elements; first at {first}: "
+            f"fast path {ab[first]!r}, reference path {bb[first]!r}", where=where)
+
