@@ -23,7 +23,9 @@ class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescription
     descriptions kept as written."""
 
     def _get_help_string(self, action):
-        if action.default in (None, [], False) or action.default is argparse.SUPPRESS:
+        default = action.default
+        if default is None or default is False or default is argparse.SUPPRESS or (isinstance(default, list)
+                                                                                  and not default):
             return action.help
         return super()._get_help_string(action)
 

@@ -23,10 +23,8 @@ when their bounding boxes overlap, which gives the same answers.
 
 ``config.vectorize`` (env ``NKI_SIM_VECTORIZE=0`` turns it off) lets a launch run
 programs that do not interact as one batched NumPy program
-(:mod:`nki_kernels.simulator.vectorize`), and the iterations of a self-contained
-``affine_range`` loop too (:mod:`nki_kernels.simulator.loop_batch`); results and diagnostics are the same,
-only faster. Thorough mode and profiling always run one program at a time. ``config.loop_batch``
-(env ``NKI_SIM_LOOP_BATCH=0`` turns it off) switches the loop batching alone.
+(:mod:`nki_kernels.simulator.vectorize`); results and diagnostics are the same,
+only faster. Thorough mode and profiling always run one program at a time.
 
 ``config.nan_fill`` (env ``NKI_SIM_NAN_FILL=0`` turns it off) fills memory handed out
 uninitialised (``nl.ndarray`` tiles and HBM tensors, placed SBUF/PSUM storage) with NaN for
@@ -59,7 +57,6 @@ _modes = {r: "error" for r in RULES}
 thorough = os.environ.get("NKI_SIM_THOROUGH", "") not in ("", "0")
 nan_fill = os.environ.get("NKI_SIM_NAN_FILL", "1").strip().lower() not in ("0", "off", "false", "no")
 vectorize = os.environ.get("NKI_SIM_VECTORIZE", "1").strip().lower() not in ("0", "off", "false", "no")
-loop_batch = os.environ.get("NKI_SIM_LOOP_BATCH", "1").strip().lower() not in ("0", "off", "false", "no")
 
 shadow = os.environ.get("NKI_SIM_SHADOW", "").strip().lower() not in ("", "0", "off", "false", "no")
 

@@ -116,7 +116,6 @@ class Program:
     nb = 0
     bshape = ()
     box = None  # the grid box a batch of programs stands for (vectorize.BatchProgram)
-    loop_batch = False  # iterations of one affine loop of this program run batched (loop_batch.LoopBatch)
 
     def __init__(self, launch, pid: tuple):
         self.launch = launch
@@ -395,8 +394,6 @@ class Tile(NkiTensor):
             if full[:nb] != prog.bshape:
                 raise NotBatchable(f"a tile of shape {full} lacks the batch axes {prog.bshape}")
             shape = tuple(full[nb:])
-            if prog.loop_batch and (thunk is not None or data.base is None):  # (memory of its own)
-                prog.charge(full, thunk[3] if thunk is not None else data.dtype)
         else:
             shape = full if type(full) is tuple else tuple(full)
         if _loops:  # diagnostics state: the creating iterations (diagnostics.on_new_tile, inlined)
@@ -489,8 +486,6 @@ class Tile(NkiTensor):
         if self._thunk is not None:
             self.force()
         if not self._data.flags.writeable:
-            if prog is not None and prog.loop_batch and prog.writes_outer(self._data):
-                raise NotBatchable("a write into a tile made before a batched loop")
             if self._review is not None:
                 # A view of a copy-on-write tile: the parent takes its private copy and the view
                 # is derived again from it, so writes through the view reach the parent.

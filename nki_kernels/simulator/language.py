@@ -19,10 +19,9 @@ import numpy as np
 
 from . import diagnostics as _diag
 from . import dtypes as dt
-from . import loop_batch as _loop_batch
-from . import loop_body as _loop_body
 from . import memory as _memory
 from . import profile as _prof
+from . import rebound as _rebound
 from .core import (Access, Buffer, HBMTensor, PMAX, Tile, current, current_or_none, hbm, par_dim,
                    private_hbm, psum, sbuf, shared_hbm)
 from .core import fill_sentinel as _fill_sentinel, uninitialised_tile as _uninitialised_tile
@@ -529,9 +528,6 @@ def _allocate(shape, dtype, buffer, fill=None, name="", address=None):
                        "nl.shared_hbm, nl.private_hbm, or an nki.compiler allocation)")
     if not buffer.on_chip:
         from .launch import allocate_hbm
-
-        if getattr(current_or_none(), "loop_batch", False):
-            raise NotBatchable("an HBM tensor allocated in a batched loop body (one per iteration)")
 
         return allocate_hbm(shape, dtype, buffer, fill, name)
     prog = current_or_none()
@@ -1170,17 +1166,8 @@ class _Range:
     def __iter__(self):
         if _nb():
             return iter(self._r)  # a batch's tile-level checks were made by its reference program
-        if self.kind == "affine" and len(self._r) > 3 and _loop_batch.enabled():
-            frame = _sys._getframe(1)  # (the function running the for statement)
-            body = _loop_body.site(frame)
-            values = _loop_body.free_values(body, frame) if body is not None else None
-            if values is not None:
-                return _loop_batch.iterate(self, body, values)
-        return self._reference(self._r)
-
-    def _reference(self, r):
-        """Iterate ``r`` one iteration at a time, with the loop's diagnostics."""
-        it = _diag.loop_iter(r, self.kind)
+        # one iteration at a time, with the loop's diagnostics
+        it = _diag.loop_iter(self._r, self.kind)
         # affine / sequential bodies are traced once: their placements are made once (memory.traced_loop)
         return it if self.kind == "static" else _memory.traced_loop(it)
 
@@ -1211,7 +1198,7 @@ def loop_reduce(x, op, loop_indices, *, dtype=None, mask=None, name=""):
     if not isinstance(loop_indices, (tuple, list)):
         loop_indices = (loop_indices,)
     caller = _sys._getframe(1)
-    target = _loop_body.rebound_name(caller)
+    target = _rebound.rebound_name(caller)
     dst = caller.f_locals.get(target) if target is not None else None
     if type(dst) is Tile and mask is None and isinstance(x, Tile) and dst.shape == x.shape \
             and (dtype is None or dt.as_dtype(dtype) == dst.dtype):

@@ -125,8 +125,6 @@ def store_batched(prog, acc, value, mask):
         raise NotBatchable("programs of the batch store to overlapping elements")
     view = idx.view(t.data)
     full = idx.out_shape
-    if prog.loop_batch:
-        prog.undo.append((view, view.copy()))  # (a loop batch that fails puts the old values back)
     if isinstance(value, Tile) and value._thunk is not None and value.dtype == t.dtype \
             and tuple(value._thunk[2]) == full:
         _compute_into(t, value, view)

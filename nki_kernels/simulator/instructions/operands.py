@@ -43,9 +43,8 @@ _tls = core._tls  # (core.current_or_none() without the call, on the per-instruc
 def instruction(fn=None, *, batched=False):
     """Mark ``fn`` as an engine instruction (``@instruction`` or ``@instruction(batched=True)``).
 
-    Without ``batched`` it runs one program at a time: in a batch of programs (grid programs or
-    loop iterations, :mod:`..vectorize`, :mod:`..loop_batch`) it raises :class:`NotBatchable` and
-    they run singly. A ``batched`` instruction takes operands and a ``dst`` that carry the batch's
+    Without ``batched`` it runs one program at a time: in a batch of grid programs
+    (:mod:`..vectorize`) it raises :class:`NotBatchable` and they run singly. A ``batched`` instruction takes operands and a ``dst`` that carry the batch's
     leading axes (:func:`write` places its values) and raises :class:`NotBatchable` itself for
     the cases it has no batched meaning for."""
     if fn is None:
@@ -558,15 +557,11 @@ def write_accumulating(dst, values, accumulate, op):
     fp32 ``dst`` already holds a value and the instruction accumulates, the add runs in place
     (the same fp32 sums, without a temporary the size of ``dst``)."""
     if dst.nb and accumulate is not None and type(accumulate) is not bool:
-        # a flag computed from the loop index (`accumulate=(k > 0)`): one value for the whole batch only
+        # a flag computed from program_id (`accumulate=(pid > 0)`): one value for the whole batch only
         if not (isinstance(accumulate, Mask) and accumulate.all_true()):
             raise NotBatchable(f"nisa.{op}: accumulate={accumulate!r} differs between the programs of a batch")
         accumulate = True
     if accumulate is not False and _add_in_place(dst, values):
-        return
-    into = getattr(dst, "accumulate_iterations", None) if dst.nb else None
-    if into is not None and accumulate is not False:  # a tile made before a batched loop (loop_batch._Outer)
-        into(np.asarray(values), _all_written)
         return
     if accumulate is not False and dst.dtype == np.float32 and not dst.nb:
         vals = np.asarray(values)
