@@ -111,8 +111,8 @@ def _verdict(error):
 def _describe(error) -> str:
     if error is None:
         return "no error"
-    text = str(error).splitlines()[0]
-    return f"{type(error).__name__}: {text[:400]}"
+    text = f"[{error.rule}] {error.detail}" if isinstance(error, NKIError) else str(error)
+    return f"{type(error).__name__}: {text.splitlines()[0][:400]}"
 
 
 def _error_where(error):
