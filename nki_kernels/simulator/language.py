@@ -183,13 +183,54 @@ _BINARY = {
 }
 
 
+_UFUNC_OUT = {}  # (ufunc, operand descriptors) -> the dtype NumPy gives (None: unknown)
+
+
+def _ufunc_out(fn, descr):
+    """The dtype ufunc ``fn`` gives for operands described by ``descr`` (dtypes, or ``int`` /
+    ``float`` for Python scalars), or ``None`` if NumPy cannot say. Cached: a kernel repeats few."""
+    key = (fn, descr)
+    got = _UFUNC_OUT.get(key, False)
+    if got is False:
+        try:
+            got = fn.resolve_dtypes(descr + (None,) * fn.nout)[-1]
+        except (TypeError, ValueError, AttributeError):  # (no loop for these dtypes, or NumPy < 1.24)
+            got = None
+        _UFUNC_OUT[key] = got
+    return got
+
+
+def _keeps_dtype(fn, args, dtype) -> bool:
+    """Whether ``fn(*args)`` is computed in ``dtype`` itself, so a deferred op needs no rounding
+    step. ``np.result_type`` of the operands is not enough for an integer ``dtype``: it knows
+    nothing of the op, and NumPy's true divide (and exp, sqrt, ...) of integers is float64,
+    which the eager path rounds to the integer dtype (:func:`_result`) and a deferred one would
+    not (issue 28: ``iota_int32 / 38`` held 0.53 in an int32 tile, 1 once rounded)."""
+    if dtype.kind == "f":
+        return True  # (a float ufunc of float operands stays in their promoted float dtype)
+    descr = tuple(a.dtype if isinstance(a, (np.ndarray, np.generic)) else
+                  type(a) if type(a) in (int, float) else np.asarray(a).dtype for a in args)
+    return _ufunc_out(fn, descr) == dtype
+
+
+class _OutShape:
+    """The output shape of a deferred op, for the profiler's recorder (it reads only ``.shape``):
+    the op is counted when it is issued, before its values exist."""
+
+    __slots__ = ("shape",)
+
+    def __init__(self, shape):
+        self.shape = tuple(shape)
+
+
 def _deferred(fn, args, dtype, mask, engine):
     """A tile whose ufunc ``fn(*args)`` runs later (maybe straight into a store), or ``None``.
 
-    Only plain cases defer: a NumPy ufunc, no mask, no profile being recorded,
-    and an output dtype equal to what NumPy produces (so no rounding step).
+    Only plain cases defer: a NumPy ufunc, no mask, and an output dtype equal to what the
+    ufunc produces (so no rounding step). A profile being recorded defers the same ops as a
+    plain call, so both compute the same values the same way (issue 28).
     """
-    if not isinstance(fn, np.ufunc) or _prof._recorder is not None:
+    if not isinstance(fn, np.ufunc):
         return None
     a0 = args[0]
     if len(args) == 2:
@@ -199,15 +240,16 @@ def _deferred(fn, args, dtype, mask, engine):
     else:
         plain = type(a0) is np.ndarray and builtins.all(type(a) is np.ndarray and a.shape == a0.shape
                                                          and a.dtype == a0.dtype for a in args)
-    if plain and fn is np.divide and a0.dtype.kind != "f":
-        return None  # (integers divide to a float, rounded to the integer dtype by _result)
     if plain:
         shape, rtype = a0.shape, a0.dtype  # (the common case, without NumPy's general promotion)
     else:
         shape, rtype = np.broadcast_shapes(*(np.shape(a) for a in args)), np.result_type(*args)
     if rtype != dtype or len(shape) < 1 or (mask is not None and _full_mask(mask, shape) is not None):
         return None
-    _prof.instruction(engine, None)  # counted now (the memory model's instruction slot)
+    if not _keeps_dtype(fn, args, dtype):
+        return None  # (e.g. integers divide to a float, rounded to the integer dtype by _result)
+    # Counted now (the memory model's instruction slot); the recorder reads the output's shape.
+    _prof.instruction(engine, a0 if plain else _OutShape(shape))
     return Tile(None, sbuf, thunk=(fn, args, shape, dtype))
 
 
@@ -224,8 +266,9 @@ def _make_unary(name, fn):
                 _diag.on_read(x)
             a = x.data
             d = a.dtype
-            if type(a) is np.ndarray and a.ndim and d not in dt._LOW_FLOATS and _prof._recorder is None:
-                _prof.instruction("Scalar", None)  # (as _deferred: counted now)
+            if (type(a) is np.ndarray and a.ndim and d not in dt._LOW_FLOATS
+                    and (d.kind == "f" or _keeps_dtype(fn, (a,), d))):  # (int exp/sqrt: float64)
+                _prof.instruction("Scalar", a)  # (as _deferred: counted now; a has the result's shape)
                 return Tile(None, sbuf, thunk=(fn, (a,), a.shape, d))
             a = dt.compute_view(a)
         else:
@@ -271,9 +314,9 @@ def _make_binary(name, fn):
             b = y.data
             d = a.dtype
             if (type(a) is np.ndarray and type(b) is np.ndarray and b.dtype == d and a.shape == b.shape
-                    and a.ndim and d not in dt._LOW_FLOATS and _prof._recorder is None
-                    and not (fn is np.divide and d.kind != "f")):  # (integer division: a float result)
-                _prof.instruction("Vector", None)  # (as _deferred: counted now)
+                    and a.ndim and d not in dt._LOW_FLOATS
+                    and (d.kind == "f" or _keeps_dtype(fn, (a, b), d))):  # (integer division: a float result)
+                _prof.instruction("Vector", a)  # (as _deferred: counted now; a has the result's shape)
                 return Tile(None, sbuf, thunk=(fn, (a, b), a.shape, d))
             a, b = dt.compute_view(a), dt.compute_view(b)
         elif lazy_ok and dtype is None and mask is None and type(x) is Tile and type(y) is float:
@@ -281,8 +324,8 @@ def _make_binary(name, fn):
             if x._diag is not None or _diag.loops:
                 _diag.on_read(x)
             a = x.data
-            if type(a) is np.ndarray and a.dtype == dt.float32 and a.ndim and _prof._recorder is None:
-                _prof.instruction("Vector", None)
+            if type(a) is np.ndarray and a.dtype == dt.float32 and a.ndim:
+                _prof.instruction("Vector", a)
                 return Tile(None, sbuf, thunk=(fn, (a, y), a.shape, a.dtype))
             a, b = dt.compute_view(a), y
         else:
