@@ -1,18 +1,19 @@
-"""Random kernels, batched and one iteration (or program) at a time, against NumPy.
+"""Random kernels against NumPy; a grid's programs batched and one at a time.
 
-The simulator runs an ``nl.affine_range`` loop's iterations (:mod:`nki_kernels.simulator.loop_batch`)
-and a grid's programs (:mod:`nki_kernels.simulator.vectorize`) as one batched NumPy program where it
-can, with the per-iteration path as the reference. Hand-written tests cover the cases someone
-thought of; here a generator writes kernels of both API generations out of loads, element-wise and
-per-partition ops, reductions, activations, matmuls accumulated across the loop, accumulation and
-region writes into tiles made before the loop, and stores, with rows taken forwards or backwards
-(first generation: also over a ragged last block, loads and stores masked).
-Each kernel runs both ways; the two must give the same bits, and NumPy, running the same program
-(its own source, generated beside the kernel), the same values within float32 rounding.
+The simulator runs a grid's programs (:mod:`nki_kernels.simulator.vectorize`) as one batched NumPy
+program where it can, with the per-program path as the reference. Hand-written tests cover the
+cases someone thought of; here a generator writes kernels of both API generations out of loads,
+element-wise and per-partition ops, reductions, activations, matmuls and stores, with rows taken
+forwards or backwards (first generation: also over a ragged last block, loads and stores masked).
+The body runs once per program of a grid, or once per iteration of an ``nl.affine_range`` loop
+(which may also accumulate matmuls across the loop and accumulate or write regions into tiles made
+before it). NumPy, running the same program (its own source, generated beside the kernel), must
+give the same values within float32 rounding; a grid kernel runs both batched and one program at a
+time, and the two must give the same bits.
 
-Some kernels break the ``affine_range`` contract on purpose (iterations storing to the same HBM
-rows; a tile carried to the next iteration through a Python variable): both paths must then
-reject them with the same ``[loop_carried]`` (grids: ``[race]``) error.
+Some kernels break the contract on purpose (iterations or programs storing to the same HBM rows;
+a tile carried to the next iteration through a Python variable): they must be rejected with
+``[loop_carried]`` (grids: ``[race]``, batched or not the same error).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nki_kernels.simulator import NKIError, config, loop_batch, loop_body
+from nki_kernels.simulator import NKIError, config
 from nki_kernels.simulator.launch import _bind, _unwrap, normalize_grid, run_programs
 
 P = 128
@@ -48,7 +49,6 @@ class Program:
     iters: int
     rows: int  # rows of x and of the main output: iters * 128, or fewer (a ragged last block, masked)
     invalid: str | None  # the contract break planted, if any: "store" or "carry"
-    outer_writes: bool  # whether the body writes into tiles made before the loop (accumulates or assigns)
     kernel_src: str
     numpy_src: str
 
@@ -426,13 +426,11 @@ def random_program(seed: int, gen: str, mode: str) -> Program:
     numpy_src = "\n".join(["import ml_dtypes", "import numpy as np", "", "", "def reference(x, y):"]
                           + [ind + s for s in pre_n + pad] + [ind + f"for i in range({R}):"]
                           + [ind * 2 + s for s in w.n] + [ind + s for s in post_n + crop] + [ret]) + "\n"
-    outer_writes = any(line.startswith(("sacc", "buf", "nisa.tensor_copy(dst=buf", "nisa.tensor_tensor(dst=sacc"))
-                       for line in w.k)
-    return Program(gen, mode, R, N, invalid, outer_writes, kernel_src, numpy_src)
+    return Program(gen, mode, R, N, invalid, kernel_src, numpy_src)
 
 
 def _module(src: str, tmp_path, stem: str):
-    # Loop batching compiles the loop body from the kernel's source file: the kernel must live in one.
+    # (in a file of its own, a failure's traceback and the simulator's reports name the kernel's lines)
     path = tmp_path / f"{stem}_{next(_serial)}.py"
     path.write_text(src)
     spec = importlib.util.spec_from_file_location(path.stem, path)
@@ -443,24 +441,22 @@ def _module(src: str, tmp_path, stem: str):
 
 
 def _launch(kernel, grid, arrays, batched: bool):
-    """(outputs as a tuple, or the NKIError raised; iterations and programs run batched)."""
+    """(outputs as a tuple, or the NKIError raised; programs run batched)."""
     saved, config.vectorize = config.vectorize, batched
-    before = loop_batch.batched_iterations
     try:
         args, kw = _bind(kernel, arrays, {})
         result, state = run_programs(kernel, normalize_grid(grid), args, kw)
         got = _unwrap(result)
-        got = got if isinstance(got, tuple) else (got,)
-        return got, loop_batch.batched_iterations - before + state.batched
+        return (got if isinstance(got, tuple) else (got,)), state.batched
     except NKIError as e:
-        return e, loop_batch.batched_iterations - before
+        return e, 0
     finally:
         config.vectorize = saved
 
 
 def check(prog: Program, tmp_path, data_seed: int = 0) -> int:
-    """Run ``prog`` both ways and against NumPy; returns how many iterations / programs ran batched."""
-    loop_body._sites.clear()  # (a site whose batch failed is not tried again: examples stay independent)
+    """Run ``prog`` against NumPy (a grid both ways, batched and per program); returns how many
+    programs ran batched."""
     kernel = _module(prog.kernel_src, tmp_path, "fuzz_kernel").kernel
     reference = _module(prog.numpy_src, tmp_path, "fuzz_numpy").reference
     rng = np.random.default_rng(data_seed)
@@ -468,11 +464,11 @@ def check(prog: Program, tmp_path, data_seed: int = 0) -> int:
     y = rng.standard_normal((P, W), dtype=np.float32)
     grid = prog.iters if prog.mode == "grid" else ()
     ref, _ = _launch(kernel, grid, (x, y), batched=False)
-    got, batched = _launch(kernel, grid, (x, y), batched=True)
+    got, batched = _launch(kernel, grid, (x, y), batched=True) if prog.mode == "grid" else (ref, 0)
     listing = f"\n--- kernel ---\n{prog.kernel_src}"
     if prog.invalid is not None:
         rule = "race" if prog.mode == "grid" else "loop_carried"
-        assert isinstance(ref, NKIError) and f"[{rule}]" in str(ref), f"per iteration: {ref!r}{listing}"
+        assert isinstance(ref, NKIError) and f"[{rule}]" in str(ref), f"unbatched: {ref!r}{listing}"
         assert isinstance(got, NKIError) and str(got) == str(ref), f"batched: {got!r}{listing}"
         return batched
     assert not isinstance(ref, NKIError), f"valid kernel rejected: {ref}{listing}"
@@ -480,7 +476,7 @@ def check(prog: Program, tmp_path, data_seed: int = 0) -> int:
     expect = reference(x, y)
     expect = expect if isinstance(expect, tuple) else (expect,)
     for r, g, e in zip(ref, got, expect):
-        np.testing.assert_array_equal(g, r, err_msg=f"batched differs from per-iteration{listing}")
+        np.testing.assert_array_equal(g, r, err_msg=f"batched differs from per-program{listing}")
         finite = np.abs(e[np.isfinite(e)])
         scale = max(1.0, float(finite.max())) if finite.size else 1.0
         np.testing.assert_allclose(r, e, rtol=2e-5, atol=2e-5 * scale, err_msg=f"differs from NumPy{listing}")
@@ -491,18 +487,15 @@ def check(prog: Program, tmp_path, data_seed: int = 0) -> int:
 @pytest.mark.parametrize("gen", ["gen1", "standalone"])
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(seed=st.integers(0, 2**31 - 1))
-def test_random_kernels_batched_match_the_reference_and_numpy(gen, mode, seed, tmp_path):
+def test_random_kernels_match_numpy_and_batched_grids_the_per_program_path(gen, mode, seed, tmp_path):
     check(random_program(seed, gen, mode), tmp_path)
 
 
-@pytest.mark.parametrize("mode", ["loop", "grid"])
 @pytest.mark.parametrize("gen", ["gen1", "standalone"])
-def test_the_generator_writes_kernels_that_batch(gen, mode, tmp_path):
+def test_the_generator_writes_grids_that_batch(gen, tmp_path):
     # Without this the test above could pass by never batching (the generator drifting into bodies
-    # that always fall back); most valid random kernels batch. A standalone body writing into a tile
-    # made before the loop through dst= (a view of it, or the tile it also reads) has no batched form:
-    # those run one iteration at a time and are left out of the count.
-    progs = [random_program(seed, gen, mode) for seed in range(40)]
-    valid = [p for p in progs if p.invalid is None and not (gen == "standalone" and p.outer_writes)]
+    # that always fall back); most valid random grid kernels batch.
+    progs = [random_program(seed, gen, "grid") for seed in range(40)]
+    valid = [p for p in progs if p.invalid is None]
     batched = [check(p, tmp_path) > 0 for p in valid]
     assert len(valid) >= 10 and sum(batched) >= 0.7 * len(valid), (sum(batched), len(valid))
