@@ -63,11 +63,27 @@ def test_abs_max_abs_min_keep_the_signed_value_and_ties_return_y():
 
 
 def test_shared_identity_matrix_is_uint8_unless_told():
-    # the page: dtype "default to be np.uint8"
-    ident = run1(lambda: nl.shared_identity_matrix(16))
+    # the page: dtype "default to be np.uint8"; "the same behavior to nki.language.shared_constant",
+    # an HBM tensor the kernel loads (as the documentation's modulo-allocation tests do)
+    ident = run1(lambda: nl.load(nl.shared_identity_matrix(16)))
     assert ident.dtype == np.uint8
     np.testing.assert_array_equal(ident, np.eye(16, dtype=np.uint8))
-    assert run1(lambda: nl.shared_identity_matrix(8, dtype=nl.float32)).dtype == np.float32
+    assert run1(lambda: nl.load(nl.shared_identity_matrix(8, dtype=nl.float32))).dtype == np.float32
+
+
+def test_shared_identity_matrix_is_a_read_only_hbm_constant():
+    # a shared constant: compute on it directly is compute on HBM, and it cannot be stored into
+    with pytest.raises(NKIError, match="HBM"):
+        run1(lambda: nl.multiply(nl.shared_identity_matrix(8, dtype=nl.float32), 2.0))
+
+    @nki.jit
+    def store_into_identity(x):
+        ident = nl.shared_identity_matrix(8, dtype=nl.float32)
+        nl.store(ident, value=nl.load(x))
+        return ident
+
+    with pytest.raises(NKIError, match="shared constant"):
+        store_into_identity(np.zeros((8, 8), np.float32))
 
 
 def test_static_cast_outside_and_inside_a_kernel():

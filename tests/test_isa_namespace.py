@@ -27,6 +27,9 @@ GEN1_DOCUMENTED = {
     "nc_stream_shuffle", "engine", "reduce_cmd", "dge_mode", "nc_version", "get_nc_version",
     # the v2.26 nki.isa.dma_copy page: signature oob_mode=oob_mode.error, examples nisa.oob_mode.skip/.error
     "oob_mode",
+    # its v2.27 page (dst= form); the documentation's example tests (aws-neuron-sdk 81ce03a) call
+    # neuronxcc.nki.isa.tensor_scalar_cumulative
+    "tensor_scalar_cumulative",
     # engine shorthands the pages use (engine=nisa.vector_engine; dma_engine listed v2.20 .. v2.22)
     "unknown_engine", "tensor_engine", "vector_engine", "scalar_engine", "gpsimd_engine", "dma_engine",
 }

@@ -28,11 +28,27 @@ class NKIError(ValueError):
     source line (``file:line``) where the violating call was made.
     """
 
+    def __new__(cls, rule: str = "", detail: str = "", where: str | None = None):
+        # An out-of-bounds access is also an IndexError, the type the official simulator raises and
+        # the documentation's example tests catch; still an NKIError (a ValueError) for everyone
+        # catching the simulator's rules.
+        if cls is NKIError and rule == OUT_OF_BOUNDS:
+            cls = NKIIndexError
+        return super().__new__(cls, rule, detail, where)
+
     def __init__(self, rule: str, detail: str, where: str | None = None):
         self.rule = rule
         self.detail = detail
         self.where = where if where is not None else kernel_location()
         super().__init__(f"[{rule}] {detail} (at {self.where})")
+
+
+OUT_OF_BOUNDS = "out-of-bounds access"
+
+
+class NKIIndexError(NKIError, IndexError):
+    """An ``[out-of-bounds access]`` NKIError: an index outside its tensor, unmasked (or, for an indirect
+    DMA, outside the tensor with ``oob_mode=error``). ``except IndexError`` catches it."""
 
 
 def kernel_location() -> str:

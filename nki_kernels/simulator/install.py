@@ -68,6 +68,7 @@ def install() -> bool:
     if not genuine_neuronxcc():
         from . import nki as sim_nki
         from . import isa, language
+        from .standalone import constants as standalone_constants
 
         root = types.ModuleType("neuronxcc")
         root.__nki_ops_simulator__ = True
@@ -79,6 +80,9 @@ def install() -> bool:
             "neuronxcc.nki": sim_nki,
             "neuronxcc.nki.language": nl,
             "neuronxcc.nki.isa": isa,
+            # (the same enum objects as nisa.dge_mode ...; the documentation's dma_transpose test does
+            # ``from neuronxcc.nki.isa.constants import dge_mode``)
+            "neuronxcc.nki.isa.constants": standalone_constants,
             "neuronxcc.nki.typing": sim_nki.typing,
             "neuronxcc.nki.compiler": sim_nki.compiler,
             "neuronxcc.nki.compiler.sbuf": sim_nki.compiler.sbuf,

@@ -293,15 +293,16 @@ def iota(expr, dtype, *, mask=None, name=None):
     """A tile holding the values of an index expression (``nl.arange`` arithmetic), GpSimd engine."""
     nb = _nl._nb()
     if type(expr) is _nl.BExpr:
-        vals = expr.batched_array()
-        if expr.ndim == 1:
-            vals = vals[..., None]
+        vals, rank = expr.batched_array(), expr.ndim
     else:
         vals = _np.asarray(expr)
-        if vals.ndim == 1:
-            vals = vals[:, None]
-        if nb:
-            vals = _np.broadcast_to(vals, _current_or_none().bshape + vals.shape)
+        rank = vals.ndim
+    # A [P] expression is the partition column; a scalar one (``nl.program_id(1)``, a loop index, as
+    # vLLM's paged attention writes ``nisa.iota(head_id, ...)``) is one value, a [1, 1] tile.
+    if rank < 2:
+        vals = vals.reshape(vals.shape[:vals.ndim - rank] + (vals.shape[vals.ndim - rank:] + (1, 1))[:2])
+    if nb and type(expr) is not _nl.BExpr:
+        vals = _np.broadcast_to(vals, _current_or_none().bshape + vals.shape)
     return _nl._result(vals, _dt.as_dtype(dtype), mask, engine="GpSimd")
 
 
@@ -498,15 +499,26 @@ def scalar_tensor_tensor(*, data, op0, operand0, op1, operand1, reverse0=False, 
         d, x, op0, operand0, op1, operand1, reverse0, reverse1))
 
 
-def dma_transpose(src, *, axes=None, mask=None, dtype=None, name=None):
+def dma_transpose(src, *, axes=None, mask=None, dtype=None, dge_mode=dge_mode.unknown, name=None):
     """Transpose ``src`` (HBM or SBUF) through DMA into a new SBUF tile (2-D swaps the axes, 3-D reverses
-    them, 4-D permutes [3, 1, 2, 0], or ``axes``)."""
+    them, 4-D permutes [3, 1, 2, 0], or ``axes``). ``dge_mode`` picks the descriptor generation, which
+    does not change results; the page: "HWDGE is only supported for NeuronCore-v3+"."""
+    _dge_mode_rule(dge_mode, "dma_transpose")
     shape = tuple(src.shape)
     perm = tuple(axes) if axes is not None else {2: (1, 0), 3: (2, 1, 0), 4: (3, 1, 2, 0)}.get(len(shape))
     if perm is None:
         raise _NKIError("dma_transpose", f"nisa.dma_transpose takes a 2-D to 4-D source, got shape {shape}")
     out_shape = tuple(shape[a] for a in perm)
     return _functional(out_shape, dtype or src.dtype, mask, lambda d: _dma.transpose_gen1(d, src, axes=perm))
+
+
+def _dge_mode_rule(mode, op):
+    """``mode`` is a ``nisa.dge_mode``; ``hwdge`` needs NeuronCore-v3 or newer."""
+    if not isinstance(mode, dge_mode):
+        raise _NKIError("dge_mode", f"nisa.{op}: dge_mode={mode!r} is not a nisa.dge_mode")
+    if mode is dge_mode.hwdge and get_nc_version() < nc_version.gen3:
+        raise _NKIError("dge_mode", f"nisa.{op}: dge_mode=hwdge (hardware DGE) needs NeuronCore-v3 or newer; the "
+                        f"target is {get_nc_version().name}")
 
 
 _FP32_MIN = float(_np.finfo(_np.float32).min)
@@ -545,6 +557,12 @@ def dropout(data, prob, *, mask=None, dtype=None, name=None):
     return _functional(x.shape, dtype or x.dtype, mask, lambda d: _rng.dropout(d, x, prob))
 
 
+# Not on the v2.26 nki.isa page, but neuronxcc has it since 2.27 in the dst= form of the standalone
+# page (the documentation's example tests at aws-neuron-sdk 81ce03a call it as
+# ``nisa.tensor_scalar_cumulative(src=..., dst=..., op0=..., op1=..., imm0=...)``).
+tensor_scalar_cumulative = _vector.tensor_scalar_cumulative
+
+
 # Instructions with batched implementations (see nl.BATCH_SAFE); the others run one program at a time.
 _BATCH_SAFE = {"nc_matmul", "nc_transpose", "activation", "activation_reduce", "tensor_reduce",
               "tensor_partition_reduce", "tensor_tensor", "tensor_scalar", "tensor_scalar_reduce", "tensor_copy",
@@ -556,7 +574,7 @@ _nl._guard_module(globals(), _BATCH_SAFE, "nisa")
 __all__ = sorted(n for n in (
     "nc_matmul", "nc_transpose", "activation", "activation_reduce", "tensor_reduce", "tensor_partition_reduce",
     "tensor_tensor", "tensor_tensor_scan", "scalar_tensor_tensor", "tensor_scalar", "tensor_scalar_reduce",
-    "tensor_copy", "tensor_copy_dynamic_src", "tensor_copy_dynamic_dst", "tensor_copy_predicated", "reciprocal",
+    "tensor_scalar_cumulative", "tensor_copy", "tensor_copy_dynamic_src", "tensor_copy_dynamic_dst", "tensor_copy_predicated", "reciprocal",
     "iota", "dropout", "affine_select", "range_select", "select_reduce", "sequence_bounds", "memset", "bn_stats",
     "bn_aggr", "local_gather", "dma_copy", "dma_transpose", "max8", "nc_find_index8", "nc_match_replace8",
     "nc_stream_shuffle", "engine", "reduce_cmd", "dge_mode", "oob_mode", "nc_version", "get_nc_version",

@@ -726,6 +726,10 @@ def store(dst, value, *, mask=None):
         raise NKIError("store destination", f"nl.store destination is a {dst.buffer.name} tile of shape "
                        f"{dst.shape}; stores write HBM tensors only (assign tiles with t[...] = value)")
     acc = _as_access(dst, "dst", "nl.store")
+    if getattr(acc.tensor, "constant", False):
+        raise NKIError("store destination", f"nl.store into {acc.tensor.name} {list(acc.tensor.shape)}: a shared "
+                       "constant (nl.shared_constant, nl.shared_identity_matrix) holds compile-time data and is "
+                       "read-only; store into an nl.ndarray output")
     mask = acc.local_mask(mask)
     if isinstance(value, (Access, HBMTensor)):
         raise NKIError("store value", "nl.store value is an HBM tensor; load it into SBUF first")
@@ -976,12 +980,22 @@ def shared_constant(constant, dtype=None):
     if dtype is not None:
         data = dt.cast(data, dt.as_dtype(dtype))
     data.flags.writeable = False
-    return HBMTensor(data, shared_hbm, "shared_constant")
+    t = HBMTensor(data, shared_hbm, "shared_constant")
+    t.constant = True  # (compile-time data: nl.store names the rule instead of NumPy's read-only error)
+    return t
 
 
 def shared_identity_matrix(n, dtype=uint8):
-    """An ``n`` x ``n`` identity matrix in SBUF (``nl.shared_identity_matrix``); the page of either
-    generation: dtype "default to be np.uint8"."""
+    """An ``n`` x ``n`` identity matrix (``nl.shared_identity_matrix``), dtype "default to be np.uint8".
+
+    The first generation's page gives it "the same behavior to nki.language.shared_constant": a
+    read-only shared HBM tensor, which kernels bring on chip with ``nl.load`` (the documentation's
+    modulo-allocation tests do). The standalone API's identity lives in SBUF (:func:`identity_tile`)."""
+    return shared_constant(np.eye(int(n), dtype=np.float32), dtype)
+
+
+def identity_tile(n, dtype=uint8):
+    """An ``n`` x ``n`` identity matrix in a new SBUF tile (the standalone ``nl.shared_identity_matrix``)."""
     tile = _allocate((int(n), int(n)), dtype, sbuf, 0)
     tile.data[...] = np.eye(int(n), dtype=tile.dtype)
     return tile
@@ -1452,5 +1466,5 @@ _CURRENT_ONLY = ("abs_max", "abs_min", "any", "prelu", "is_psum", "is_sbuf", "is
 # The implementation's own imports and helpers: no page of either generation lists them.
 _INTERNAL = ("annotations", "builtins", "math", "np", "dt", "Access", "HBMTensor", "Tile", "current", "Buffer",
              "BATCH_SAFE", "current_or_none", "mask_box", "AffineExpr", "BExpr", "Mask", "NKIError", "NotBatchable",
-             "PMAX", "identity", "np_function", "full_like", "ones_like")
+             "PMAX", "identity", "np_function", "full_like", "ones_like", "identity_tile")
 __all__ = sorted(n for n in globals() if not n.startswith("_") and n not in _INTERNAL + _CURRENT_ONLY)

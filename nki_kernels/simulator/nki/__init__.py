@@ -7,6 +7,14 @@ from . import typing  # noqa: F401
 from ..access_pattern import NkiTensor as tensor  # noqa: F401 - nki.tensor, the tile type kernels annotate with
 
 
+def trace(func=None, **options):
+    """``@nki.trace``: the decorator neuronxcc kept from before ``nki.jit`` (the documentation's example
+    tests write ``nki_jit = nki.trace`` and launch through :func:`simulate_kernel`, outputs passed as
+    arguments): a kernel as ``@nki.jit(mode='trace')`` makes it."""
+    options.setdefault("mode", "trace")
+    return jit(func, **options)
+
+
 def benchmark(func=None, **options):
     """``@nki.benchmark``: run the kernel on the simulator and attach its profile report.
 

@@ -159,7 +159,7 @@ def shared_identity_matrix(n, dtype=_dtypes.uint8, dst=None):
     """An ``n`` x ``n`` identity matrix in SBUF (``nl.shared_identity_matrix``), ``nl.uint8`` unless
     ``dtype`` is given. With ``dst`` (an SBUF tensor of shape ``[n, n]``, as nki-library passes a
     preallocated one) the identity is written into ``dst``, which is returned."""
-    ident = _gen1.shared_identity_matrix(n, dtype)
+    ident = _gen1.identity_tile(n, dtype)
     if dst is None:
         return ident
     if not isinstance(dst, _core.Tile) or not _gen1.is_sbuf(dst):

@@ -1,0 +1,172 @@
+"""Idioms of public NKI kernels from outside the official samples (vLLM's paged attention, the
+NKI documentation's example tests, course kernels), each checked against the reference page's
+rule or NumPy math, with the rule's planted-bug side: a valid kernel runs unmodified, a broken
+one still gets the rule's message."""
+
+import sys
+
+import numpy as np
+import pytest
+
+from nki_kernels.simulator import NKIError
+from nki_kernels.simulator import isa as nisa
+from nki_kernels.simulator import language as nl
+from nki_kernels.simulator import nki
+from nki_kernels.simulator.instructions import target
+
+RNG = np.random.default_rng(30)
+
+
+# ---------------------------------------------------------------------------
+# nisa.iota of a scalar expression (v2.26 nki.isa.iota: "an input affine expression"; vLLM writes
+# nisa.iota(nl.program_id(1), dtype=nl.int32) for the head id)
+# ---------------------------------------------------------------------------
+@nki.jit
+def _iota_of_program_id(x):
+    out = nl.ndarray((3, 1), dtype=nl.int32, buffer=nl.shared_hbm)
+    head = nisa.iota(nl.program_id(1), dtype=nl.int32)
+    assert head.shape == (1, 1)
+    nl.store(out[nl.program_id(1)], value=head.reshape((1, 1)))
+    return out
+
+
+@nki.jit
+def _iota_of_program_id_grid(x):
+    out = nl.ndarray((2, 3), dtype=nl.int32, buffer=nl.shared_hbm)
+    i, j = nl.program_id(0), nl.program_id(1)
+    v = nisa.iota(i * 10 + j, dtype=nl.int32)
+    nl.store(out[i, j], value=v)
+    return out
+
+
+def test_iota_of_a_scalar_expression_is_a_one_element_tile():
+    got = _iota_of_program_id[1, 3](np.zeros((1, 1), np.float32))
+    np.testing.assert_array_equal(got, np.arange(3)[:, None])
+    grid = _iota_of_program_id_grid[2, 3](np.zeros((1, 1), np.float32))
+    np.testing.assert_array_equal(grid, 10 * np.arange(2)[:, None] + np.arange(3)[None, :])
+
+
+def test_iota_of_an_arange_column_keeps_its_shape():
+    @nki.jit
+    def k(x):
+        out = nl.ndarray((8, 1), dtype=nl.int32, buffer=nl.shared_hbm)
+        nl.store(out, value=nisa.iota(3 * nl.arange(8)[:, None] + nl.program_id(0), dtype=nl.int32))
+        return out
+
+    np.testing.assert_array_equal(k[1](np.zeros(1, np.float32)), 3 * np.arange(8)[:, None])
+
+
+# ---------------------------------------------------------------------------
+# An out-of-bounds access is an IndexError too (the documentation's dma_copy tests catch IndexError),
+# still an NKIError naming the rule, shapes and line
+# ---------------------------------------------------------------------------
+@nki.jit
+def _indirect_load(in_tensor, step):
+    out = nl.ndarray((64, 16), dtype=in_tensor.dtype, buffer=nl.shared_hbm)
+    ix, iy = nl.mgrid[0:64, 0:16]
+    idx = nisa.iota(step * nl.arange(64)[:, None], dtype=np.int32)
+    tile = nisa.memset(shape=(64, 16), value=-1, dtype=in_tensor.dtype)
+    nisa.dma_copy(src=in_tensor[idx, iy], dst=tile[ix, iy], oob_mode=nisa.oob_mode.error)
+    nl.store(out, value=tile)
+    return out
+
+
+def test_out_of_bounds_is_an_index_error_and_an_nki_error():
+    a = RNG.random((128, 16)).astype(np.float32)
+    np.testing.assert_array_equal(_indirect_load(a, 2), a[2 * np.arange(64)])
+    with pytest.raises(IndexError) as info:
+        _indirect_load(a, 3)
+    assert isinstance(info.value, NKIError) and isinstance(info.value, ValueError)
+    assert info.value.rule == "out-of-bounds access"
+    assert "(128, 16)" in str(info.value) and "test_external_kernels.py" in str(info.value)
+
+
+def test_other_rules_are_not_index_errors():
+    err = NKIError("partition size", "too big")
+    assert not isinstance(err, IndexError) and type(err) is NKIError
+
+
+# ---------------------------------------------------------------------------
+# neuronxcc.nki.isa.tensor_scalar_cumulative (dst= form, v2.27 page pseudocode) and
+# neuronxcc.nki.isa.constants
+# ---------------------------------------------------------------------------
+@nki.jit
+def _cumulative(src_data, op0, op1, imm0, imm1=None, reduce_cmd=nisa.reduce_cmd.reset_reduce):
+    out = nl.ndarray(src_data.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+    src = nl.load(src_data)
+    dst = nl.ndarray(src_data.shape, dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_scalar_cumulative(src=src, dst=dst, op0=op0, op1=op1, imm0=imm0, imm1=imm1, reduce_cmd=reduce_cmd)
+    nl.store(out, value=dst)
+    return out
+
+
+def test_gen1_tensor_scalar_cumulative_follows_the_pseudocode():
+    x = RNG.random((16, 12)).astype(np.float32)
+    # reset_reduce with add: reg starts at 0; reg = (x * 2) + reg
+    np.testing.assert_allclose(_cumulative(x, np.multiply, np.add, 2.0), np.cumsum(x * 2, axis=1), rtol=1e-6)
+    # load_reduce with max: reg starts at imm1
+    got = _cumulative(x, np.add, np.maximum, 1.0, imm1=1.5, reduce_cmd=nisa.reduce_cmd.load_reduce)
+    np.testing.assert_allclose(got, np.maximum.accumulate(np.maximum(x + 1.0, 1.5), axis=1), rtol=1e-6)
+    assert "tensor_scalar_cumulative" in nisa.__all__
+
+
+def test_gen1_tensor_scalar_cumulative_rejects_an_unlisted_reduction():
+    # the page: op1 "is limited to add, subtract, mult, max, min"
+    with pytest.raises(NKIError, match="op1"):
+        _cumulative(np.ones((4, 4), np.float32), np.add, np.divide, 1.0)
+
+
+def test_gen1_isa_constants_module():
+    from nki_kernels.simulator import install
+
+    install()
+    from neuronxcc.nki.isa.constants import dge_mode, oob_mode  # noqa: E402 - what the docs' test imports
+
+    import neuronxcc.nki.isa as gen1_isa
+
+    assert dge_mode is gen1_isa.dge_mode and oob_mode is gen1_isa.oob_mode
+    assert sys.modules["neuronxcc.nki.isa.constants"].dge_mode.hwdge.name == "hwdge"
+
+
+# ---------------------------------------------------------------------------
+# gen-1 dma_transpose's dge_mode (v2.26 page: "HWDGE is only supported for NeuronCore-v3+")
+# ---------------------------------------------------------------------------
+@nki.jit
+def _dma_transpose_hwdge(a):
+    b_sb = nisa.dma_transpose(a[:, :], dge_mode=nisa.dge_mode.hwdge)
+    b = nl.ndarray(shape=b_sb.shape, dtype=b_sb.dtype, buffer=nl.shared_hbm)
+    nl.store(b, value=b_sb)
+    return b
+
+
+def test_gen1_dma_transpose_takes_dge_mode():
+    a = (RNG.random((16, 128)) * 100).astype(np.float16)
+    with target.use("gen3"):
+        np.testing.assert_array_equal(_dma_transpose_hwdge(a), a.T)
+    with target.use("gen2"), pytest.raises(NKIError, match="NeuronCore-v3"):
+        _dma_transpose_hwdge(a)
+
+
+# ---------------------------------------------------------------------------
+# nki.trace: the documentation's allocation tests write `nki_jit = nki.trace` and pass outputs as
+# arguments to nki.simulate_kernel
+# ---------------------------------------------------------------------------
+def test_nki_trace_kernel_writes_its_output_argument():
+    @nki.trace
+    def copy_twice(a_ptr, out_ptr):
+        t = nl.load(a_ptr)
+        nl.store(out_ptr, value=nl.add(t, t))
+
+    a = RNG.random((8, 32)).astype(np.float32)
+    out = np.zeros_like(a)
+    nki.simulate_kernel(copy_twice, a, out)
+    np.testing.assert_array_equal(out, a + a)
+
+
+def test_nki_trace_kernel_still_checks_rules():
+    @nki.trace
+    def too_tall(a_ptr, out_ptr):
+        nl.store(out_ptr, value=nl.load(a_ptr))
+
+    with pytest.raises(NKIError, match="partition"):
+        nki.simulate_kernel(too_tall, np.zeros((256, 4), np.float32), np.zeros((256, 4), np.float32))
