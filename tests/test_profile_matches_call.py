@@ -3,7 +3,7 @@
 A plain call defers element-wise ops (computing them later, maybe straight into a store);
 profiling used to compute every op at once. The two disagreed on an integer tile divided by a
 Python int (``iota_int32 / W``): the deferred op kept NumPy's float64 quotient in a tile typed
-int32, while the op computed at once rounded it to int32 as the documented dtype rule asks
+int32, while the op computed at once converted it to int32 as the documented dtype rule asks
 (the output gets the promoted type of an int32 tile and a weak int, int32; the engine computes
 in fp32 and writes that type). nki-samples' ``resize_nearest_fixed_dma_kernel`` turned on it:
 called, it ran; profiled, its masked gather read row 610 of 600.
@@ -52,12 +52,12 @@ def gather_resize(data, exact_divide=False):
 
 
 def _expected(data, exact_divide):
-    """NumPy's answer: the engine computes in fp32 and writes int32 by rounding to nearest even
-    (the simulator's float -> int rule, as ``test_integer_divide_is_computed_in_float_and_rounded``
+    """NumPy's answer: the engine computes in fp32 and writes int32 truncated toward zero (the
+    simulator's float -> int rule, as ``test_integer_divide_is_computed_in_float_and_truncated``
     pins); with ``dtype=nl.float32`` the quotient stays fp32."""
     pos = np.arange(OUT_SEQ)
     quotient = (pos / OUT_W).astype(np.float32)
-    row = np.floor(quotient if exact_divide else np.rint(quotient)).astype(np.int32)
+    row = np.floor(quotient if exact_divide else np.trunc(quotient)).astype(np.int32)
     col = pos % OUT_W
     src_row = np.floor((row * H_SCALE).astype(np.float32)).astype(np.int32)
     src_col = np.floor((col * W_SCALE).astype(np.float32)).astype(np.int32)
@@ -75,13 +75,20 @@ def test_profile_and_call_give_the_same_bits_and_numpy_s_answer(exact_divide):
     np.testing.assert_array_equal(called, _expected(data, exact_divide))
 
 
-def test_the_kernel_tells_the_two_readings_of_the_divide_apart():
-    # Guards the test above: if both readings gave the same rows, it could not catch the old
-    # disagreement. Row indices differ, and the rounded one needs the spare data row.
-    data = np.arange(DATA_ROWS * C, dtype=np.float32).reshape(DATA_ROWS, C)
-    rounded, exact = _expected(data, False), _expected(data, True)
-    assert not np.array_equal(rounded, exact)
-    assert rounded[:, 0].max() >= IN_H * IN_W * C > exact[:, 0].max()
+def test_an_int32_quotient_stays_integer_in_later_arithmetic_on_both_paths():
+    # The old deferred path kept NumPy's float64 quotient in a tile typed int32: (i / W) * W then
+    # gave i back instead of the int32 quotient times W.
+    @nki.jit
+    def round_trip(dummy):
+        out = nl.ndarray((128, 1), dtype=nl.int32, buffer=nl.shared_hbm)
+        q = nisa.iota(nl.arange(128)[:, None], dtype=nl.int32) / OUT_W
+        nl.store(out, value=q * OUT_W)
+        return out
+
+    want = (np.arange(128) // OUT_W * OUT_W).astype(np.int32)[:, None]
+    assert not np.array_equal(want[:, 0], np.arange(128))  # (the two readings differ here)
+    np.testing.assert_array_equal(round_trip(np.zeros(1, np.float32)), want)
+    np.testing.assert_array_equal(profile(round_trip, np.zeros(1, np.float32)).outputs, want)
 
 
 def test_integer_tile_divided_by_a_python_int_is_an_int32_tile_on_both_paths():
@@ -94,7 +101,7 @@ def test_integer_tile_divided_by_a_python_int_is_an_int32_tile_on_both_paths():
         nl.store(out, value=nl.floor(q, dtype=nl.int32))
         return out
 
-    want = np.rint(np.arange(128) / OUT_W).astype(np.int32)[:, None]
+    want = np.trunc(np.arange(128) / OUT_W).astype(np.int32)[:, None]
     np.testing.assert_array_equal(quotient(np.zeros(1, np.float32)), want)
     np.testing.assert_array_equal(profile(quotient, np.zeros(1, np.float32)).outputs, want)
 
