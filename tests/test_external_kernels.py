@@ -170,3 +170,54 @@ def test_nki_trace_kernel_still_checks_rules():
 
     with pytest.raises(NKIError, match="partition"):
         nki.simulate_kernel(too_tall, np.zeros((256, 4), np.float32), np.zeros((256, 4), np.float32))
+
+
+# ---------------------------------------------------------------------------
+# First-generation indirect DMA with oob_mode=skip (v2.26 nki.isa.dma_copy: "oob_mode.skip: Silently
+# skips"; the page's examples 4 and 8): an index tile's out-of-range offsets are skipped
+# ---------------------------------------------------------------------------
+@nki.jit
+def _gather_skip(in_tensor, step):
+    out = nl.ndarray((64, 16), dtype=in_tensor.dtype, buffer=nl.shared_hbm)
+    ix, iy = nl.mgrid[0:64, 0:16]
+    idx = nisa.iota(step * nl.arange(64)[:, None], dtype=np.int32)
+    tile = nisa.memset(shape=(64, 16), value=-1, dtype=in_tensor.dtype)
+    nisa.dma_copy(src=in_tensor[idx, iy], dst=tile[ix, iy], oob_mode=nisa.oob_mode.skip)
+    nl.store(out, value=tile)
+    return out
+
+
+@nki.jit
+def _scatter_skip(in_tensor, step, cols):
+    out = nl.ndarray((128, 16), dtype=in_tensor.dtype, buffer=nl.shared_hbm)
+    ix, iy = nl.mgrid[0:64, 0:cols]
+    src = nl.load(in_tensor[ix, iy])
+    idx = nisa.iota(step * nl.arange(64)[:, None], dtype=np.int32)
+    nl.store(out, value=nisa.memset(shape=(128, 16), value=-1, dtype=in_tensor.dtype))
+    nisa.dma_copy(dst=out[idx, iy], src=src, oob_mode=nisa.oob_mode.skip)
+    return out
+
+
+def test_gen1_indirect_gather_skips_out_of_range_offsets():
+    a = RNG.random((128, 16)).astype(np.float32)
+    want = np.full((64, 16), -1, np.float32)
+    rows = 3 * np.arange(64)
+    want[rows < 128] = a[rows[rows < 128]]
+    np.testing.assert_array_equal(_gather_skip(a, 3), want)
+    np.testing.assert_array_equal(_gather_skip(a, 2), a[2 * np.arange(64)])  # nothing to skip
+
+
+def test_gen1_indirect_scatter_skips_out_of_range_offsets():
+    a = RNG.random((64, 16)).astype(np.float32)
+    want = np.full((128, 16), -1, np.float32)
+    rows = 3 * np.arange(64)
+    want[rows[rows < 128]] = a[rows < 128]
+    np.testing.assert_array_equal(_scatter_skip(a, 3, 16), want)
+
+
+def test_gen1_indirect_skip_keeps_static_bounds_and_error_mode_names_the_skip():
+    # a compile-time offset out of range is not what skip covers: still the rule
+    with pytest.raises(NKIError, match="out-of-bounds access"):
+        _scatter_skip(np.zeros((64, 32), np.float32), 2, 32)
+    with pytest.raises(IndexError, match="oob_mode=nisa.oob_mode.skip"):
+        _indirect_load(np.zeros((128, 16), np.float32), 3)

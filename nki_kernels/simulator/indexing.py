@@ -170,10 +170,13 @@ class Index:
             a = np.asarray(a)
             if a.size and (a.min() < 0 or a.max() >= dim):
                 bad = a[(a < 0) | (a >= dim)]
+                tile_given = axis < len(self.comps) and isinstance(self.comps[axis], np.ndarray)
+                hint = ("an offset read from the index tile; nisa.dma_copy(..., oob_mode=nisa.oob_mode.skip) "
+                        "skips such elements, or mask it with mask=") if tile_given else "mask it with mask="
                 raise NKIError(
                     "out-of-bounds access",
                     f"index {int(bad.flat[0])} on axis {axis} of {what} with shape "
-                    f"{tuple(self.shape)} is outside [0, {dim}); mask it with mask=",
+                    f"{tuple(self.shape)} is outside [0, {dim}); {hint}",
                 )
 
 

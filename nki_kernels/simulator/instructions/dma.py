@@ -350,4 +350,52 @@ def copy_skipping_oob(dst, src, op):
             acc_addr = addr.reshape(-1)[sel]
             _nl.store(Access(flat, Index(flat.shape, acc_addr.shape, [acc_addr])), np.reshape(vals, -1)[sel])
         return True
+    src_ind, dst_ind = _indirect_access(src), _indirect_access(dst)
+    if src_ind is not None and dst_ind is not None:
+        raise NKIError("indirect DMA", f"{what}: at most one side of a DMA is indexed by a tile")
+    if src_ind is not None:
+        keep = _indirect_in_bounds(src_ind)
+        got = src_ind.index.read(src_ind.tensor.data, keep, what=src_ind.tensor.name)
+        _prof.dma(src_ind.tensor, got, "read", src_ind, keep)
+        d = check_dst(dst, op, (sbuf,))
+        if int(np.prod(d.shape)) != got.size:
+            raise NKIError("dst shape", f"nisa.{op}: dst {d.shape} must hold the gathered {tuple(got.shape)}")
+        got = dt.cast(dt.compute_view(got), d.dtype) if got.dtype != d.dtype else got
+        out = np.where(keep.reshape(d.shape), got.reshape(d.shape), d.data)
+        write(d, out, op, "gathered elements")
+        return True
+    if dst_ind is not None:
+        keep = _indirect_in_bounds(dst_ind)
+        vals = np.asarray(read(src, op))
+        if int(np.size(vals)) != keep.size:
+            raise NKIError("dst shape", f"nisa.{op}: src has {int(np.size(vals))} elements, the scatter "
+                           f"{dst_ind.tensor.name}{list(dst_ind.shape)} {keep.size}")
+        t = dst_ind.tensor
+        vals = np.reshape(vals, keep.shape)
+        if t._borrowers:
+            t.materialize_borrowers()
+        _prof.dma(t, vals, "write", dst_ind, keep)
+        dst_ind.index.write(t.data, dt.cast(vals, t.dtype), keep, what=t.name)
+        return True
     return False
+
+
+def _indirect_access(x):
+    """``x`` when it is an HBM access indexed by a tile's values (the first generation's
+    ``tensor[idx_tile, i_f]`` gather / scatter), else ``None``."""
+    if isinstance(x, Access) and any(isinstance(c, np.ndarray) for c in x.index.comps):
+        return x
+    return None
+
+
+def _indirect_in_bounds(acc):
+    """Which elements of an indirect access have every tile-given offset inside its axis: the ones
+    ``oob_mode=skip`` moves ("silently skip the runtime out-of-bounds access"). Offsets known at
+    compile time stay bounds-checked when the access is read or written."""
+    idx = acc.index
+    keep = np.ones(idx.out_shape, bool)
+    for comp, arr, dim in zip(idx.comps, idx.arrays(), idx.shape):
+        if isinstance(comp, np.ndarray):
+            a = np.broadcast_to(arr, idx.out_shape)
+            keep &= (a >= 0) & (a < dim)
+    return keep
