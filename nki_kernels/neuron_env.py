@@ -237,6 +237,8 @@ def _routes(stack, jax_nki_call, jax_found, xla_found, torch_neuronx_found, neur
                 where += "; standalone kernel[n] is a core count, so SPMD-grid launches are refused"
             jax = Route("JAX", "kernel[grid](*arrays, **static) on jax.Arrays / tracers, inside our custom_vjp, "
                         "vmap and custom_partitioning rules", where)
+    if importlib.util.find_spec("jax") is None:  # (.venv-xla has no JAX: no path to report)
+        jax = Route("JAX", "-", "jax not importable")
     cpu = Route("torch CPU", sim, "CPU tensors never reach a NeuronDevice" +
                 ("; a genuine kernel runs as its simulator twin (same source, simulator nki)" if stack != "simulator"
                  else ""))

@@ -10,5 +10,10 @@ cd "$ROOT"
 # One BLAS thread: the simulator issues many small matmuls, and OpenBLAS threads fighting over a
 # loaded machine made each ~100x slower (the tests check behaviour, not BLAS throughput).
 export OPENBLAS_NUM_THREADS="${OPENBLAS_NUM_THREADS:-1}"
-.venv/bin/python -m pytest -q -p no:cacheprovider tests --ignore=tests/xla "$@"
-PJRT_DEVICE=CPU .venv-xla/bin/python -m pytest -q -p no:cacheprovider tests/xla "$@"
+# -n auto: pytest-xdist spreads the suite over the cores (every test is independent of the others'
+# order and process; tests that measure time do so against a baseline in the same process).
+.venv/bin/python -m pytest -q -p no:cacheprovider -n auto tests --ignore=tests/xla "$@"
+# torch-xla shares one XLA CPU device per process: these run in one process. NKI_OPS_REQUIRE_XLA=1
+# makes a missing torch-xla an error, and pytest exits non-zero when it collected nothing, so
+# this line fails unless the torch-xla tests really ran.
+NKI_OPS_REQUIRE_XLA=1 PJRT_DEVICE=CPU .venv-xla/bin/python -m pytest -q -p no:cacheprovider tests/xla "$@"

@@ -170,3 +170,15 @@ def test_profile_reports_bad_input_without_a_traceback(project):
     assert r.returncode == 2 and "no such file" in r.stderr and "Traceback" not in r.stderr
     r = _nki_ops("profile", "nki_kernels.add:tensor_add_kernel", "--arg", "8 by 8", cwd=project)
     assert r.returncode == 2 and "SHAPE[:DTYPE]" in r.stderr
+
+
+def test_env_reports_no_jax_path_without_jax(tmp_path):
+    """In an environment without JAX (.venv-xla), the report shows no JAX path."""
+    code = ("import sys; sys.modules['jax'] = None\n"  # an import of jax now fails, as where it is not installed
+            "import importlib.util; real = importlib.util.find_spec\n"
+            "importlib.util.find_spec = lambda n, *a: None if n == 'jax' else real(n, *a)\n"
+            "from nki_kernels.neuron_env import neuron_environment\n"
+            "print(neuron_environment().route('JAX'))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "jax not importable" in r.stdout and "custom-call" not in r.stdout
