@@ -9,9 +9,11 @@ start-up hook, because nothing of ``nki_kernels`` runs before the script's own
 interpreters without the variable do not even import NumPy). :func:`activate`
 calls :func:`~nki_kernels.simulator.install`, which registers the simulator as
 ``nki`` / ``neuronxcc.nki`` unless the genuine packages import (those have their
-own ``NKI_SIMULATOR`` switch). Install the hook once per environment::
+own ``NKI_SIMULATOR`` switch). Every nki-ops wheel carries the hook
+(``pip install`` of the project or of its wheel, editable installs too: the build backend
+``_build/nki_ops_build.py`` adds it); for another site-packages, write it with::
 
-    python -m nki_kernels.simulator.startup            # writes nki_ops_simulator.pth into site-packages
+    python -m nki_kernels.simulator.startup [SITE_DIR]    # writes nki_ops_simulator.pth there
 
 Kernels called on NumPy arrays, torch CPU tensors or JAX arrays then run on the
 simulator (torch / JAX through ``torch_ops`` / ``jax_ops``).
