@@ -101,8 +101,8 @@ def _strided_elements(index):
     """The flat indices a strided (affine) index selects, made in increasing order without a sort:
     its tile axes walked from the largest flat step to the smallest. ``None`` when that order is
     not increasing (a negative step, steps whose ranges interleave or repeat elements), or for
-    another kind of index. (A batch of loop iterations' tiles strided through an output: sorting
-    the million indices of each such store took most of a launch's race check.)"""
+    another kind of index. (A batch of grid programs' tiles strided through an output: sorting the
+    million indices of each such store took most of a launch's race check.)"""
     if index.strided is None:
         return None
     start, coefs = index.strided
@@ -1002,21 +1002,6 @@ def _set_written(root, rinfo, region):
     # size of the tile) runs then, not on every write of a block of a large tile.
     if rinfo.marked >= rinfo.written.size and rinfo.written.all():
         rinfo.written = None
-
-
-def mark_written(tile, mask) -> None:
-    """Elements ``mask`` (a bool array of its shape) of the ``nl.ndarray`` tile ``tile`` were written
-    (a batch of loop iterations' assignments into it, logged once the batch completed)."""
-    info = tile._diag
-    if info is None or info.written is None:
-        return
-    _changed()
-    if info.written is False:
-        info.written = np.zeros(tile.shape, dtype=bool)
-    info.written |= mask
-    info.marked += int(np.count_nonzero(mask))
-    if info.marked >= info.written.size and info.written.all():
-        info.written = None
 
 
 def unwritten(tile):
