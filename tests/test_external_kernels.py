@@ -221,3 +221,128 @@ def test_gen1_indirect_skip_keeps_static_bounds_and_error_mode_names_the_skip():
         _scatter_skip(np.zeros((64, 32), np.float32), 2, 32)
     with pytest.raises(IndexError, match="oob_mode=nisa.oob_mode.skip"):
         _indirect_load(np.zeros((128, 16), np.float32), 3)
+
+
+# ---------------------------------------------------------------------------
+# mask=(a and b): Python hands the compiler one operand (a mask object is true), so the mask is b
+# alone; a warning points at the Known Issues page ("Masks conjunction: Use & ...")
+# ---------------------------------------------------------------------------
+def _masked_copy(combine):
+    @nki.jit
+    def k(x):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        ix, iy = nl.mgrid[0:8, 0:8]
+        nl.store(out, value=nisa.memset((8, 8), 0.0, nl.float32))
+        nl.store(out[ix, iy], value=nl.load(x)[ix, iy], mask=combine(ix < 4, iy < 2))
+        return out
+
+    return k
+
+
+def test_python_and_of_masks_keeps_the_second_with_a_warning():
+    x = np.ones((8, 8), np.float32)
+    cols = np.zeros((8, 8), np.float32)
+    cols[:, :2] = 1
+    rows = np.zeros((8, 8), np.float32)
+    rows[:4] = 1
+    with pytest.warns(UserWarning, match=r"`and`.*second.*Known Issues.*`&`"):
+        np.testing.assert_array_equal(_masked_copy(lambda a, b: a and b)(x), cols)
+    with pytest.warns(UserWarning, match=r"`or`.*first.*`\|`"):
+        np.testing.assert_array_equal(_masked_copy(lambda a, b: a or b)(x), rows)
+    np.testing.assert_array_equal(_masked_copy(lambda a, b: a & b)(x), rows * cols)  # the documented form
+
+
+def test_if_or_not_on_a_mask_is_still_an_error():
+    def if_mask(a, b):
+        if a:
+            return b
+        return a
+
+    with pytest.raises(TypeError, match="mask="):
+        _masked_copy(if_mask)(np.ones((8, 8), np.float32))
+    with pytest.raises(TypeError, match="mask="):
+        _masked_copy(lambda a, b: (not a) & b)(np.ones((8, 8), np.float32))
+
+
+# ---------------------------------------------------------------------------
+# An instruction's mask= covers its operands' reads (the LayerNorm tutorial v2:
+# bn_stats(t[i_p, j * F + i_f], mask=(j * F + i_f < n)) at a ragged last chunk)
+# ---------------------------------------------------------------------------
+def _bn_stats_chunks(n_cols, masked=True, bound=None):
+    bound = n_cols if bound is None else bound
+
+    @nki.jit
+    def k(x):
+        out = nl.ndarray((x.shape[0], 2), dtype=nl.float32, buffer=nl.shared_hbm)
+        i_p = nl.arange(x.shape[0])[:, None]
+        i_f = nl.arange(512)[None, :]
+        i_s = nl.arange(6)[None, :]
+        t = nl.load(x)
+        chunks = (n_cols + 511) // 512
+        stats = nl.ndarray((x.shape[0], 6 * chunks), dtype=nl.float32)
+        for j in nl.affine_range(chunks):
+            if masked:
+                stats[i_p, j * 6 + i_s] = nisa.bn_stats(t[i_p, j * 512 + i_f], mask=(j * 512 + i_f < bound),
+                                                        dtype=nl.float32)
+            else:
+                stats[i_p, j * 6 + i_s] = nisa.bn_stats(t[i_p, j * 512 + i_f], dtype=nl.float32)
+        nl.store(out, value=nisa.bn_aggr(stats))
+        return out
+
+    return k
+
+
+def test_bn_stats_mask_covers_the_operand_past_the_edge():
+    x = RNG.standard_normal((16, 1000)).astype(np.float32)
+    got = _bn_stats_chunks(1000)(x)
+    np.testing.assert_allclose(got[:, 0], x.mean(axis=1), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got[:, 1], x.var(axis=1), rtol=1e-4)
+
+
+def test_max8_mask_in_the_operand_space_selects_what_it_reads():
+    @nki.jit
+    def k(x):
+        out = nl.ndarray((x.shape[0], 8), dtype=x.dtype, buffer=nl.shared_hbm)
+        ix, iy = nl.mgrid[0:x.shape[0], 0:x.shape[1]]
+        t = nl.load(x)
+        nl.store(out, value=nisa.max8(src=t[ix, iy], mask=(iy < 40)))
+        return out
+
+    x = RNG.standard_normal((8, 64)).astype(np.float32)
+    np.testing.assert_array_equal(k(x), -np.sort(-x[:, :40], axis=1)[:, :8])
+
+
+def test_operand_past_the_edge_without_a_covering_mask_is_the_bounds_error():
+    x = RNG.standard_normal((16, 1000)).astype(np.float32)
+    with pytest.raises(IndexError, match=r"out-of-bounds access.*index 1000 on axis 1"):
+        _bn_stats_chunks(1000, masked=False)(x)
+    with pytest.raises(NKIError, match="out-of-bounds access"):  # the mask lets 1000..1003 through
+        _bn_stats_chunks(1000, bound=1004)(x)
+
+    @nki.jit
+    def read_past_edge_in_nl(x):
+        out = nl.ndarray((16, 512), dtype=x.dtype, buffer=nl.shared_hbm)
+        i_p, i_f = nl.arange(16)[:, None], nl.arange(512)[None, :]
+        t = nl.load(x)
+        nl.store(out, value=nl.exp(t[i_p, 512 + i_f]))  # no mask: the view's read is the error
+        return out
+
+    with pytest.raises(NKIError, match="out-of-bounds access"):
+        read_past_edge_in_nl(x)
+
+
+def test_elementwise_instruction_mask_covers_its_operand():
+    @nki.jit
+    def k(x):
+        out = nl.ndarray((8, 24), dtype=x.dtype, buffer=nl.shared_hbm)
+        i_p, i_f = nl.arange(8)[:, None], nl.arange(24)[None, :]
+        t = nl.load(x)
+        nl.store(out, value=nisa.memset((8, 24), 0.0, nl.float32))
+        y = nisa.activation(op=nl.exp, data=t[i_p, 16 + i_f], mask=(16 + i_f < 32))
+        nl.store(out[i_p, i_f], value=y, mask=(16 + i_f < 32))
+        return out
+
+    x = RNG.standard_normal((8, 32)).astype(np.float32)
+    want = np.zeros((8, 24), np.float32)
+    want[:, :16] = np.exp(x[:, 16:])
+    np.testing.assert_allclose(k(x), want, rtol=1e-6)

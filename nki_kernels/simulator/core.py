@@ -23,7 +23,7 @@ from . import diagnostics as _diag
 from . import dtypes as dt
 from . import memory as _memory
 from .access_pattern import NkiTensor
-from .errors import NKIError, NotBatchable
+from .errors import NKIError, NKIIndexError, NotBatchable
 from .indexing import compose, resolve, resolve_batched, tile_view, tile_write
 
 PMAX = 128  # partitions of SBUF / PSUM (nl.tile_size.pmax)
@@ -355,6 +355,45 @@ def uninitialised_tile(shape, dtype, buffer, pdim=0) -> "Tile":
     return tile
 
 
+class OutOfBoundsRead:
+    """The deferred values of a tile view that reaches outside its tile. A mask is written over the
+    same index variables as the operands it guards, and Python builds the operand (``t[i_p, j * F +
+    i_f]``) before the instruction's ``mask=``, so the bounds error waits for the read: an
+    instruction whose mask hides every out-of-bounds element reads ``values`` (zero there), any
+    other read raises ``error``."""
+
+    __slots__ = ("error", "values", "inside", "_tile")
+
+    def __init__(self, error, values, inside):
+        self.error = error
+        self.values = values  # the view's values, zero where outside the tile
+        self.inside = inside  # bool, the view's shape: elements inside the tile
+        self._tile = None
+
+    def __call__(self, *args, out=None):
+        tile = self._tile() if self._tile is not None else None
+        if tile is not None and tile._thunk is None:  # (force() cleared it: every later read raises too)
+            tile._thunk = (self, (), self.values.shape, self.values.dtype)
+        raise self.error
+
+
+def _out_of_bounds_view(parent, idx, data, err):
+    """A view of ``parent`` at ``idx`` that reaches outside it: its values are deferred to an
+    :class:`OutOfBoundsRead` (see there)."""
+    if getattr(_tls, "program", None) is not None and _tls.program.nb:
+        raise NotBatchable("a tile view reaching outside its tile")
+    arrays = [np.broadcast_to(a, idx.out_shape) for a in idx.arrays()]
+    inside = np.ones(idx.out_shape, bool)
+    for a, dim in zip(arrays, idx.shape):
+        inside &= (a >= 0) & (a < dim)
+    values = np.zeros(idx.out_shape, data.dtype)
+    values[inside] = data[tuple(a[inside] for a in arrays)]
+    reader = OutOfBoundsRead(err, values, inside)
+    view = Tile(None, parent.buffer, 0, parent=parent, thunk=(reader, (), values.shape, values.dtype))
+    reader._tile = weakref.ref(view)
+    return view
+
+
 class Tile(NkiTensor):
     """An SBUF or PSUM tensor; the first dimension after ``pdim`` block dims is the partition.
 
@@ -570,13 +609,20 @@ class Tile(NkiTensor):
         block_ints = isinstance(key, tuple) and self.pdim and len(key) <= self.pdim
         data = self._raw()  # making a view reads nothing; the view's readers are counted
         if self.nb:
-            view = Tile(tile_view(idx, data, self.nb), self.buffer, 0, parent=self)
+            try:
+                vals = tile_view(idx, data, self.nb)
+            except NKIIndexError:
+                raise NotBatchable("a tile view reaching outside its tile") from None
+            view = Tile(vals, self.buffer, 0, parent=self)
             view._review = lambda d, nb=self.nb: tile_view(idx, d, nb)
         elif idx.is_view:
             view = Tile(idx.view(data), self.buffer, 0, parent=self)
             view._review = idx.view
         else:
-            view = Tile(idx.read(data, what=self.buffer.tile_label), self.buffer, 0, parent=self)
+            try:
+                view = Tile(idx.read(data, what=self.buffer.tile_label), self.buffer, 0, parent=self)
+            except NKIIndexError as err:
+                view = _out_of_bounds_view(self, idx, data, err)
         if block_ints:
             view.pdim = 0
         m = self._mem
@@ -587,6 +633,13 @@ class Tile(NkiTensor):
         if self._diag is not None or _diag.loops:
             _diag.on_view(self, view, idx)
         return view
+
+    def out_of_bounds(self):
+        """For a view reaching outside its tile (``t[i_p, j * F + i_f]`` at a ragged edge), the
+        :class:`OutOfBoundsRead` its reads raise unless an instruction's ``mask=`` hides those
+        elements; else ``None``."""
+        thunk = self._thunk
+        return thunk[0] if thunk is not None and type(thunk[0]) is OutOfBoundsRead else None
 
     def __setitem__(self, key, value):
         if type(key) is int and type(value) is Tile and self.pdim == 1 and self._set_block(key, value):

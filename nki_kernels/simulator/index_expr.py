@@ -11,7 +11,10 @@ which the gather path of :mod:`indexing` handles.
 
 from __future__ import annotations
 
+import dis
 import operator
+import sys
+import warnings
 
 import numpy as np
 
@@ -331,10 +334,50 @@ class Mask:
         return Mask.dense(~np.asarray(self))
 
     def __bool__(self):
-        raise TypeError("an NKI mask is an element-wise condition; pass it as mask=, not to `if`")
+        # Python's `and` / `or` ask each operand for its truth: the compiler's tracer, like any Python
+        # object without a truth rule, takes a mask as true, so `m1 and m2` is `m2` alone and
+        # `m1 or m2` is `m1` (as an official nc_match_replace8 example writes it). Do the same, and
+        # warn: the NKI Known Issues page asks to combine masks with `&`. An `if` / `not` on a mask
+        # has no such meaning and stays an error.
+        which = _boolean_operator(sys._getframe(1))
+        if which is None:
+            raise TypeError("an NKI mask is an element-wise condition; pass it as mask=, not to `if`")
+        from .config import NKIWarning
+        from .errors import kernel_location
+
+        kept, op = ("second", "&") if which == "and" else ("first", "|")
+        warnings.warn(NKIWarning(f"[mask conjunction] Python's `{which}` on two NKI masks keeps only the {kept} "
+                                 f"condition (a mask object is true to Python), as the compiler does; the NKI "
+                                 f"Known Issues page: combine masks with `{op}` (at {kernel_location()})"),
+                      stacklevel=2)
+        return True
 
     def __repr__(self):
         return f"Mask(terms={len(self.terms)}, dense={self.array is not None})"
+
+
+_JUMPS = {"JUMP_IF_FALSE_OR_POP": "and", "JUMP_IF_TRUE_OR_POP": "or",  # Python 3.11
+          "POP_JUMP_IF_FALSE": "and", "POP_JUMP_IF_TRUE": "or", "TO_BOOL": None}  # 3.12+: after COPY 1
+
+
+def _boolean_operator(frame):
+    """``"and"`` / ``"or"`` when ``frame`` is evaluating Python's ``and`` / ``or`` on the value being
+    tested, else ``None`` (an ``if``, ``while``, ``not``, ``bool()``)."""
+    code, at = frame.f_code, frame.f_lasti
+    prev = None
+    for ins in dis.get_instructions(code):
+        if ins.offset == at:
+            if ins.opname.endswith("_OR_POP"):
+                return _JUMPS.get(ins.opname)
+            if ins.opname in _JUMPS and prev is not None and prev.opname == "COPY" and prev.arg == 1:
+                if ins.opname != "TO_BOOL":
+                    return _JUMPS[ins.opname]
+                nxt = next((i for i in dis.get_instructions(code) if i.offset > at), None)
+                return _JUMPS.get(nxt.opname) if nxt is not None else None
+            return None
+        if ins.opname not in ("CACHE", "EXTENDED_ARG"):
+            prev = ins
+    return None
 
 
 class BExpr(_Ordered):

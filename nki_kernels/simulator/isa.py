@@ -39,10 +39,13 @@ gpsimd_engine = engine.gpsimd
 dma_engine = engine.dma  # "DMA Engine" on the v2.20 .. v2.22 pages' engine list
 
 
-def _tile(x, name, op, buffers=(_sbuf, _psum)):
+def _tile(x, name, op, buffers=(_sbuf, _psum), mask=None):
     if not isinstance(x, _Tile):
         _nl._values(x, name)
         raise _NKIError("operand type", f"nisa.{op}: {name} must be a tile, got {type(x).__name__}")
+    outside = x.out_of_bounds()
+    if outside is not None:
+        x = _inside(x, outside, mask)
     if x.buffer not in buffers:
         allowed = " or ".join(b.name.upper() for b in buffers)
         raise _NKIError("operand memory", f"nisa.{op}: {name} (shape {x.shape}) is in {x.buffer.name.upper()}; "
@@ -50,6 +53,56 @@ def _tile(x, name, op, buffers=(_sbuf, _psum)):
     if x._diag is not None or _diag.loops:
         _diag.on_read(x)
     return x
+
+
+def _inside(x, outside, mask):
+    """Operand ``x``, a view reaching outside its tile, as the instruction reads it: allowed when
+    ``mask`` (written over the operand's index variables, as the layernorm tutorial's
+    ``bn_stats(t[i_p, j * F + i_f], mask=(j * F + i_f < n))``) hides every element outside; those
+    are not read (zero here). Otherwise the view's out-of-bounds error."""
+    try:
+        keep = None if mask is None else _full_mask(mask, tuple(x.shape))
+    except _NKIError:
+        keep = None  # (a mask of the result's shape does not guard this operand)
+    if keep is None or (keep & ~outside.inside).any():
+        raise outside.error
+    return _Tile(outside.values, x.buffer, 0, parent=x._parent)
+
+
+def _reading_mask(x, mask, out_shape, op):
+    """``(operand, result mask)`` of an instruction whose result is not element-for-element its
+    operand (``bn_stats``, ``max8``, ``tensor_reduce``): a ``mask`` of the result's shape masks the
+    result, as for every instruction; a mask written in the operand's index space (``j * F + i_f <
+    n`` over the free axis of ``t[i_p, j * F + i_f]``) selects the operand elements the instruction
+    reads -- its free-axis box is the operand the instruction sees, its partition rows the rows of
+    the result it writes."""
+    if mask is None:
+        return x, None
+    try:
+        fits = _np.broadcast_shapes(_np.shape(mask), tuple(out_shape)) == tuple(out_shape)
+    except ValueError:
+        fits = False
+    if fits:
+        return x, mask
+    try:
+        if _full_mask(mask, tuple(x.shape)) is None:
+            return x, None  # (it selects every element of the operand)
+    except _NKIError:
+        pass
+    box = _nl.mask_box(mask, tuple(x.shape)) if isinstance(mask, _nl.Mask) else None
+    if box is None:
+        raise _NKIError("mask shape", f"nisa.{op}: mask of shape {_np.shape(mask)} fits neither the result "
+                        f"{tuple(out_shape)} nor, as a box of elements to read, the operand {tuple(x.shape)}")
+    if any(b.stop <= b.start for b in box[1:]):
+        raise _NKIError("mask", f"nisa.{op}: the mask selects no element of the operand {tuple(x.shape)}")
+    sub = x[(slice(None),) + tuple(box[1:])] if any((b.start, b.stop) != (0, n) for b, n in
+                                                    zip(box[1:], x.shape[1:])) else x
+    rows = box[0]
+    if (rows.start, rows.stop) == (0, x.shape[0]):
+        return sub, None
+    keep = _np.zeros(tuple(out_shape), bool)
+    keep[rows] = True
+    return sub, keep
 
 
 def nc_matmul(stationary, moving, *, is_stationary_onezero=False, is_moving_onezero=False,
@@ -137,7 +190,7 @@ def _matmul_dtypes(*operands):
 
 def nc_transpose(data, *, mask=None, dtype=None, engine=engine.unknown, name=None):
     """Transpose a 2-D tile: Tensor engine (<= 128x128, result in PSUM) or Vector (<= 32x32, SBUF)."""
-    x = _tile(data, "data", "nc_transpose")
+    x = _tile(data, "data", "nc_transpose", mask=mask)
     if x.ndim != 2:
         raise _NKIError("transpose", f"nc_transpose needs a 2-D tile, got {x.shape}")
     on_vector = engine == "Vector"
@@ -177,7 +230,7 @@ def activation(op, data, *, bias=None, scale=1.0, reduce_op=None, reduce_res=Non
     the registers. Without ``reduce_cmd``, a given ``reduce_res`` gets this
     instruction's reduction alone (``reset_reduce``).
     """
-    x = _tile(data, "data", "activation")
+    x = _tile(data, "data", "activation", mask=mask)
     fn = _ops.alu(op)
     if reduce_op is not None and get_nc_version() < nc_version.gen3 and _ops.alu(reduce_op) is not _np.add:
         raise _NKIError("reduce_op", f"nisa.activation: reduce_op {reduce_op!r} on NeuronCore-v2; its Scalar "
@@ -218,8 +271,10 @@ _reducer = _ops.reducer
 
 def tensor_reduce(op, data, axis, *, mask=None, dtype=None, negate=False, keepdims=False, name=None):
     """Reduce free ``axis`` of a tile with ``op`` (nl.add / nl.maximum / ...) on the Vector engine."""
-    x = _tile(data, "data", "tensor_reduce")
+    x = _tile(data, "data", "tensor_reduce", mask=mask)
     axes = tuple(a + x.nb for a in _nl._axes(x, axis, "tensor_reduce"))
+    out_shape = _np.sum(_np.empty(x.shape, bool), axis=tuple(a - x.nb for a in axes), keepdims=keepdims).shape
+    x, mask = _reading_mask(x, mask, out_shape, "tensor_reduce")
     res = _reducer(op)(_nl._values(x, "data"), axis=axes, keepdims=keepdims)
     if negate:
         res = -res
@@ -228,15 +283,15 @@ def tensor_reduce(op, data, axis, *, mask=None, dtype=None, negate=False, keepdi
 
 def tensor_partition_reduce(op, data, *, mask=None, dtype=None, name=None):
     """Reduce across the partition axis with ``op``; result has one partition (GpSimd engine)."""
-    x = _tile(data, "data", "tensor_partition_reduce", (_sbuf,))  # GpSimd cannot access PSUM
+    x = _tile(data, "data", "tensor_partition_reduce", (_sbuf,), mask=mask)  # GpSimd cannot access PSUM
     res = _reducer(op)(_nl._values(x, "data"), axis=(x.nb,), keepdims=True)
     return _nl._result(res, _nl._out_dtype(dtype, x), mask, engine="GpSimd")
 
 
 def tensor_tensor(data1, data2, op, *, dtype=None, mask=None, engine=engine.unknown, name=None):
     """Element-wise ``op(data1, data2)`` of two tiles of the same partition size (Vector engine)."""
-    a = _tile(data1, "data1", "tensor_tensor")
-    b = _tile(data2, "data2", "tensor_tensor")
+    a = _tile(data1, "data1", "tensor_tensor", mask=mask)
+    b = _tile(data2, "data2", "tensor_tensor", mask=mask)
     if a.shape[0] != b.shape[0]:
         raise _NKIError("operand shapes", f"nisa.tensor_tensor: partition sizes differ: {a.shape} vs {b.shape}")
     if a.buffer is _psum and b.buffer is _psum:
@@ -256,7 +311,7 @@ def tensor_tensor(data1, data2, op, *, dtype=None, mask=None, engine=engine.unkn
 def tensor_scalar(data, op0, operand0, reverse0=False, *, op1=None, operand1=None, reverse1=False,
                   dtype=None, mask=None, engine=engine.unknown, name=None):
     """``(data op0 operand0) op1 operand1`` with scalar or [P, 1] operands (Vector/Scalar/GpSimd)."""
-    x = _tile(data, "data", "tensor_scalar")
+    x = _tile(data, "data", "tensor_scalar", mask=mask)
     _ops.no_gpsimd_psum(engine, "tensor_scalar", x, operand0, operand1)
     v = _nl._values(x, "data")
 
@@ -284,7 +339,7 @@ def tensor_scalar_reduce(*, data, op0, operand0, reduce_op, reduce_res, reverse0
 
 def tensor_copy(src, *, mask=None, dtype=None, engine=engine.unknown, name=None):
     """Copy a tile within on-chip memory, casting to ``dtype``."""
-    x = _tile(src, "src", "tensor_copy")
+    x = _tile(src, "src", "tensor_copy", mask=mask)
     _ops.no_gpsimd_psum(engine, "tensor_copy", x)
     return _nl._result(_np.array(x.data), _nl._out_dtype(dtype, x), mask)
 
@@ -350,7 +405,7 @@ def affine_select(pred, on_true_tile, on_false_value, *, dtype=None, mask=None, 
     """Select ``on_true_tile`` where the affine predicate (index expression) holds, else a scalar."""
     # GpSimd cannot read PSUM, but the first generation's compiler places tiles for the instruction:
     # the official flash attention selects straight from its PSUM scores (a copy is inserted).
-    x = _tile(on_true_tile, "on_true_tile", "affine_select")
+    x = _tile(on_true_tile, "on_true_tile", "affine_select", mask=mask)
     cond = _np.broadcast_to(_np.asarray(pred), x.shape)
     return _nl._result(_np.where(cond, _nl._values(x, "on_true_tile"), on_false_value),
                       _nl._out_dtype(dtype, x), mask, engine="GpSimd")
@@ -361,7 +416,7 @@ def tensor_tensor_scan(data0, data1, initial, op0, op1, reverse0=False, reverse1
     """Inclusive scan along the free axis: ``r[i] = (data0[i] op0 r[i-1]) op1 data1[i]``
     (``reverse0``: ``r[i-1] op0 data0[i]``; ``reverse1``: ``data1[i] op1 ...``); a new tile
     (see :func:`nki_kernels.simulator.instructions.vector.tensor_tensor_scan`)."""
-    t0 = _tile(data0, "data0", "tensor_tensor_scan")
+    t0 = _tile(data0, "data0", "tensor_tensor_scan", mask=mask)
     return _functional(t0.shape, _nl._out_dtype(dtype, data0, data1), mask, lambda d: _vector.tensor_tensor_scan(
         d, data0, data1, initial, op0, op1, reverse0, reverse1))
 
@@ -370,14 +425,15 @@ def bn_stats(data, *, mask=None, dtype=None, name=None):
     """Per-partition batch-norm statistics of <= 512 free elements (Vector engine): a new [P, 6] tile,
     ``(count, mean, var * count)`` of the even-indexed and then of the odd-indexed elements, to be
     combined by :func:`bn_aggr` (see :func:`nki_kernels.simulator.instructions.vector.bn_stats`)."""
-    x = _tile(data, "data", "bn_stats")
+    x = _tile(data, "data", "bn_stats", mask=mask)
+    x, mask = _reading_mask(x, mask, (x.shape[0], 6), "bn_stats")
     return _functional((x.shape[0], 6), _nl._out_dtype(dtype, x), mask, lambda d: _vector.bn_stats(d, x))
 
 
 def bn_aggr(data, *, mask=None, dtype=None, name=None):
     """Combine :func:`bn_stats` outputs (concatenated along the free axis) into a new [P, 2] tile (mean,
     variance) (see :func:`nki_kernels.simulator.instructions.vector.bn_aggr`)."""
-    x = _tile(data, "data", "bn_aggr")
+    x = _tile(data, "data", "bn_aggr", mask=mask)
     return _functional((x.shape[0], 2), _nl._out_dtype(dtype, x), mask, lambda d: _vector.bn_aggr(d, x))
 
 
@@ -429,14 +485,15 @@ def tensor_copy_predicated(*, src, dst, predicate, reverse_pred=False, mask=None
 def max8(*, src, mask=None, dtype=None, name=None):
     """The 8 largest values of each partition of ``src``, descending: a new [P, 8] tile
     (``dtype``, default src's)."""
-    x = _tile(src, "src", "max8")
+    x = _tile(src, "src", "max8", mask=mask)
+    x, mask = _reading_mask(x, mask, (x.shape[0], 8), "max8")
     return _functional((x.shape[0], 8), dtype or x.dtype, mask, lambda d: _vector.max8(d, x))
 
 
 def nc_find_index8(*, data, vals, mask=None, dtype=None, name=None):
     """Indices of the first occurrences of the 8 ``vals`` in each partition of ``data``: a new
     [P, 8] uint32 (or ``dtype`` uint16) tile; ``mask`` applies to ``data`` only."""
-    x = _tile(data, "data", "nc_find_index8")
+    x = _tile(data, "data", "nc_find_index8", mask=mask)
     return _functional((x.shape[0], 8), dtype or _dt.uint32, None,
                        lambda d: _vector.find_index8(d, x, vals, mask))
 
@@ -444,7 +501,7 @@ def nc_find_index8(*, data, vals, mask=None, dtype=None, name=None):
 def nc_match_replace8(*, data, vals, imm, dst_idx=None, mask=None, dtype=None, name=None):
     """``data`` with the first occurrence of each of the 8 ``vals`` replaced by ``imm``: a new tile
     (``dtype``, default data's); ``dst_idx`` receives the matched positions."""
-    x = _tile(data, "data", "nc_match_replace8")
+    x = _tile(data, "data", "nc_match_replace8", mask=mask)
     return _functional(x.shape, dtype or x.dtype, mask,
                        lambda d: _vector.nc_match_replace8(d, x, vals, imm, dst_idx))
 
@@ -453,7 +510,7 @@ def tensor_copy_dynamic_src(src, *, mask=None, dtype=None, engine=engine.unknown
     """Copy ``src`` (a tile view at a dynamic offset within each partition, SBUF or PSUM) into a new tile
     (``dtype``, default src's): the simulator knows the offset's value, so this is ``tensor_copy`` of
     the view. GpSimd cannot access PSUM."""
-    x = _tile(src, "src", "tensor_copy_dynamic_src")
+    x = _tile(src, "src", "tensor_copy_dynamic_src", mask=mask)
     _ops.no_gpsimd_psum(_ops.engine_name(engine), "tensor_copy_dynamic_src", x)
     return _functional(x.shape, dtype or x.dtype, mask, lambda d: _vector.tensor_copy(d, x))
 
@@ -461,7 +518,7 @@ def tensor_copy_dynamic_src(src, *, mask=None, dtype=None, engine=engine.unknown
 def tensor_copy_dynamic_dst(*, dst, src, mask=None, dtype=None, engine=engine.unknown, name=None):
     """Copy ``src`` into ``dst``, a tile view at a dynamic offset within each partition (SBUF or PSUM),
     in place; both have the same partitions and elements per partition."""
-    x = _tile(src, "src", "tensor_copy_dynamic_dst")
+    x = _tile(src, "src", "tensor_copy_dynamic_dst", mask=mask)
     _ops.no_gpsimd_psum(_ops.engine_name(engine), "tensor_copy_dynamic_dst", x, dst)
     _in_place(dst, mask, dtype, "tensor_copy_dynamic_dst",
               lambda: _vector.tensor_copy(dst, x))
@@ -472,8 +529,8 @@ def local_gather(src_buffer, index, num_elem_per_idx=1, num_valid_indices=None, 
     :func:`nki_kernels.simulator.instructions.gpsimd.local_gather`): a new SBUF tile
     ``[P, *index free dims, 16, num_elem_per_idx]`` (all indices valid) or
     ``[P, num_valid_indices, num_elem_per_idx]``."""
-    s = _tile(src_buffer, "src_buffer", "local_gather", (_sbuf,))
-    ix = _tile(index, "index", "local_gather", (_sbuf,))
+    s = _tile(src_buffer, "src_buffer", "local_gather", (_sbuf,), mask=mask)
+    ix = _tile(index, "index", "local_gather", (_sbuf,), mask=mask)
     n = int(num_elem_per_idx)
     full = 16 * int(_np.prod(ix.shape[1:]))
     if num_valid_indices is None or int(num_valid_indices) == full:
@@ -485,7 +542,7 @@ def local_gather(src_buffer, index, num_elem_per_idx=1, num_valid_indices=None, 
 
 def reciprocal(data, *, dtype=None, mask=None, name=None):
     """``1 / data`` element-wise (Vector engine): a new tile (``dtype``, default data's)."""
-    x = _tile(data, "data", "reciprocal")
+    x = _tile(data, "data", "reciprocal", mask=mask)
     return _functional(x.shape, dtype or x.dtype, mask, lambda d: _vector.reciprocal(d, x))
 
 
@@ -493,7 +550,7 @@ def scalar_tensor_tensor(*, data, op0, operand0, op1, operand1, reverse0=False, 
                          mask=None, name=None):
     """``(data op0 operand0) op1 operand1`` (Vector engine): operand0 a scalar or [P, 1] tile, operand1 a
     tile like data; a new tile (``dtype``, default the operands' promoted dtype)."""
-    x = _tile(data, "data", "scalar_tensor_tensor")
+    x = _tile(data, "data", "scalar_tensor_tensor", mask=mask)
     out_dtype = _nl._out_dtype(dtype, x, operand1)
     return _functional(x.shape, out_dtype, mask, lambda d: _vector.scalar_tensor_tensor(
         d, x, op0, operand0, op1, operand1, reverse0, reverse1))
@@ -529,7 +586,7 @@ def range_select(*, on_true_tile, comp_op0, comp_op1, bound0, bound1, reduce_cmd
     """Keep ``on_true_tile`` where ``comp_op0(i + range_start, bound0)`` and ``comp_op1(i + range_start,
     bound1)`` hold for free index ``i``, else ``on_false_value``: a new tile, with the max reduction
     into the Vector registers / ``reduce_res`` (NeuronCore-v3+)."""
-    x = _tile(on_true_tile, "on_true_tile", "range_select")
+    x = _tile(on_true_tile, "on_true_tile", "range_select", mask=mask)
     return _functional(x.shape, dtype or x.dtype, mask, lambda d: _vector.range_select_gen1(
         d, x, comp_op0, comp_op1, bound0, bound1, reduce_cmd, reduce_res, reduce_op, range_start, on_false_value))
 
@@ -553,7 +610,7 @@ def sequence_bounds(*, segment_ids, dtype=None, name=None):
 def dropout(data, prob, *, mask=None, dtype=None, name=None):
     """``data`` with each element zeroed with drop probability ``prob`` (scalar or [P, 1] tile): a new tile
     (``dtype``, default data's); draws from the Vector engine's generator."""
-    x = _tile(data, "data", "dropout")
+    x = _tile(data, "data", "dropout", mask=mask)
     return _functional(x.shape, dtype or x.dtype, mask, lambda d: _rng.dropout(d, x, prob))
 
 
