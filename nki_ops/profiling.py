@@ -116,7 +116,11 @@ def plot_memory(report, path) -> str:
     small kernel is not drawn as a flat line at the bottom. The PSUM panel is left out when
     the kernel never uses PSUM. Returns ``path``.
     """
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:
+        raise ImportError("the memory picture needs matplotlib: pip install 'nki-ops[profile]' (the report and "
+                          "trace are written without it)") from None
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
