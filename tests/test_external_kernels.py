@@ -346,3 +346,54 @@ def test_elementwise_instruction_mask_covers_its_operand():
     want = np.zeros((8, 24), np.float32)
     want[:, :16] = np.exp(x[:, 16:])
     np.testing.assert_allclose(k(x), want, rtol=1e-6)
+
+
+# ---------------------------------------------------------------------------
+# FP8 double-row matmul (documentation test: stationary [K, 2, M], moving [K, 2, N],
+# einsum("kli,klj->ij")) and hbm_tensor.view(fp8)
+# ---------------------------------------------------------------------------
+@nki.jit
+def _double_row(a_input, b_input):
+    k_, two, m = a_input.shape
+    n = b_input.shape[2]
+    out = nl.ndarray([m, n], dtype=nl.float32, buffer=nl.shared_hbm)
+    a_tile = nl.load(a_input.view(nl.float8_e5m2))
+    b_tile = nl.load(b_input.view(nl.float8_e5m2))
+    nl.store(out, value=nisa.nc_matmul(a_tile, b_tile, perf_mode="double_row_gen3"))
+    return out
+
+
+def test_double_row_matmul_contracts_the_row_pair():
+    import ml_dtypes
+
+    a = RNG.integers(-3, 4, (128, 2, 16)).astype(ml_dtypes.float8_e5m2)
+    b = RNG.integers(-3, 4, (128, 2, 64)).astype(ml_dtypes.float8_e5m2)
+    want = np.einsum("kli,klj->ij", a.astype(np.float32), b.astype(np.float32))
+    with target.use("gen3"):
+        np.testing.assert_array_equal(_double_row(a, b), want)
+    with target.use("gen2"), pytest.raises(NKIError, match="perf_mode"):  # the mode's NeuronCore-v3 rule
+        _double_row(a, b)
+
+
+def test_three_d_matmul_operands_need_the_double_row_mode():
+    @nki.jit
+    def plain(a_input, b_input):
+        out = nl.ndarray([16, 64], dtype=nl.float32, buffer=nl.shared_hbm)
+        nl.store(out, value=nisa.nc_matmul(nl.load(a_input), nl.load(b_input)))
+        return out
+
+    with pytest.raises(NKIError, match="2-D tiles.*double_row"):
+        plain(np.ones((128, 2, 16), np.float32), np.ones((128, 2, 64), np.float32))
+
+
+def test_hbm_view_as_fp8_reinterprets_bytes():
+    import ml_dtypes
+
+    @nki.jit
+    def k(raw):
+        out = nl.ndarray(raw.shape, dtype=nl.float32, buffer=nl.shared_hbm)
+        nl.store(out, value=nl.load(raw.view(nl.float8_e4m3)))
+        return out
+
+    vals = (RNG.integers(-8, 8, (8, 32)) / 4).astype(ml_dtypes.float8_e4m3fn)
+    np.testing.assert_array_equal(k(vals.view(np.uint8)), vals.astype(np.float32))

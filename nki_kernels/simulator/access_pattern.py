@@ -310,7 +310,7 @@ def strided_array(lay: Layout, extra_offset: int = 0) -> np.ndarray:
     if lay.on_chip and lay.shape:
         strides[0] = lay.strides[0] // per_row * rows.strides[0] if lay.strides[0] % per_row == 0 else \
             lay.strides[0] * isz
-    return as_strided(head, lay.shape, tuple(strides), writeable=bool(lay.root.data.flags.writeable))
+    return dt.as_strided(head, lay.shape, tuple(strides), writeable=bool(lay.root.data.flags.writeable))
 
 
 def addresses(lay: Layout) -> np.ndarray:

@@ -285,3 +285,16 @@ def sentinel(dtype):
     if np.issubdtype(dtype, np.integer):
         return INT_SENTINEL
     return np.nan
+
+
+def as_strided(x: np.ndarray, shape, strides, writeable: bool = True) -> np.ndarray:
+    """``numpy.lib.stride_tricks.as_strided`` for every dtype the simulator holds. NumPy rebuilds the
+    view from ``__array_interface__``, whose type string cannot name ml_dtypes' 8-bit floats
+    (``'<f1'`` is "not understood"), so the view is made over same-sized raw bytes and given the
+    dtype back (``hbm_tensor.view(nl.float8_e5m2)`` of the documentation's double-row matmul test)."""
+    from numpy.lib.stride_tricks import as_strided as _np_as_strided
+
+    if x.dtype.kind in "biuf" and x.dtype.type.__module__ == "numpy":
+        return _np_as_strided(x, shape, strides, writeable=writeable)
+    raw = _np_as_strided(x.view(np.dtype((np.void, x.dtype.itemsize))), shape, strides, writeable=writeable)
+    return raw.view(x.dtype)

@@ -16,8 +16,8 @@ the shape of the tile it selects and reads or writes it
 from __future__ import annotations
 
 import numpy as np
-from numpy.lib.stride_tricks import as_strided
 
+from . import dtypes as _dt
 from .errors import NKIError, NotBatchable
 from .index_expr import AffineExpr, BExpr, Mask, _is_int, batch_hint
 
@@ -72,7 +72,7 @@ class Index:
         start, coefs = self.strided
         sub = data[lead + tuple(slice(s, s + 1) for s in start)]
         strides = [sum(c[ax] * st for c, st in zip(coefs, data.strides[nb:])) for ax in range(len(self.out_shape))]
-        return as_strided(sub, full, data.strides[:nb] + tuple(strides), writeable=data.flags.writeable)
+        return _dt.as_strided(sub, full, data.strides[:nb] + tuple(strides), writeable=data.flags.writeable)
 
     def _boxed(self, mask):
         """For a mask that selects a box (ragged edge tiles), the box and the index restricted to it."""

@@ -126,8 +126,13 @@ def _matmul_product(stationary, moving, perf_mode=None):
     s = _tile(stationary, "stationary", "nc_matmul", (_sbuf, _psum))
     m = _tile(moving, "moving", "nc_matmul", (_sbuf, _psum))
     s_shape, m_shape = s.shape, m.shape
-    if len(s_shape) != 2 or len(m_shape) != 2:
-        raise _NKIError("matmul operands", f"nc_matmul needs 2-D tiles, got stationary {s.shape} and moving {m.shape}")
+    pair = _double_row(perf_mode, s_shape, m_shape)
+    if pair:
+        s_shape, m_shape = (s_shape[0], s_shape[2]), (m_shape[0], m_shape[2])
+    elif len(s_shape) != 2 or len(m_shape) != 2:
+        raise _NKIError("matmul operands", f"nc_matmul needs 2-D tiles, got stationary {s.shape} and moving {m.shape}"
+                        + ("; with perf_mode=double_row each is [K, 2, free], the FP8 pair of rows a partition "
+                           "holds" if len(s_shape) == 3 or len(m_shape) == 3 else ""))
     _matmul_dtypes(s, m)
     _perf_mode_rule(perf_mode, s, m)
     k, mm = s_shape
@@ -145,7 +150,20 @@ def _matmul_product(stationary, moving, perf_mode=None):
                        f"{_nl.tile_size.gemm_moving_fmax} (gemm_moving_fmax)")
     a = _dt.compute_view(s.data).astype(_np.float32, copy=False)
     b = _dt.compute_view(m.data).astype(_np.float32, copy=False)
+    if pair:  # contract the pair with the partitions: out[i, j] = sum_{k, l} a[k, l, i] * b[k, l, j]
+        a = a.reshape(a.shape[:-3] + (-1, a.shape[-1]))
+        b = b.reshape(b.shape[:-3] + (-1, b.shape[-1]))
     return _np.swapaxes(a, -1, -2) @ b
+
+
+def _double_row(perf_mode, s_shape, m_shape):
+    """Whether ``nc_matmul`` operands are the FP8 double-row layout: ``perf_mode=double_row`` (or
+    ``double_row_gen3``) with stationary ``[K, 2, M]`` and moving ``[K, 2, N]``, each partition
+    holding two rows of the contraction (the documentation's double-row test computes
+    ``einsum("kli,klj->ij")``); the pair doubles the contraction, not the tile limits."""
+    if perf_mode is None or getattr(perf_mode, "value", perf_mode) not in ("double_row", "double_row_gen3"):
+        return False
+    return len(s_shape) == 3 and len(m_shape) == 3 and s_shape[1] == 2 and m_shape[1] == 2
 
 
 def _perf_mode_rule(perf_mode, stationary, moving):
@@ -296,14 +314,28 @@ def tensor_tensor(data1, data2, op, *, dtype=None, mask=None, engine=engine.unkn
         raise _NKIError("operand shapes", f"nisa.tensor_tensor: partition sizes differ: {a.shape} vs {b.shape}")
     if a.buffer is _psum and b.buffer is _psum:
         raise _NKIError("operand memory", "nisa.tensor_tensor: data1 and data2 cannot both be in PSUM")
-    if _ops.per_partition(a.shape) != _ops.per_partition(b.shape):
+    na, nb_ = _ops.per_partition(a.shape), _ops.per_partition(b.shape)
+    # The page asks for the same number of elements per partition, but the first generation's
+    # front end reads a [P, 1] operand of a [P, N] one through a zero-step free access pattern, as
+    # it does for nl.multiply: nki-samples' quantized_double_row_matmul (before c4b806e) scales a
+    # [128, N] block by a [128, 1] tile this way and matches NumPy on Trainium. So one element per
+    # partition broadcasts along the free axes; other mismatches stay the page's rule.
+    column = na != nb_ and 1 in (na, nb_)
+    if na != nb_ and not column:
         raise _NKIError("operand shapes", f"nisa.tensor_tensor: data1 {a.shape} and data2 {b.shape} need the same "
-                        "number of elements per partition (the page: no broadcasting along the free axes; use "
-                        "nisa.tensor_scalar to broadcast a [P, 1] operand)")
+                        "number of elements per partition (the page: no broadcasting along the free axes; a "
+                        "[P, 1] operand broadcasts, as the compiler reads it; else use nisa.tensor_scalar)")
     _ops.no_gpsimd_psum(engine, "tensor_tensor", a, b)
     fn = _ops.alu(op)
     va, vb = _nl._values(a, "data1"), _nl._values(b, "data2")
-    if b.shape != a.shape:  # element k of a partition pairs with element k: a [P] vector with a [P, 1] tile
+    if column:
+        wide, big = (va, a) if na > nb_ else (vb, b)
+        col = vb if na > nb_ else va
+        col = _np.reshape(col, _np.shape(col)[:_np.ndim(col) - len((b if na > nb_ else a).shape)] +
+                          (big.shape[0],) + (1,) * (len(big.shape) - 1))
+        col = _np.broadcast_to(col, _np.broadcast_shapes(_np.shape(col), _np.shape(wide)))
+        va, vb = (wide, col) if na > nb_ else (col, wide)
+    elif b.shape != a.shape:  # element k of a partition pairs with element k: a [P] vector with a [P, 1] tile
         vb = _np.reshape(vb, _np.shape(va))
     return _nl._result(fn(va, vb), _nl._out_dtype(dtype, a, b), mask)
 
