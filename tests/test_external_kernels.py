@@ -397,3 +397,48 @@ def test_hbm_view_as_fp8_reinterprets_bytes():
 
     vals = (RNG.integers(-8, 8, (8, 32)) / 4).astype(ml_dtypes.float8_e4m3fn)
     np.testing.assert_array_equal(k(vals.view(np.uint8)), vals.astype(np.float32))
+
+
+# ---------------------------------------------------------------------------
+# t[0, 0:M] of a [1, M] tile is the [1, M] row (NKI Known Issues: "index their [N, 1] or [1, M]
+# shaped 2D buffers with both indices, do my_sbuf[0:N, 0] or my_sbuf[0, 0:M]")
+# ---------------------------------------------------------------------------
+def test_integer_partition_subscript_keeps_the_partition_axis():
+    @nki.jit
+    def k(x):
+        out = nl.ndarray((1, 8), dtype=x.dtype, buffer=nl.shared_hbm)
+        t = nl.load(x)
+        row = t[0, 0:8]
+        assert row.shape == (1, 8)
+        nl.store(out, value=nl.exp(row))
+        return out
+
+    x = RNG.standard_normal((1, 16)).astype(np.float32)
+    np.testing.assert_allclose(k(x), np.exp(x[:, :8]), rtol=1e-6)
+
+
+def test_row_of_a_wider_tile_and_the_column_form():
+    @nki.jit
+    def k(x):
+        out = nl.ndarray((1, 16), dtype=x.dtype, buffer=nl.shared_hbm)
+        col = nl.ndarray((4, 1), dtype=x.dtype, buffer=nl.shared_hbm)
+        t = nl.load(x)
+        nl.store(out, value=t[2, 0:16])  # partition 2's row, on one partition
+        nl.store(col, value=t[0:4, 5])   # the [N, 1] form: one element of each partition
+        return out, col
+
+    x = RNG.standard_normal((4, 16)).astype(np.float32)
+    row, col = k(x)
+    np.testing.assert_array_equal(row, x[2:3])
+    np.testing.assert_array_equal(col, x[:, 5:6])
+
+
+def test_row_subscript_out_of_range_is_still_the_bounds_error():
+    @nki.jit
+    def k(x):
+        out = nl.ndarray((1, 8), dtype=x.dtype, buffer=nl.shared_hbm)
+        nl.store(out, value=nl.load(x)[1, 0:8])  # planted bug: the tile has one partition
+        return out
+
+    with pytest.raises(IndexError, match="out-of-bounds access"):
+        k(np.zeros((1, 8), np.float32))

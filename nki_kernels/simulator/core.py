@@ -605,6 +605,7 @@ class Tile(NkiTensor):
         col = self._as_column(key)
         if col is not None:
             return col[key]
+        key = self._keep_partition(key)
         idx = resolve(self.shape, key, self.buffer.tile_label)
         block_ints = isinstance(key, tuple) and self.pdim and len(key) <= self.pdim
         data = self._raw()  # making a view reads nothing; the view's readers are counted
@@ -633,6 +634,24 @@ class Tile(NkiTensor):
         if self._diag is not None or _diag.loops:
             _diag.on_view(self, view, idx)
         return view
+
+    def _keep_partition(self, key):
+        """``key`` with an integer partition subscript made a one-partition slice when free axes are
+        selected too: ``t[0, 0:M]`` of a ``[1, M]`` tile is that ``[1, M]`` row, the form the NKI Known
+        Issues page prescribes for ``[1, M]`` buffers; dropping the axis would make ``M`` the
+        partition size. (All-integer subscripts and block subscripts keep NumPy's meaning.)"""
+        if type(key) is not tuple or len(key) <= self.pdim + 1:
+            return key
+        k = key[self.pdim]
+        if not (isinstance(k, (int, np.integer)) and not isinstance(k, bool)):
+            return key
+        if all(isinstance(r, (int, np.integer)) for r in key[self.pdim + 1:]):
+            return key
+        n = self.shape[self.pdim]
+        k = int(k) + n if int(k) < 0 else int(k)
+        if not 0 <= k < n:
+            return key  # (the bounds error names the integer as written)
+        return key[:self.pdim] + (slice(k, k + 1),) + key[self.pdim + 1:]
 
     def out_of_bounds(self):
         """For a view reaching outside its tile (``t[i_p, j * F + i_f]`` at a ragged edge), the
