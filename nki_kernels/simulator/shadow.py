@@ -74,7 +74,8 @@ def run(kernel, simulate, arrays, outputs):
     if v_fast != v_ref:
         raise ShadowMismatch(
             f"the fast path and the reference path of {_name(kernel)} disagree: fast path: "
-            f"{_describe(fast_error)}; reference path (no vectorising, fresh state): {_describe(ref_error)}",
+            f"{_describe(fast_error)}; reference path (no vectorising, fresh state): {_describe(ref_error)}"
+            f"{_RERUN_HINT if fast_error is None else ''}",
             where=_error_where(fast_error) or _error_where(ref_error) or where)
     if _rules(fast_warnings) != _rules(ref_warnings):
         raise ShadowMismatch(
@@ -89,6 +90,12 @@ def run(kernel, simulate, arrays, outputs):
     if fast_error is not None:
         raise fast_error
     return fast
+
+
+# (the reference run is the kernel's second run: a kernel body that changes Python state outside
+# itself fails there for its own reasons, e.g. the attention tutorial's module-level SBufAllocator)
+_RERUN_HINT = (". If the kernel's Python code changes state outside the kernel (a module-level allocator or "
+               "counter), its second run differs for that reason: shadow mode needs kernels that can run twice")
 
 
 def _attempt(simulate, arrays, outputs):
