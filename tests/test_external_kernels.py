@@ -442,3 +442,42 @@ def test_row_subscript_out_of_range_is_still_the_bounds_error():
 
     with pytest.raises(IndexError, match="out-of-bounds access"):
         k(np.zeros((1, 8), np.float32))
+
+
+# ---------------------------------------------------------------------------
+# A scalar read from a tile is a run-time offset: nl.load(t)[0, 0] + nl.arange(...) indexes HBM
+# at the value the tile holds (the dma_copy page: "a dynamic start address which depends on a
+# variable that cannot be resolved at compile time"), as does nl.ds(scalar, size)
+# ---------------------------------------------------------------------------
+@nki.jit
+def _runtime_rows(x, off):
+    out = nl.ndarray((4, 8), dtype=x.dtype, buffer=nl.shared_hbm)
+    o = nl.load(off)[0, 0]
+    i_p, i_f = nl.arange(4)[:, None], nl.arange(8)[None, :]
+    a = nl.load(x[o + i_p, i_f])
+    b = nl.load(x[o * 2 - i_p + 3, i_f])
+    c = nl.load(x[nl.ds(o, 4), :])
+    nl.store(out, value=a - b + c)
+    return out
+
+
+def test_scalar_from_a_tile_offsets_an_arange_index():
+    x = RNG.standard_normal((10, 8)).astype(np.float32)
+    got = _runtime_rows(x, np.array([[3]], np.int32))
+    np.testing.assert_array_equal(got, x[3:7] - x[9:5:-1] + x[3:7])
+
+
+def test_runtime_offset_out_of_range_and_non_integer_offsets_are_refused():
+    x = RNG.standard_normal((10, 8)).astype(np.float32)
+    with pytest.raises(IndexError, match="out-of-bounds access"):
+        _runtime_rows(x, np.array([[7]], np.int32))  # rows 7..10: past the tensor
+
+    @nki.jit
+    def float_offset(x, off):
+        out = nl.ndarray((4, 8), dtype=x.dtype, buffer=nl.shared_hbm)
+        o = nl.load(off)[0, 0]  # planted bug: a float is no address
+        nl.store(out, value=nl.load(x[o + nl.arange(4)[:, None], nl.arange(8)[None, :]]))
+        return out
+
+    with pytest.raises(NKIError, match=r"index type.*one-element integer tile"):
+        float_offset(x, np.array([[3.0]], np.float32))

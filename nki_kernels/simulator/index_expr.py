@@ -12,6 +12,7 @@ which the gather path of :mod:`indexing` handles.
 from __future__ import annotations
 
 import dis
+import math
 import operator
 import sys
 import warnings
@@ -153,6 +154,8 @@ class AffineExpr(_Ordered):
 
     # -- arithmetic ---------------------------------------------------------------
     def _combine(self, other, sign):
+        if not _is_int(other):
+            other = runtime_offset(other, other)
         if _is_int(other):
             return AffineExpr(self.shape, self.offset + sign * int(other), self.coefs, self.own)
         if isinstance(other, AffineExpr):
@@ -378,6 +381,22 @@ def _boolean_operator(frame):
         if ins.opname not in ("CACHE", "EXTENDED_ARG"):
             prev = ins
     return None
+
+
+def runtime_offset(x, default=None):
+    """The value of ``x`` as an index offset when ``x`` is a one-element integer tile (a scalar read
+    from SBUF, ``nl.load(t)[0, 0]``), else ``default``. Added to an ``nl.arange`` expression it is a
+    run-time offset, the register value the DMA reads when it runs; the simulator reads it now."""
+    if not (hasattr(x, "buffer") and hasattr(x, "dtype") and hasattr(x, "shape")):
+        return default
+    if getattr(x.buffer, "name", None) not in ("sbuf", "psum") or not np.issubdtype(np.dtype(x.dtype), np.integer):
+        return default
+    if math.prod(x.shape) != 1:
+        return default
+    vals = np.asarray(x.data)
+    if getattr(x, "nb", 0) and np.unique(vals).size > 1:
+        raise NotBatchable("a run-time index offset that differs between the programs of a batch")
+    return int(vals.reshape(-1)[0])
 
 
 class BExpr(_Ordered):

@@ -29,6 +29,7 @@ from .dtypes import (bfloat16, bool_, float8_e4m3, float8_e5m2, float16, float32
                      tfloat32, uint8, uint16, uint32)
 from .errors import NKIError, NotBatchable
 from .index_expr import AffineExpr, BExpr, Mask  # noqa: F401 - Mask is part of nl's surface
+from .index_expr import runtime_offset as _runtime_offset
 from .indexing import _full_mask, mask_box
 
 __all__ = [n for n in dir() if not n.startswith("_")]
@@ -967,7 +968,9 @@ fp32 = finfo(float32)  # nl.fp32.min is the most negative fp32, the samples' -in
 
 
 def ds(start, size):
-    """The index range ``start, start+1, ..., start+size-1`` (``nl.ds``, a dynamic slice)."""
+    """The index range ``start, start+1, ..., start+size-1`` (``nl.ds``, a dynamic slice); ``start``
+    may be a one-element integer tile, a run-time offset (see index_expr.runtime_offset)."""
+    start = _runtime_offset(start, start)
     return slice(start, start + size)
 
 
@@ -1393,6 +1396,22 @@ def _install_operators():
         setattr(Tile, f"__{dunder}__", (lambda f: lambda self, other: f(self, other))(fn))
         if dunder not in ("lt", "le", "gt", "ge"):
             setattr(Tile, f"__r{dunder}__", (lambda f: lambda self, other: f(other, self))(fn))
+    # A one-element integer tile plus or minus an index expression is a run-time offset (see
+    # index_expr.runtime_offset), not an element-wise op on an index.
+    for dunder, sign, flip in (("add", 1, False), ("radd", 1, False), ("sub", 1, True), ("rsub", -1, False)):
+        plain = getattr(Tile, f"__{dunder}__")
+
+        def op(self, other, plain=plain, sign=sign, flip=flip):
+            if isinstance(other, (AffineExpr, BExpr)):
+                v = _runtime_offset(self)
+                if v is None:
+                    raise NKIError("index type", f"a tile of shape {self.shape} {self.dtype} combined with an index "
+                                   "expression: only a one-element integer tile (a scalar read from SBUF) is a "
+                                   "run-time index offset")
+                return (-other if flip else other) + sign * v
+            return plain(self, other)
+
+        setattr(Tile, f"__{dunder}__", op)
     # `tile != None` (an optional operand test, as nki-library writes it) is Python identity, not an op.
     Tile.__eq__ = lambda self, other: NotImplemented if other is None else g["equal"](self, other)
     Tile.__ne__ = lambda self, other: NotImplemented if other is None else g["not_equal"](self, other)
