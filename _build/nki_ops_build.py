@@ -3,7 +3,7 @@
 Every wheel it builds (``pip install .``, ``pip wheel .``, ``pip install -e .``) carries
 ``nki_ops_simulator.pth`` at its root, so the installer puts it into site-packages and the
 interpreter runs its one line at start-up. The line (``HOOK_LINE`` of
-``nki_kernels/simulator/startup.py``, read from the source tree so there is one copy) reads one
+``nki_ops/simulator_hook.py``, read from the source tree so there is one copy) reads one
 environment variable and imports nothing unless ``NKI_SIMULATOR`` is set.
 
 setuptools has no option for a file at the wheel's root outside a package (``data_files`` land
@@ -27,10 +27,10 @@ _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _hook_line() -> bytes:
-    path = os.path.join(_ROOT, "nki_kernels", "simulator", "startup.py")
-    spec = importlib.util.spec_from_file_location("_nki_ops_startup", path)
+    path = os.path.join(_ROOT, "nki_ops", "simulator_hook.py")
+    spec = importlib.util.spec_from_file_location("_nki_ops_simulator_hook", path)
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)  # startup.py imports only the standard library at module level
+    spec.loader.exec_module(module)  # the hook module imports only the standard library
     return module.HOOK_LINE.encode()
 
 

@@ -102,3 +102,31 @@ def test_installed_wheel_runs_unmodified_scripts_with_the_variable(wheel, tmp_pa
     # Without the variable the hook imports nothing: no NumPy, no nki_kernels at start-up.
     quiet = _python(target, "import sys; print(sorted(m for m in ('numpy', 'nki_kernels', 'nki') if m in sys.modules))")
     assert quiet.returncode == 0 and quiet.stdout.strip() == "[]", quiet.stderr
+
+
+def test_with_the_variable_nothing_is_imported_until_the_script_imports_nki(wheel, tmp_path):
+    target = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],
+                   check=True, capture_output=True, timeout=600)
+    code = ("import sys; before = sorted(m for m in ('numpy', 'nki_kernels', 'nki') if m in sys.modules)\n"
+            "import nki\n"
+            "print(before, nki.__nki_ops_simulator__, nki.__spec__.name)")
+    r = _python(target, code, NKI_SIMULATOR="1")
+    assert r.returncode == 0, r.stderr[-3000:]
+    # the registered package keeps its own spec (the import system stamps one on; the hook puts it back)
+    assert r.stdout.split() == ["[]", "True", "nki_kernels.simulator.standalone"]
+
+
+def test_a_genuine_nki_package_wins_over_the_hook(wheel, tmp_path):
+    """Where the real standalone nki imports, NKI_SIMULATOR=1 leaves it alone (it has its own switch)."""
+    target = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],
+                   check=True, capture_output=True, timeout=600)
+    fake = target / "nki"
+    fake.mkdir()
+    (fake / "__init__.py").write_text("GENUINE = True\ndef jit(f):\n    return f\n")
+    (fake / "language.py").write_text("")
+    (fake / "isa.py").write_text("")
+    r = _python(target, "import nki, nki.language; print(nki.GENUINE, nki.__spec__.name, hasattr(nki, "
+                        "'__nki_ops_simulator__'))", NKI_SIMULATOR="1")
+    assert r.returncode == 0 and r.stdout.split() == ["True", "nki", "False"], r.stderr[-3000:]

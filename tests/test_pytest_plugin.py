@@ -106,6 +106,8 @@ def test_without_the_option_the_suite_cannot_import_nki(project):
 def test_nki_sim_under_xdist(project):
     r = _pytest(project, "--nki-sim", "-n", "2")
     assert r.returncode == 0 and "4 passed" in r.stdout, r.stdout[-3000:] + r.stderr[-3000:]
+    # workers start with NKI_SIMULATOR=1: the start-up hook imports nothing before pytest looks
+    assert "PytestAssertRewriteWarning" not in r.stdout + r.stderr
 
 
 def test_header_says_what_the_option_did(project):

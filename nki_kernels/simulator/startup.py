@@ -4,10 +4,11 @@ The official simulator guide: "Set this environment variable and run your existi
 framework code with NKI kernel calls with zero code changes -- every ``@nki.jit``
 kernel automatically runs on the simulator". Here that takes an interpreter
 start-up hook, because nothing of ``nki_kernels`` runs before the script's own
-``import nki``: a ``.pth`` file in site-packages whose one line calls
-:func:`activate` when ``NKI_SIMULATOR`` is set (and does nothing else, so
-interpreters without the variable do not even import NumPy). :func:`activate`
-calls :func:`~nki_kernels.simulator.install`, which registers the simulator as
+``import nki``: a ``.pth`` file in site-packages whose one line, when ``NKI_SIMULATOR`` is set,
+arms a finder (:mod:`nki_ops.simulator_hook`) that runs
+:func:`~nki_kernels.simulator.install` at the script's first ``import nki`` /
+``import neuronxcc`` (and does nothing else, so interpreters without the variable
+do not even import NumPy). :func:`activate` installs at once; ``install()``, which registers the simulator as
 ``nki`` / ``neuronxcc.nki`` unless the genuine packages import (those have their
 own ``NKI_SIMULATOR`` switch). Every nki-ops wheel carries the hook
 (``pip install`` of the project or of its wheel, editable installs too: the build backend
@@ -21,21 +22,14 @@ simulator (torch / JAX through ``torch_ops`` / ``jax_ops``).
 
 from __future__ import annotations
 
-import os
 import sys
 import sysconfig
 from pathlib import Path
 
-HOOK_NAME = "nki_ops_simulator.pth"
-# One line, executed by `site` at start-up: cheap unless the variable is set.
-HOOK_LINE = ("import os; os.environ.get('NKI_SIMULATOR', '').strip().lower() not in ('', '0', 'false', 'no', 'off') "
-             "and __import__('nki_kernels.simulator.startup', fromlist=['activate']).activate()\n")
-
-
-def enabled(environ=None) -> bool:
-    """Whether ``NKI_SIMULATOR`` asks for the simulator (set, and not 0 / false / no / off)."""
-    value = (os.environ if environ is None else environ).get("NKI_SIMULATOR", "")
-    return value.strip().lower() not in ("", "0", "false", "no", "off")
+# The hook's line and its lazy finder live in the light nki_ops package (importing anything under
+# nki_kernels imports all of it): with the variable set, the simulator is installed at the script's
+# first `import nki` / `import neuronxcc`, not at interpreter start-up.
+from nki_ops.simulator_hook import HOOK_LINE, HOOK_NAME, enabled  # noqa: E402,F401 - this module's API
 
 
 def activate(environ=None) -> bool:
