@@ -481,3 +481,28 @@ def test_runtime_offset_out_of_range_and_non_integer_offsets_are_refused():
 
     with pytest.raises(NKIError, match=r"index type.*one-element integer tile"):
         float_offset(x, np.array([[3.0]], np.float32))
+
+
+# ---------------------------------------------------------------------------
+# neuronxcc.nki.typing.tensor is a type (kernels write isinstance(x, nt.tensor)) and an annotation
+# ---------------------------------------------------------------------------
+def test_typing_tensor_is_a_type_for_isinstance():
+    from nki_kernels.simulator.nki import typing as nt
+
+    seen = {}
+
+    @nki.jit
+    def k(x: nt.tensor[8, 8], scale: float):
+        seen["arg"] = isinstance(x, nt.tensor)
+        t = nl.load(x)
+        seen["tile"] = isinstance(t, nt.tensor) and isinstance(t, nt.mutable_tensor)
+        seen["number"] = isinstance(scale, nt.tensor)
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        nl.store(out, value=nl.multiply(t, scale))
+        return out
+
+    x = RNG.standard_normal((8, 8)).astype(np.float32)
+    np.testing.assert_array_equal(k(x, 2.0), x * 2)
+    assert seen == {"arg": True, "tile": True, "number": False}
+    assert isinstance(nt.tensor, type) and nt.tensor[128, 512] is nt.tensor
+    assert not isinstance(np.zeros(3), nt.tensor)  # a host array is not an NKI tensor

@@ -1,16 +1,36 @@
-"""``nki.typing``: type annotations used in kernel signatures (no runtime checks)."""
+"""``nki.typing``: the types kernel signatures are annotated with.
+
+``nt.tensor`` is a type: ``isinstance(x, nt.tensor)`` holds for every NKI tensor (an HBM tensor or
+region, an SBUF/PSUM tile), as kernels test their arguments, and ``nt.tensor[shape, dtype]`` is an
+annotation (shapes and dtypes are not checked at run time).
+"""
 
 from typing import Any
 
-tensor = Any
-"""Annotation for an HBM tensor argument (``nt.tensor``)."""
+
+class _TensorType(type):
+    """Metaclass of the annotation types: an instance check asks whether a value is an NKI tensor."""
+
+    def __instancecheck__(cls, obj):
+        from ..access_pattern import NkiTensor
+
+        return isinstance(obj, NkiTensor)
+
+    def __subclasscheck__(cls, sub):
+        from ..access_pattern import NkiTensor
+
+        return isinstance(sub, type) and (issubclass(sub, NkiTensor) or type.__subclasscheck__(cls, sub))
 
 
-class _Subscriptable:
-    def __getitem__(self, item):
-        return Any
+class tensor(metaclass=_TensorType):
+    """An NKI tensor argument (``nt.tensor``, ``nt.tensor[shape, dtype]``)."""
+
+    def __class_getitem__(cls, item):
+        return cls
 
 
-tensor = _Subscriptable()  # noqa: F811 - `nt.tensor[shape, dtype]` is also used
-mutable_tensor = _Subscriptable()
+class mutable_tensor(tensor):
+    """An NKI tensor argument the kernel writes (``nt.mutable_tensor[shape, dtype]``)."""
+
+
 scalar = Any
