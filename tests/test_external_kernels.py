@@ -506,3 +506,20 @@ def test_typing_tensor_is_a_type_for_isinstance():
     assert seen == {"arg": True, "tile": True, "number": False}
     assert isinstance(nt.tensor, type) and nt.tensor[128, 512] is nt.tensor
     assert not isinstance(np.zeros(3), nt.tensor)  # a host array is not an NKI tensor
+
+
+def test_nl_op_mask_covers_its_operand_past_the_edge():
+    @nki.jit
+    def k(x):
+        out = nl.ndarray((8, 24), dtype=x.dtype, buffer=nl.shared_hbm)
+        i_p, i_f = nl.arange(8)[:, None], nl.arange(24)[None, :]
+        t = nl.load(x)
+        nl.store(out, value=nisa.memset((8, 24), 0.0, nl.float32))
+        y = nl.add(t[i_p, 16 + i_f], 1.0, mask=(16 + i_f < 32))
+        nl.store(out[i_p, i_f], value=nl.exp(y, mask=(16 + i_f < 32)), mask=(16 + i_f < 32))
+        return out
+
+    x = RNG.standard_normal((8, 32)).astype(np.float32)
+    want = np.zeros((8, 24), np.float32)
+    want[:, :16] = np.exp(x[:, 16:] + 1.0)
+    np.testing.assert_allclose(k(x), want, rtol=1e-6)

@@ -377,6 +377,26 @@ class OutOfBoundsRead:
         raise self.error
 
 
+def read_inside(x, mask):
+    """Operand ``x`` as an instruction with ``mask=`` reads it: itself, unless it is a view reaching
+    outside its tile; then, when ``mask`` (written over the operand's index variables, as the
+    layernorm tutorial's ``bn_stats(t[i_p, j * F + i_f], mask=(j * F + i_f < n))``) hides every
+    element outside, a tile of its inside values (zero outside: never read); otherwise the view's
+    out-of-bounds error."""
+    outside = x.out_of_bounds() if type(x) is Tile else None
+    if outside is None:
+        return x
+    from .indexing import full_mask
+
+    try:
+        keep = None if mask is None else full_mask(mask, tuple(x.shape))
+    except NKIError:
+        keep = None  # (a mask of the result's shape does not guard this operand)
+    if keep is None or (keep & ~outside.inside).any():
+        raise outside.error
+    return Tile(outside.values, x.buffer, 0, parent=x._parent)
+
+
 def _out_of_bounds_view(parent, idx, data, err):
     """A view of ``parent`` at ``idx`` that reaches outside it: its values are deferred to an
     :class:`OutOfBoundsRead` (see there)."""

@@ -17,6 +17,7 @@ from . import profile as _prof
 from .core import PMAX as _PMAX, Access as _Access, HBMTensor as _HBMTensor, Tile as _Tile
 from .core import psum as _psum, sbuf as _sbuf
 from .core import current_or_none as _current_or_none
+from .core import read_inside as _read_inside
 from .errors import NKIError as _NKIError
 from .errors import NotBatchable as _NotBatchable
 from .indexing import _full_mask
@@ -43,9 +44,8 @@ def _tile(x, name, op, buffers=(_sbuf, _psum), mask=None):
     if not isinstance(x, _Tile):
         _nl._values(x, name)
         raise _NKIError("operand type", f"nisa.{op}: {name} must be a tile, got {type(x).__name__}")
-    outside = x.out_of_bounds()
-    if outside is not None:
-        x = _inside(x, outside, mask)
+    if x._thunk is not None:
+        x = _read_inside(x, mask)
     if x.buffer not in buffers:
         allowed = " or ".join(b.name.upper() for b in buffers)
         raise _NKIError("operand memory", f"nisa.{op}: {name} (shape {x.shape}) is in {x.buffer.name.upper()}; "
@@ -53,20 +53,6 @@ def _tile(x, name, op, buffers=(_sbuf, _psum), mask=None):
     if x._diag is not None or _diag.loops:
         _diag.on_read(x)
     return x
-
-
-def _inside(x, outside, mask):
-    """Operand ``x``, a view reaching outside its tile, as the instruction reads it: allowed when
-    ``mask`` (written over the operand's index variables, as the layernorm tutorial's
-    ``bn_stats(t[i_p, j * F + i_f], mask=(j * F + i_f < n))``) hides every element outside; those
-    are not read (zero here). Otherwise the view's out-of-bounds error."""
-    try:
-        keep = None if mask is None else _full_mask(mask, tuple(x.shape))
-    except _NKIError:
-        keep = None  # (a mask of the result's shape does not guard this operand)
-    if keep is None or (keep & ~outside.inside).any():
-        raise outside.error
-    return _Tile(outside.values, x.buffer, 0, parent=x._parent)
 
 
 def _reading_mask(x, mask, out_shape, op):

@@ -25,6 +25,7 @@ from . import rebound as _rebound
 from .core import (Access, Buffer, HBMTensor, PMAX, Tile, current, current_or_none, hbm, par_dim,
                    private_hbm, psum, sbuf, shared_hbm)
 from .core import fill_sentinel as _fill_sentinel, uninitialised_tile as _uninitialised_tile
+from .core import read_inside as _read_inside
 from .dtypes import (bfloat16, bool_, float8_e4m3, float8_e5m2, float16, float32, int8, int16, int32,
                      tfloat32, uint8, uint16, uint32)
 from .errors import NKIError, NotBatchable
@@ -273,6 +274,8 @@ def _make_unary(name, fn):
                 return Tile(None, sbuf, thunk=(fn, (a,), a.shape, d))
             a = dt.compute_view(a)
         else:
+            if mask is not None:
+                x = _read_inside(x, mask)
             a = _values(x, "x")
         out_dtype = _out_dtype(dtype if dtype is not None or name not in _BOOL_RESULT else dt.bool_, x)
         lazy = _deferred(fn, (a,), out_dtype, mask, "Scalar")
@@ -330,6 +333,8 @@ def _make_binary(name, fn):
                 return Tile(None, sbuf, thunk=(fn, (a, y), a.shape, a.dtype))
             a, b = dt.compute_view(a), y
         else:
+            if mask is not None:
+                x, y = _read_inside(x, mask), _read_inside(y, mask)
             a, b = _values(x, "x"), _values(y, "y")
         if (a.shape != b.shape) if type(a) is np.ndarray and type(b) is np.ndarray else np.shape(a) != np.shape(b):
             a, b = _align_partitions(x, y, a, b)
