@@ -20,7 +20,8 @@ import os
 import zipfile
 
 from setuptools import build_meta as _setuptools
-from setuptools.build_meta import *  # noqa: F401,F403 - every other hook is setuptools' own
+# Every other PEP 517 hook (sdist, metadata, requirements) is setuptools' own.
+from setuptools.build_meta import *
 
 HOOK_NAME = "nki_ops_simulator.pth"
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -3,10 +3,9 @@
     nki-ops run examples/first_generation_kernel.py
 """
 
-import numpy as np
-
-import neuronxcc.nki as nki
+import neuronxcc.nki as nki  # noqa: PLR0402 - the official pages spell it so
 import neuronxcc.nki.language as nl
+import numpy as np
 
 
 @nki.jit

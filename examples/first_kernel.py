@@ -6,11 +6,10 @@ On a Trainium host with the Neuron SDK the same file runs on the device (``impor
 the genuine package).
 """
 
-import numpy as np
-
 import nki
 import nki.isa as nisa
 import nki.language as nl
+import numpy as np
 
 
 @nki.jit

@@ -9,7 +9,8 @@ import importlib.util
 import numpy as np
 
 import nki_kernels
-from nki_kernels.backend import nki, nl   # the genuine Neuron stack's if it imports, else the simulator
+# nki / nl: the genuine Neuron stack's where it imports, else the simulator's
+from nki_kernels.backend import nki, nl
 
 P = 128  # rows per program (one partition each)
 

@@ -38,7 +38,7 @@ def report(name, got, ref, tol="fp32"):
     ok = bool((err <= t + t * np.abs(ref)).all())
     if not ok:
         FAILED.append(name)
-    print(f"  {name:<40} {str(tuple(np.shape(got))):<14} max |err| {err.max():.1e}   "
+    print(f"  {name:<40} {tuple(np.shape(got))!s:<14} max |err| {err.max():.1e}   "
           f"rtol=atol={t:.0e} ({tol})  {'OK' if ok else 'FAIL'}")
 
 

@@ -21,7 +21,7 @@ from rich.console import Console
 
 from nki_kernels.simulator import profile
 from nki_ops import profiling
-from nki_ops.profiling import load_kernel, random_input  # noqa: F401 - the script's helpers, kept by name
+from nki_ops.profiling import load_kernel, random_input
 
 
 def _default_reports(args):

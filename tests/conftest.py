@@ -34,8 +34,8 @@ def pytest_ignore_collect(collection_path, config):
 def pytest_report_header(config):
     """Say up front when the torch-xla tests are left out."""
     if _XLA_MISSING:
-        return ["tests/xla: left out, torch-xla is not installed in this environment "
-                "(scripts/test.sh runs them in .venv-xla)"]
+        return [("tests/xla: left out, torch-xla is not installed in this environment "
+                 "(scripts/test.sh runs them in .venv-xla)")]
     return []
 
 

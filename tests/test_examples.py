@@ -23,6 +23,6 @@ def test_example_runs(path):
     cmd = [sys.executable, "-m", "nki_ops.cli", "run", str(path)] if path.name in UNMODIFIED else [sys.executable,
                                                                                                   str(path)]
     env = {k: v for k, v in os.environ.items() if k != "NKI_SIMULATOR"}
-    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600, cwd=path.parent.parent)
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600, cwd=path.parent.parent, check=False)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     assert "OK" in r.stdout and "FAIL" not in r.stdout

@@ -32,7 +32,7 @@ def test_nki_ops_commands_it_shows_parse():
 
 def test_every_environment_variable_in_the_table_is_read_somewhere():
     table = README.split("## Environment variables", 1)[1].split("\n## ", 1)[0]
-    names = set(re.findall(r"^\| `([A-Z_]+)", table, re.M))
+    names = set(re.findall(r"^\| `([A-Z_]+)", table, re.MULTILINE))
     assert {"NKI_SIMULATOR", "NKI_SIM_SHADOW"} <= names
     sources = "".join(p.read_text() for d in ("nki_kernels", "jax_ops", "torch_ops", "nki_ops", "tests")
                       for p in (ROOT / d).rglob("*.py"))

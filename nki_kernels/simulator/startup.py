@@ -28,8 +28,8 @@ from pathlib import Path
 
 # The hook's line and its lazy finder live in the light nki_ops package (importing anything under
 # nki_kernels imports all of it): with the variable set, the simulator is installed at the script's
-# first `import nki` / `import neuronxcc`, not at interpreter start-up.
-from nki_ops.simulator_hook import HOOK_LINE, HOOK_NAME, enabled  # noqa: E402,F401 - this module's API
+# first `import nki` / `import neuronxcc`, not at interpreter start-up. Re-exported: this module's API.
+from nki_ops.simulator_hook import HOOK_LINE, HOOK_NAME, enabled
 
 
 def activate(environ=None) -> bool:
