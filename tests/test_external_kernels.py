@@ -523,3 +523,32 @@ def test_nl_op_mask_covers_its_operand_past_the_edge():
     want = np.zeros((8, 24), np.float32)
     want[:, :16] = np.exp(x[:, 16:] + 1.0)
     np.testing.assert_allclose(k(x), want, rtol=1e-6)
+
+
+# ---------------------------------------------------------------------------
+# A kernel returning an SBUF tile (NKI Known Issues: "Top-level tensors must be on HBM"): NumPy
+# meeting the returned tile gets the rule, naming the host line, not a tile-iteration error
+# ---------------------------------------------------------------------------
+def test_returned_sbuf_tile_meets_numpy_with_the_rule():
+    @nki.jit
+    def returns_tile(x):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        t = nl.exp(nl.load(x))
+        nl.store(out, value=t)
+        return t  # planted bug: the SBUF tile, not `out`
+
+    got = returns_tile(np.zeros((4, 4), np.float32))
+    with pytest.raises(NKIError, match=r"kernel result.*SBUF tile of shape \(4, 4\).*HBM.*test_external_kernels"):
+        np.allclose(got, 1.0)
+
+
+def test_host_math_on_a_tile_inside_a_kernel_is_an_operand_error():
+    @nki.jit
+    def host_math(x):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        t = nl.load(x)
+        nl.store(out, value=np.asarray(t) + 1)  # planted bug: NumPy on on-chip data
+        return out
+
+    with pytest.raises(NKIError, match="on-chip data, not a host array"):
+        host_math(np.zeros((4, 4), np.float32))

@@ -377,6 +377,19 @@ class OutOfBoundsRead:
         raise self.error
 
 
+def _caller_outside_numpy():
+    """``file:line`` of the innermost frame outside the simulator and NumPy (the host code that handed
+    a tile to NumPy)."""
+    import os
+    import sys
+
+    skip = (os.path.dirname(os.path.abspath(__file__)), os.path.dirname(os.path.abspath(np.__file__)))
+    frame = sys._getframe(2)
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(skip):
+        frame = frame.f_back
+    return f"{frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}" if frame else "<unknown>"
+
+
 def read_inside(x, mask):
     """Operand ``x`` as an instruction with ``mask=`` reads it: itself, unless it is a view reaching
     outside its tile; then, when ``mask`` (written over the operand's index variables, as the
@@ -889,3 +902,14 @@ class Tile(NkiTensor):
 
     def __iter__(self):
         raise NKIError("tile iteration", "tiles cannot be iterated in Python; index them or use nl ops")
+
+    def __array__(self, dtype=None, copy=None):
+        # NumPy asks for this when a tile reaches host code: a kernel that returned an SBUF/PSUM tile
+        # (its caller compares the result with NumPy) or host math on a tile inside a kernel.
+        if current_or_none() is None:
+            raise NKIError("kernel result", f"a {self.buffer.name.upper()} tile of shape {self.shape} reached host "
+                           "code: on-chip memory does not outlive its kernel, and a top-level kernel returns HBM "
+                           "tensors (NKI Known Issues: \"Top-level tensors must be on HBM\"); nl.store the tile "
+                           "into an nl.ndarray(..., buffer=nl.shared_hbm) and return that", _caller_outside_numpy())
+        raise NKIError("operand type", f"a tile of shape {self.shape} is on-chip data, not a host array; compute "
+                       "on it with nl / nisa ops")
