@@ -552,3 +552,24 @@ def test_host_math_on_a_tile_inside_a_kernel_is_an_operand_error():
 
     with pytest.raises(NKIError, match="on-chip data, not a host array"):
         host_math(np.zeros((4, 4), np.float32))
+
+
+def test_a_single_value_tile_reshapes_to_one_partition():
+    @nki.jit
+    def k(x):
+        out = nl.ndarray((1, 1), dtype=x.dtype, buffer=nl.shared_hbm)
+        v = nl.load(x)[2, 3]
+        nl.store(out, value=v.reshape((1, 1)))
+        return out
+
+    x = RNG.standard_normal((4, 8)).astype(np.float32)
+    np.testing.assert_array_equal(k(x), x[2:3, 3:4])
+
+    @nki.jit
+    def too_many(x):
+        out = nl.ndarray((1, 2), dtype=x.dtype, buffer=nl.shared_hbm)
+        nl.store(out, value=nl.load(x)[2, 3].reshape((1, 2)))  # planted bug: one value, two elements
+        return out
+
+    with pytest.raises(NKIError, match="reshape"):
+        too_many(x)

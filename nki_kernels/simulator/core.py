@@ -860,6 +860,8 @@ class Tile(NkiTensor):
             shape = tuple(shape[0])
         shape = tuple(int(s) for s in shape)
         base = self.shape[self.pdim:] if self.pdim else self.shape
+        if not base:
+            base = (1,)  # a single value (t[0, 0]) sits on one partition
         if not shape or shape[0] != base[0] or math.prod(shape) != math.prod(self.shape):
             raise NKIError("reshape", f"cannot reshape a {self.buffer.name} tile of shape {self.shape} into "
                            f"{shape}: the element count and the partition size ({base[0]}) must stay")
