@@ -573,3 +573,23 @@ def test_a_single_value_tile_reshapes_to_one_partition():
 
     with pytest.raises(NKIError, match="reshape"):
         too_many(x)
+
+
+def test_block_subscript_of_a_block_view_is_not_taken_for_a_partition():
+    # nki-samples' flash attention backward: dy_o_sum[i_q_head] is a view of a
+    # (heads, tiles, par_dim(128), 1) tensor; view[i_tile, :, 0] is that block's [128] column
+    @nki.jit
+    def k(x):
+        out = nl.ndarray((128, 1), dtype=x.dtype, buffer=nl.shared_hbm)
+        buf = nl.ndarray((2, 3, nl.par_dim(128), 1), dtype=nl.float32)
+        for h in nl.affine_range(2):
+            for i in nl.affine_range(3):
+                buf[h, i, :, 0] = nl.load(x[h * 3 + i])
+        head = buf[1]
+        col = head[2, :, 0]
+        assert col.shape == (128,)
+        nl.store(out, value=nl.multiply(col, 2.0))
+        return out
+
+    x = RNG.standard_normal((6, 128, 1)).astype(np.float32)
+    np.testing.assert_array_equal(k(x), x[5] * 2)

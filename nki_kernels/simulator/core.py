@@ -640,7 +640,11 @@ class Tile(NkiTensor):
             return col[key]
         key = self._keep_partition(key)
         idx = resolve(self.shape, key, self.buffer.tile_label)
-        block_ints = isinstance(key, tuple) and self.pdim and len(key) <= self.pdim
+        # Integers on block axes only (t[b] / t[b0, b1] of a block-dimension tensor) select a block:
+        # the view keeps the partition axis, after the block axes the integers left.
+        lead = (key,) if isinstance(key, (int, np.integer)) and not isinstance(key, bool) else key
+        block_ints = (self.pdim and type(lead) is tuple and len(lead) <= self.pdim
+                      and all(isinstance(k, (int, np.integer)) for k in lead))
         data = self._raw()  # making a view reads nothing; the view's readers are counted
         if self.nb:
             try:
@@ -658,7 +662,7 @@ class Tile(NkiTensor):
             except NKIIndexError as err:
                 view = _out_of_bounds_view(self, idx, data, err)
         if block_ints:
-            view.pdim = 0
+            view.pdim = self.pdim - len(lead)
         m = self._mem
         if m is not None and m.blocks is not None:  # a block of a block-dimension tensor: its own live range
             b = _memory.block_index(self, key)
@@ -675,6 +679,11 @@ class Tile(NkiTensor):
         partition size. (All-integer subscripts and block subscripts keep NumPy's meaning.)"""
         if type(key) is not tuple or len(key) <= self.pdim + 1:
             return key
+        t = self
+        while t is not None:  # (a view of a block-dimension tensor may not know where its partition axis is)
+            if t.pdim and t is not self:
+                return key
+            t = t._parent
         k = key[self.pdim]
         if not (isinstance(k, (int, np.integer)) and not isinstance(k, bool)):
             return key
