@@ -749,3 +749,28 @@ def test_integer_divide_is_computed_in_float_and_truncated_to_the_integer_dtype(
     assert got.dtype == np.int32
     np.testing.assert_array_equal(got, np.trunc(a / b).astype(np.int32))
     assert (got[0] == [3, 4, -3, 3]).all()
+
+
+def test_a_block_of_a_two_block_axis_tensor_keeps_its_partition_axis():
+    # nki-samples' flash-attention backward passes dy_o_sum[i_q_head] (a [heads, tiles, par_dim(128),
+    # 1] tensor) to a helper that reads dy_o_sum_head[j, :, 0] as a [128, 1] scalar operand.
+    from nki_kernels.simulator import isa as nisa
+
+    x = RNG.standard_normal((2, 3, 128, 1)).astype(np.float32)
+    d = RNG.standard_normal((128, 64)).astype(np.float32)
+
+    @nki.jit
+    def k(xs, data):
+        out = nl.ndarray((2, 3, 128, 64), nl.float32, buffer=nl.shared_hbm)
+        t = nl.ndarray((2, 3, nl.par_dim(128), 1), nl.float32, buffer=nl.sbuf)
+        dd = nl.load(data)
+        for h in nl.affine_range(2):
+            for j in nl.affine_range(3):
+                t[h, j, :, :] = nl.load(xs[h, j])
+        for h in nl.affine_range(2):
+            head = t[h]  # (a [3, par_dim(128), 1] view: its partition axis is still axis 1)
+            for j in nl.affine_range(3):
+                nl.store(out[h, j], nisa.tensor_scalar(data=dd, op0=np.multiply, operand0=head[j, :, 0]))
+        return out
+
+    np.testing.assert_allclose(k(x, d), x * d[None, None], rtol=1e-6)
