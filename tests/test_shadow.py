@@ -243,3 +243,28 @@ def test_an_output_returned_through_a_reshape_is_checked_and_filled_like_the_out
     assert len(reports) == (0 if mode == "off" else 1)
     if reports:
         assert "4096 of its 8192 elements were never stored (first at (32, 0))" in reports[0]
+
+
+@nki.jit
+def noisy(a):
+    out = nl.ndarray((128, 64), nl.float32, buffer=nl.shared_hbm)
+    r = nl.rand((128, 64), dtype=nl.float32)
+    nl.device_print("first row", nl.load(a[0:1, :]))
+    nl.store(out, nl.add(nl.load(a), r))
+    return out
+
+
+def test_unseeded_random_numbers_and_prints_agree_and_print_once(shadow, capsys):
+    a = RNG.standard_normal((128, 64), dtype=np.float32)
+    first, second = noisy(a), noisy(a)
+    assert not np.array_equal(first, second)  # (unseeded: each launch draws anew)
+    for got in (first, second):
+        assert ((got - a) >= 0).all() and ((got - a) < 1).all()
+    assert capsys.readouterr().out.count("first row") == 2  # (one print per launch, not per run)
+
+
+def test_an_array_passed_twice_stays_one_array_in_the_reference_run(shadow):
+    # NumPy multiplies a.T @ a of one buffer by another BLAS routine: the reference run's copy of the
+    # inputs must keep them one array, or its last bits differ.
+    a = RNG.standard_normal((512, 128), dtype=np.float32)
+    np.testing.assert_allclose(psum_accumulate(a, a), a.T.astype(np.float64) @ a, rtol=1e-4, atol=1e-3)

@@ -54,18 +54,23 @@ def test_zero_leaves_blas_as_it_is(monkeypatch):
     assert inside == after and all(n == 2 for n in inside)
 
 
-@pytest.mark.parametrize("load, threads", [(0.0, 2), (0.9, 2), (1.2, 1), (4.0, 1), (40.0, 1)])
-def test_auto_takes_the_cores_the_load_leaves_idle_plus_its_own(monkeypatch, load, threads):
-    monkeypatch.setattr(blas, "usable_cpus", lambda: 2)
-    monkeypatch.setattr(blas.os, "getloadavg", lambda: (load, load, load))
-    inside, after = _launch(monkeypatch, "auto")
-    assert inside and all(n == threads for n in inside)
-    assert all(n == 2 for n in after)
+@pytest.mark.parametrize("cpus, workers, threads", [(2, None, 2), (16, "8", 2), (16, "16", 1), (2, "4", 1)])
+def test_auto_shares_the_cpus_among_xdist_workers_whatever_the_load(monkeypatch, cpus, workers, threads):
+    monkeypatch.setattr(blas, "usable_cpus", lambda: cpus)
+    if workers is None:
+        monkeypatch.delenv("PYTEST_XDIST_WORKER_COUNT", raising=False)
+    else:
+        monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", workers)
+    for load in (0.0, 40.0):  # (the count, and so the bits of a product, never follow the load)
+        monkeypatch.setattr(blas.os, "getloadavg", lambda load=load: (load, load, load))
+        inside, after = _launch(monkeypatch, "auto")
+        assert inside and all(n == min(threads, 2) for n in inside)  # (BLAS holds 2 threads here)
+        assert all(n == 2 for n in after)
 
 
 def test_auto_never_raises_the_count_blas_has(monkeypatch):
     monkeypatch.setattr(blas, "usable_cpus", lambda: 8)
-    monkeypatch.setattr(blas.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    monkeypatch.delenv("PYTEST_XDIST_WORKER_COUNT", raising=False)
     inside, after = _launch(monkeypatch, "auto")  # (BLAS holds 2 threads: auto's 8 leaves them)
     assert inside == after and all(n == 2 for n in inside)
 
@@ -77,17 +82,22 @@ def _product(a, b):
     return out
 
 
-def test_the_product_is_the_same_on_one_and_on_two_threads(monkeypatch):
-    monkeypatch.setattr(config, "blas_threads", 0)  # (the launch keeps the count set around it)
+def test_a_launchs_product_is_the_same_whatever_the_machine_load(monkeypatch):
+    # OpenBLAS may round differently on another thread count, so the count must not follow the load:
+    # two launches at load 0 and 40 give the same bits, and NumPy's product at that count.
+    monkeypatch.setattr(config, "blas_threads", "auto")
+    monkeypatch.setattr(blas, "usable_cpus", lambda: 2)
+    monkeypatch.delenv("PYTEST_XDIST_WORKER_COUNT", raising=False)
     rng = np.random.default_rng(2)
     for k, m, n in ((128, 128, 512), (7, 100, 3), (128, 1, 512), (64, 128, 1)):
         a, b = rng.standard_normal((k, m), dtype=np.float32), rng.standard_normal((k, n), dtype=np.float32)
-        with threadpool_limits(limits=1, user_api="blas"):
-            one = _product(a, b)
-        with threadpool_limits(limits=2, user_api="blas"):
-            two = _product(a, b)
-        np.testing.assert_array_equal(one, two)
-        np.testing.assert_allclose(one, a.T.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
+        got = []
+        for load in (0.0, 40.0):
+            monkeypatch.setattr(blas.os, "getloadavg", lambda load=load: (load, load, load))
+            with threadpool_limits(limits=2, user_api="blas"):
+                got.append(_product(a, b))
+        np.testing.assert_array_equal(got[0], got[1])
+        np.testing.assert_allclose(got[0], a.T.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
 
 
 def test_auto_is_the_default_and_a_value_of_the_environment():

@@ -8,12 +8,17 @@ average 4 (a test suite under pytest-xdist, other jobs): OpenBLAS's spinning wor
 the cores, and one nki-samples flash-attention backward test took 207 s against 50 s.
 
 So a launch runs NumPy's BLAS on ``config.blas_threads`` threads (env ``NKI_SIM_BLAS_THREADS``) and
-restores the previous count when it returns. ``auto`` (the default) takes the cores the machine's
-one-minute load average leaves idle, plus the one this process runs on, and at least one; a number
-is a fixed count; 0 leaves BLAS as it is. A launch never raises the count above what BLAS had. The
-count is per process: NumPy matrix products of other threads during a launch use it too. Results
-do not depend on it (BLAS splits a product's rows and columns among its threads, never the
-contraction).
+restores the previous count when it returns. ``auto`` (the default) shares the process's CPUs among
+the pytest-xdist workers of the machine (``PYTEST_XDIST_WORKER_COUNT``; all of them outside
+xdist), at least one; a number is a fixed count; 0 leaves BLAS as it is. A launch never raises the
+count above what BLAS had. The count is per process: NumPy matrix products of other threads during
+a launch use it too.
+
+The count is fixed for the process and never follows the machine's load (it did: the one-minute
+load average chose it) because results depend on it: NumPy's OpenBLAS rounds a 128x128 by 128x512
+fp32 product differently on one thread and on two (15 % of the elements differ in the last bit on
+the development host), so a load-dependent count made a launch's bits depend on what else the
+machine was doing, and shadow mode's second run disagree with the first.
 """
 
 from __future__ import annotations
@@ -42,14 +47,13 @@ def usable_cpus() -> int:
 
 
 def auto_threads() -> int:
-    """``auto``'s thread count: the CPUs the one-minute load average leaves idle, plus this process's
-    own (its running launch is part of the load), between 1 and :func:`usable_cpus`."""
-    cpus = usable_cpus()
+    """``auto``'s thread count: this process's share of its CPUs among the machine's pytest-xdist
+    workers (all of them outside xdist), at least 1; the same for every launch of the process."""
     try:
-        load = os.getloadavg()[0]
-    except OSError:  # (no load average on this platform: the cautious count)
-        return 1
-    return max(1, min(cpus, int(cpus - load) + 1))
+        workers = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+    except ValueError:
+        workers = 1
+    return max(1, usable_cpus() // workers)
 
 
 @contextlib.contextmanager

@@ -895,7 +895,10 @@ def _rng():
     if prog is None:
         return np.random
     if getattr(prog, "rng", None) is None:
-        prog.rng = np.random.default_rng()
+        launch = getattr(prog, "launch", None)
+        seed = getattr(launch, "seed", None)
+        pid = tuple(int(i) for i in prog.pid) if seed is not None and not getattr(prog, "nb", 0) else None
+        prog.rng = np.random.default_rng(None if pid is None else [seed, len(pid), *pid])
     return prog.rng
 
 

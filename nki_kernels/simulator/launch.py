@@ -17,6 +17,7 @@ import importlib
 import inspect
 import itertools
 import math
+import secrets
 import sys
 import threading
 from collections import namedtuple
@@ -228,9 +229,13 @@ def _copy_back(tensors):
 class _LaunchState:
     """Per-launch state shared by the programs: the grid and the shared HBM outputs."""
 
-    def __init__(self, kernel, grid):
+    def __init__(self, kernel, grid, seed=None):
         self.kernel = kernel
         self.grid = grid
+        # Entropy of the launch's unseeded random numbers (nl.rand, nl.dropout): each program's
+        # generator derives from it and the program id, so a path that runs the programs in
+        # another order or batched (and shadow mode's second run, given the same seed) draws the same.
+        self.seed = secrets.randbits(64) if seed is None else seed
         self.shared = []  # k-th shared_hbm allocation of every program is the same tensor
         self.programs = 0
         self.batched = 0  # programs that ran inside vectorised batches
@@ -286,15 +291,16 @@ def _unwrap(result):
     return result
 
 
-def run_programs(kernel: Kernel, grid: tuple, args: list, kwargs: dict, pids=None, outputs=()):
+def run_programs(kernel: Kernel, grid: tuple, args: list, kwargs: dict, pids=None, outputs=(), seed=None):
     """Run the kernel once per program id of ``grid`` (or of ``pids``); returns the last result.
 
     ``outputs``: arrays the launch's ``shared_hbm`` allocations may use (k-th allocation, when
-    shape and dtype match), so results land in caller-owned buffers without a copy."""
+    shape and dtype match), so results land in caller-owned buffers without a copy. ``seed``: the
+    entropy of the launch's unseeded random numbers (default: fresh)."""
     if _cores.in_worker():  # a kernel on a simulated core launching a helper: its launch holds the lock
-        return _run_programs(kernel, grid, args, kwargs, pids, outputs)
+        return _run_programs(kernel, grid, args, kwargs, pids, outputs, seed)
     with _one_launch_at_a_time, _blas.launch_threads():
-        return _run_programs(kernel, grid, args, kwargs, pids, outputs)
+        return _run_programs(kernel, grid, args, kwargs, pids, outputs, seed)
 
 
 # Launches may come from several threads at once (XLA runs independent custom-calls
@@ -303,8 +309,8 @@ def run_programs(kernel: Kernel, grid: tuple, args: list, kwargs: dict, pids=Non
 _one_launch_at_a_time = threading.RLock()
 
 
-def _run_programs(kernel, grid, args, kwargs, pids, outputs):
-    state = _LaunchState(kernel, grid)
+def _run_programs(kernel, grid, args, kwargs, pids, outputs, seed):
+    state = _LaunchState(kernel, grid, seed)
     state.preallocated = tuple(outputs)
     state.some_programs = pids is not None  # (eval_shape traces one program: no peers to meet)
     _diag.launch_begin(state)
@@ -350,9 +356,9 @@ def simulate_into(outputs, kernel, grid, *arrays, **static):
         raise TypeError(f"kernel must be an @nki.jit kernel, got {type(kernel).__name__}")
     grid = normalize_grid(grid)
 
-    def launch(arrays, outputs):
+    def launch(arrays, outputs, seed=None):
         args, kw = _bind(kernel, arrays, static)
-        result, _ = run_programs(kernel, grid, args, kw, outputs=outputs)
+        result, _ = run_programs(kernel, grid, args, kw, outputs=outputs, seed=seed)
         _copy_back((*args, *kw.values()))
         return _unwrap(result)
 

@@ -9,7 +9,11 @@ the inputs with every fast path off and the simulator's caches emptied, and comp
 * the verdict: no error, or the same :class:`~.errors.NKIError` rule (any other exception: the
   same type);
 * every output bit, and every bit the kernel wrote into its inputs (in-place kernels);
-* the diagnostics reported as warnings (rule names, in order).
+* the diagnostics reported as warnings (rule names, in order), and what the kernel printed
+  (``nl.device_print``; printed once).
+
+Both runs draw the same unseeded random numbers (``nl.rand``: one launch seed, per program id).
+With ``config.nan_fill`` off, never-written memory is garbage, so outputs are not compared then.
 
 A disagreement raises :class:`ShadowMismatch` naming both verdicts (or the first differing
 element) and the kernel line; otherwise the fast path's result (or error) is returned as usual.
@@ -18,7 +22,11 @@ It costs one more launch per launch: a testing tool, off by default.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import re
+import secrets
+import sys
 import threading
 import warnings
 
@@ -57,18 +65,20 @@ def wanted() -> bool:
 
 
 def run(kernel, simulate, arrays, outputs):
-    """Run ``simulate(arrays, outputs)`` (one launch of ``kernel``) on its fast path, then
-    ``simulate(copies, ())`` on the reference path; return the fast result if both agree, else raise
-    :class:`ShadowMismatch`."""
-    before = [np.array(a, copy=True) if isinstance(a, np.ndarray) else a for a in arrays]
+    """Run ``simulate(arrays, outputs, seed)`` (one launch of ``kernel``) on its fast path, then
+    ``simulate(copies, (), seed)`` on the reference path (the same entropy for unseeded random
+    numbers); return the fast result if both agree, else raise :class:`ShadowMismatch`."""
+    before = _copies(arrays)
+    seed = secrets.randbits(64)
     _local.depth = getattr(_local, "depth", 0) + 1
     try:
-        fast, fast_error, fast_warnings = _attempt(simulate, arrays, outputs)
+        fast, fast_error, fast_warnings, fast_printed = _attempt(simulate, arrays, outputs, seed)
         with config.reference_path():
             clear_caches()
-            ref, ref_error, ref_warnings = _attempt(simulate, before, ())
+            ref, ref_error, ref_warnings, ref_printed = _attempt(simulate, before, (), seed)
     finally:
         _local.depth -= 1
+    sys.stdout.write(fast_printed)  # (what the kernel printed, nl.device_print: once)
     where = _kernel_line(kernel)
     v_fast, v_ref = _verdict(fast_error), _verdict(ref_error)
     if v_fast != v_ref:
@@ -77,11 +87,14 @@ def run(kernel, simulate, arrays, outputs):
             f"{_describe(fast_error)}; reference path (no vectorising, fresh state): {_describe(ref_error)}"
             f"{_RERUN_HINT if fast_error is None else ''}",
             where=_error_where(fast_error) or _error_where(ref_error) or where)
+    if fast_printed != ref_printed:
+        raise ShadowMismatch(f"{_name(kernel)} prints differently on the fast path ({fast_printed[:200]!r}) and the "
+                             f"reference path ({ref_printed[:200]!r})", where=where)
     if _rules(fast_warnings) != _rules(ref_warnings):
         raise ShadowMismatch(
             f"the fast path and the reference path of {_name(kernel)} report different diagnostics: fast "
             f"path warned {_rules(fast_warnings)}, reference path {_rules(ref_warnings)}", where=where)
-    if fast_error is None:
+    if fast_error is None and config.nan_fill:  # (without the fill, never-written memory is garbage)
         _compare("output", fast, ref, kernel, where)
         _compare("input", [a for a in arrays if isinstance(a, np.ndarray)],
                  [a for a in before if isinstance(a, np.ndarray)], kernel, where, after_run=True)
@@ -98,13 +111,21 @@ _RERUN_HINT = (". If the kernel's Python code changes state outside the kernel (
                "counter), its second run differs for that reason: shadow mode needs kernels that can run twice")
 
 
-def _attempt(simulate, arrays, outputs):
-    with warnings.catch_warnings(record=True) as caught:
+def _copies(arrays) -> list:
+    """Copies of the array arguments, one per distinct array: an array passed twice stays one array
+    (NumPy multiplies ``a.T @ a`` of one buffer by another routine, which rounds differently)."""
+    memo = {}
+    return [memo.setdefault(id(a), np.array(a, copy=True)) if isinstance(a, np.ndarray) else a for a in arrays]
+
+
+def _attempt(simulate, arrays, outputs, seed):
+    printed = io.StringIO()
+    with warnings.catch_warnings(record=True) as caught, contextlib.redirect_stdout(printed):
         warnings.simplefilter("always")
         try:
-            return simulate(arrays, outputs), None, list(caught)
+            return simulate(arrays, outputs, seed), None, list(caught), printed.getvalue()
         except Exception as e:  # noqa: BLE001 - compared, then re-raised
-            return None, e, list(caught)
+            return None, e, list(caught), printed.getvalue()
 
 
 def _verdict(error):
@@ -163,7 +184,10 @@ def _compare(what, fast, ref, kernel, where, after_run=False):
     for (path, a), (_, b) in zip(fl, rl):
         label = f"{what} {'/'.join(map(str, path)) or '0'}" + (" (written by the kernel)" if after_run else "")
         if not isinstance(a, np.ndarray) or not isinstance(b, np.ndarray):
-            if type(a) is not type(b) or (a != b if not isinstance(a, np.generic) else a.tobytes() != b.tobytes()):
+            plain = (int, float, bool, str, bytes, type(None))
+            same = (type(a) is type(b) and (a.tobytes() == b.tobytes() if isinstance(a, np.generic)
+                                           else a == b if isinstance(a, plain) else True))
+            if not same:  # (other objects -- a kernel returning a tile -- are compared by type)
                 raise ShadowMismatch(f"{label} of {_name(kernel)}: fast path {a!r}, reference path {b!r}", where=where)
             continue
         if a.shape != b.shape or a.dtype != b.dtype:
