@@ -593,3 +593,17 @@ def test_block_subscript_of_a_block_view_is_not_taken_for_a_partition():
 
     x = RNG.standard_normal((6, 128, 1)).astype(np.float32)
     np.testing.assert_array_equal(k(x), x[5] * 2)
+
+
+def test_tensor_reduce_mask_in_the_operand_space():
+    @nki.jit
+    def k(x):
+        out = nl.ndarray((8, 1), dtype=x.dtype, buffer=nl.shared_hbm)
+        i_p, i_f = nl.arange(8)[:, None], nl.arange(64)[None, :]
+        t = nl.load(x)
+        nl.store(out, value=nisa.tensor_reduce(np.add, t[i_p, 32 + i_f], axis=(1,), keepdims=True,
+                                               mask=(32 + i_f < 48)))
+        return out
+
+    x = RNG.standard_normal((8, 64)).astype(np.float32)
+    np.testing.assert_allclose(k(x), x[:, 32:48].sum(axis=1, keepdims=True), rtol=1e-5)

@@ -277,7 +277,8 @@ def tensor_reduce(op, data, axis, *, mask=None, dtype=None, negate=False, keepdi
     """Reduce free ``axis`` of a tile with ``op`` (nl.add / nl.maximum / ...) on the Vector engine."""
     x = _tile(data, "data", "tensor_reduce", mask=mask)
     axes = tuple(a + x.nb for a in _nl._axes(x, axis, "tensor_reduce"))
-    out_shape = _np.sum(_np.empty(x.shape, bool), axis=tuple(a - x.nb for a in axes), keepdims=keepdims).shape
+    red = {a - x.nb for a in axes}
+    out_shape = tuple(1 if i in red else n for i, n in enumerate(x.shape) if keepdims or i not in red)
     x, mask = _reading_mask(x, mask, out_shape, "tensor_reduce")
     res = _reducer(op)(_nl._values(x, "data"), axis=axes, keepdims=keepdims)
     if negate:
