@@ -23,7 +23,7 @@ from . import diagnostics as _diag
 from . import dtypes as dt
 from . import memory as _memory
 from .access_pattern import NkiTensor
-from .errors import NKIError, NKIIndexError, NotBatchable
+from .errors import NKIError, OutOfBoundsNKIError, NotBatchable
 from .indexing import compose, resolve, resolve_batched, tile_view, tile_write
 
 PMAX = 128  # partitions of SBUF / PSUM (nl.tile_size.pmax)
@@ -649,7 +649,7 @@ class Tile(NkiTensor):
         if self.nb:
             try:
                 vals = tile_view(idx, data, self.nb)
-            except NKIIndexError:
+            except OutOfBoundsNKIError:
                 raise NotBatchable("a tile view reaching outside its tile") from None
             view = Tile(vals, self.buffer, 0, parent=self)
             view._review = lambda d, nb=self.nb: tile_view(idx, d, nb)
@@ -659,7 +659,7 @@ class Tile(NkiTensor):
         else:
             try:
                 view = Tile(idx.read(data, what=self.buffer.tile_label), self.buffer, 0, parent=self)
-            except NKIIndexError as err:
+            except OutOfBoundsNKIError as err:
                 view = _out_of_bounds_view(self, idx, data, err)
         if block_ints:
             view.pdim = self.pdim - len(lead)

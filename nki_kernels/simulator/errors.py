@@ -33,7 +33,7 @@ class NKIError(ValueError):
         # the documentation's example tests catch; still an NKIError (a ValueError) for everyone
         # catching the simulator's rules.
         if cls is NKIError and rule == OUT_OF_BOUNDS:
-            cls = NKIIndexError
+            cls = OutOfBoundsNKIError
         return super().__new__(cls, rule, detail, where)
 
     def __init__(self, rule: str, detail: str, where: str | None = None):
@@ -46,7 +46,7 @@ class NKIError(ValueError):
 OUT_OF_BOUNDS = "out-of-bounds access"
 
 
-class NKIIndexError(NKIError, IndexError):
+class OutOfBoundsNKIError(NKIError, IndexError):
     """An ``[out-of-bounds access]`` NKIError: an index outside its tensor, unmasked (or, for an indirect
     DMA, outside the tensor with ``oob_mode=error``). ``except IndexError`` catches it."""
 
