@@ -21,8 +21,28 @@ import os
 _STATE = {"sim": False, "shadow": False}
 
 
-def pytest_addoption(parser):
-    """The ``nki-ops`` option group."""
+# Packages of this distribution that are a library, not the plugin. pytest rewrites the asserts of
+# every package in a plugin's distribution; rewritten, the library's modules gain pytest's helpers
+# (@py_builtins, @pytest_ar) in their namespaces, so `dir(nki.language)` is no longer the documented
+# list, in every pytest session of an environment where nki-ops is installed.
+LIBRARY_PACKAGES = ("nki_kernels", "jax_ops", "torch_ops")
+
+
+def _leave_library_unrewritten(pluginmanager) -> None:
+    """Take the library packages off pytest's list of modules to rewrite (the plugin's stay)."""
+    hook = getattr(pluginmanager, "rewrite_hook", None)
+    must = getattr(hook, "_must_rewrite", None)  # pytest's set of marked names (no public way to unmark)
+    if isinstance(must, set):
+        must.difference_update(LIBRARY_PACKAGES)
+        cache = getattr(hook, "_marked_for_rewrite_cache", None)
+        if isinstance(cache, dict):
+            for name in [n for n in cache if n.partition(".")[0] in LIBRARY_PACKAGES]:
+                del cache[name]
+
+
+def pytest_addoption(parser, pluginmanager):
+    """The ``nki-ops`` option group (and the library left as it is: see ``LIBRARY_PACKAGES``)."""
+    _leave_library_unrewritten(pluginmanager)
     group = parser.getgroup("nki-ops", "NKI kernels on the nki-ops simulator")
     group.addoption("--nki-sim", action="store_true", default=False,
                     help="run NKI kernels on the nki-ops simulator: register it as nki / neuronxcc.nki before "

@@ -134,15 +134,20 @@ def test_a_genuine_nki_package_wins_over_the_hook(wheel, tmp_path):
 
 def test_pytest_under_the_variable_does_not_warn_about_the_hooks_import(wheel, tmp_path):
     """xdist workers of ``pytest --nki-sim`` start with NKI_SIMULATOR=1: the hook has imported nki_ops
-    before pytest marks the plugin's packages for assertion rewriting, which must not warn."""
+    before pytest marks the plugin's packages for assertion rewriting, which must not warn; and the
+    library packages shipped beside the plugin are not rewritten."""
     target = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],
                    check=True, capture_output=True, timeout=600)
     suite = tmp_path / "suite"
     suite.mkdir()
-    (suite / "test_k.py").write_text("import nki\n\ndef test_k():\n    assert nki.__nki_ops_simulator__\n")
+    (suite / "test_k.py").write_text(
+        "import nki\nimport nki_kernels.simulator.language as impl\n\n"
+        "def test_k():\n    assert nki.__nki_ops_simulator__\n\n"
+        "def test_the_library_is_not_assertion_rewritten():\n"  # its namespaces stay the documented lists
+        "    assert not [n for n in vars(impl) if n.startswith('@py')]\n")
     code = ("import sys, pytest; assert 'nki_ops' in sys.modules\n"
             f"sys.exit(pytest.main(['-p', 'no:cacheprovider', '--nki-sim', {str(suite)!r}]))")
     r = _python(target, code, NKI_SIMULATOR="1")
-    assert r.returncode == 0 and "1 passed" in r.stdout, r.stdout[-3000:] + r.stderr[-3000:]
+    assert r.returncode == 0 and "2 passed" in r.stdout, r.stdout[-3000:] + r.stderr[-3000:]
     assert "PytestAssertRewriteWarning" not in r.stdout + r.stderr

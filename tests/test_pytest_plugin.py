@@ -56,6 +56,11 @@ TESTS = textwrap.dedent("""
         assert getattr(nki, "__nki_ops_simulator__", False)
         assert os.environ["NKI_SIMULATOR"] == "1"       # inherited by workers and subprocesses
 
+    def test_the_library_is_not_assertion_rewritten():
+        import nki_kernels.simulator.language as impl
+        assert not any(name.startswith("@py") for name in vars(impl)) and not any(
+            name.startswith("@py") for name in dir(nki))
+
     def test_subprocesses_inherit_it():
         r = subprocess.run([sys.executable, "-c", "import nki; print(nki.__nki_ops_simulator__)"],
                            capture_output=True, text=True, check=False)
@@ -95,7 +100,7 @@ def test_plugin_is_registered_by_the_package():
 
 def test_nki_sim_runs_an_unmodified_suite(project):
     r = _pytest(project, "--nki-sim")
-    assert r.returncode == 0 and "4 passed" in r.stdout, r.stdout[-3000:] + r.stderr[-3000:]
+    assert r.returncode == 0 and "5 passed" in r.stdout, r.stdout[-3000:] + r.stderr[-3000:]
 
 
 def test_without_the_option_the_suite_cannot_import_nki(project):
@@ -105,7 +110,7 @@ def test_without_the_option_the_suite_cannot_import_nki(project):
 
 def test_nki_sim_under_xdist(project):
     r = _pytest(project, "--nki-sim", "-n", "2")
-    assert r.returncode == 0 and "4 passed" in r.stdout, r.stdout[-3000:] + r.stderr[-3000:]
+    assert r.returncode == 0 and "5 passed" in r.stdout, r.stdout[-3000:] + r.stderr[-3000:]
     # workers start with NKI_SIMULATOR=1: the start-up hook imports nothing before pytest looks
     assert "PytestAssertRewriteWarning" not in r.stdout + r.stderr
 
