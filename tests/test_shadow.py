@@ -268,3 +268,12 @@ def test_an_array_passed_twice_stays_one_array_in_the_reference_run(shadow):
     # inputs must keep them one array, or its last bits differ.
     a = RNG.standard_normal((512, 128), dtype=np.float32)
     np.testing.assert_allclose(psum_accumulate(a, a), a.T.astype(np.float64) @ a, rtol=1e-4, atol=1e-3)
+
+
+def test_the_ci_shadow_list_names_existing_test_files():
+    # scripts/test.sh runs these with --nki-shadow: a renamed file must not drop out silently
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(root, "tests", "shadow_suite.txt")) as f:
+        files = [line.strip() for line in f if line.strip() and not line.startswith("#")]
+    assert len(files) >= 30 and "tests/test_shadow.py" in files
+    assert [f for f in files if not os.path.isfile(os.path.join(root, f))] == []
