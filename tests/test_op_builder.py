@@ -31,10 +31,10 @@ def launches(monkeypatch):
     seen = []
     real = sim_launch.run_programs
 
-    def counting(kernel, grid, args, kwargs, pids=None, outputs=()):
+    def counting(kernel, grid, args, kwargs, pids=None, outputs=(), **rest):
         if pids is None:
             seen.append(kernel.func.__name__)
-        return real(kernel, grid, args, kwargs, pids, outputs)
+        return real(kernel, grid, args, kwargs, pids, outputs, **rest)
 
     monkeypatch.setattr(sim_launch, "run_programs", counting)
     return seen
