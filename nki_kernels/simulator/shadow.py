@@ -48,6 +48,7 @@ def clear_caches() -> None:
     for module, name in _CACHES:
         getattr(module, name).clear()
 
+
 _local = threading.local()  # depth: a launch made while a shadowed launch runs is not shadowed again
 
 
