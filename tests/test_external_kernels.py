@@ -537,9 +537,28 @@ def test_returned_sbuf_tile_meets_numpy_with_the_rule():
         nl.store(out, value=t)
         return t  # planted bug: the SBUF tile, not `out`
 
-    got = returns_tile(np.zeros((4, 4), np.float32))
+    # caught where the kernel returns, at the API boundary, naming the kernel's line
     with pytest.raises(NKIError, match=r"kernel result.*SBUF tile of shape \(4, 4\).*HBM.*test_external_kernels"):
-        np.allclose(got, 1.0)
+        returns_tile(np.zeros((4, 4), np.float32))
+
+
+def test_a_returned_index_expression_of_an_output_is_the_rule_and_the_tensor_itself_is_not():
+    @nki.jit
+    def returns_rows(x):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        nl.store(out, value=nl.load(x))
+        return out[0:2, :]  # planted bug: an index expression, not a tensor
+
+    with pytest.raises(NKIError, match=r"kernel result.*index expression of out.*shape \(2, 4\)"):
+        returns_rows(np.zeros((4, 4), np.float32))
+
+
+def test_a_kernel_named_like_a_test_is_not_collected_by_pytest():
+    @nki.jit
+    def test_looking_kernel(x):
+        return x
+
+    assert test_looking_kernel.__test__ is False
 
 
 def test_host_math_on_a_tile_inside_a_kernel_is_an_operand_error():

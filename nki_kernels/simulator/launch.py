@@ -33,7 +33,7 @@ from . import shadow as _shadow
 from . import spmd_reduce as _spmd
 from . import vectorize as _vec
 from . import dtypes as dt
-from .core import HBMTensor, Program, set_current, current_or_none, shared_hbm
+from .core import Access, HBMTensor, Program, Tile, set_current, current_or_none, shared_hbm
 from .errors import NKIError, NotBatchable
 
 ShapeDtype = namedtuple("ShapeDtype", ["shape", "dtype"])
@@ -75,6 +75,7 @@ class Kernel:
         self.options = options
         self.signature = inspect.signature(func)
         functools.update_wrapper(self, func)
+        self.__test__ = False  # (a kernel named test_* is not a pytest test: the docs' test_nl_broadcast)
 
     def __getitem__(self, grid):
         return Launch(self, normalize_grid(grid, self.options.get("lnc_brackets", False)))
@@ -283,11 +284,21 @@ def allocate_hbm(shape, dtype, buffer, fill, name):
     return t
 
 
-def _unwrap(result):
+def _unwrap(result, kernel=None):
+    """The NumPy arrays of a launch's result (HBM tensors, nested in tuples / lists). An on-chip tile
+    or an index expression is no kernel result: the error names the rule and the kernel's line."""
     if isinstance(result, HBMTensor):
         return result.data
     if isinstance(result, (tuple, list)):
-        return type(result)(_unwrap(r) for r in result)
+        return type(result)(_unwrap(r, kernel) for r in result)
+    if isinstance(result, (Tile, Access)):
+        what = (f"a {result.buffer.name.upper()} tile of shape {result.shape}" if isinstance(result, Tile)
+                else f"an index expression of {result.tensor.name} (shape {result.shape})")
+        code = getattr(getattr(kernel, "func", None), "__code__", None)
+        raise NKIError("kernel result", f"the kernel returns {what}: a top-level kernel returns HBM tensors (NKI "
+                       "Known Issues: \"Top-level tensors must be on HBM\"); nl.store the values into an "
+                       "nl.ndarray(..., buffer=nl.shared_hbm) and return that tensor (or a reshape of it)",
+                       where=f"{code.co_filename}:{code.co_firstlineno} in {code.co_name}" if code else None)
     return result
 
 
@@ -360,7 +371,7 @@ def simulate_into(outputs, kernel, grid, *arrays, **static):
         args, kw = _bind(kernel, arrays, static)
         result, _ = run_programs(kernel, grid, args, kw, outputs=outputs, seed=seed)
         _copy_back((*args, *kw.values()))
-        return _unwrap(result)
+        return _unwrap(result, kernel)
 
     if _shadow.wanted():
         return _shadow.run(kernel, launch, arrays, outputs)
