@@ -34,12 +34,13 @@ the ``uninit`` check off.
 
 ``config.shadow`` (env ``NKI_SIM_SHADOW=1``, pytest ``--nki-shadow``) runs every launch twice, on its
 fast path and on the reference path (:func:`reference_path`: no vectorising, caches emptied), and
-raises ``[shadow]`` where outputs, in-place writes, verdicts or warnings differ
+raises ``[shadow]`` where outputs, in-place writes, verdicts, warnings or prints differ
 (:mod:`nki_kernels.simulator.shadow`).
 
 ``config.blas_threads`` (env ``NKI_SIM_BLAS_THREADS``: ``auto``, the default, or a count; 0 leaves it
-alone) is the number of threads NumPy's BLAS uses while a launch runs; ``auto`` takes one thread per
-core the machine's load leaves idle, at least one (:mod:`nki_kernels.simulator.blas` says why).
+alone) is the number of threads NumPy's BLAS uses while a launch runs; ``auto`` shares the process's
+CPUs among the machine's pytest-xdist workers, at least one, fixed for the process
+(:mod:`nki_kernels.simulator.blas` says why).
 """
 
 from __future__ import annotations

@@ -94,6 +94,12 @@ def fmt_where(w) -> str:
     return f"{w[0]}:{w[1]} in {w[2]}"
 
 
+def definition(kernel):
+    """``file:line in function`` of a kernel's (or function's) ``def`` line, or ``None``."""
+    code = getattr(getattr(kernel, "func", kernel), "__code__", None)
+    return None if code is None else fmt_where((code.co_filename, code.co_firstlineno, code.co_name))
+
+
 # ---------------------------------------------------------------------------
 # regions: what an index (and mask) selects, as a box plus exact elements on demand
 # ---------------------------------------------------------------------------

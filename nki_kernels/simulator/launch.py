@@ -294,11 +294,10 @@ def _unwrap(result, kernel=None):
     if isinstance(result, (Tile, Access)):
         what = (f"a {result.buffer.name.upper()} tile of shape {result.shape}" if isinstance(result, Tile)
                 else f"an index expression of {result.tensor.name} (shape {result.shape})")
-        code = getattr(getattr(kernel, "func", None), "__code__", None)
         raise NKIError("kernel result", f"the kernel returns {what}: a top-level kernel returns HBM tensors (NKI "
                        "Known Issues: \"Top-level tensors must be on HBM\"); nl.store the values into an "
                        "nl.ndarray(..., buffer=nl.shared_hbm) and return that tensor (or a reshape of it)",
-                       where=f"{code.co_filename}:{code.co_firstlineno} in {code.co_name}" if code else None)
+                       where=_diag.definition(kernel))
     return result
 
 

@@ -310,7 +310,7 @@ def profile(kernel, *arrays, grid=None, **static) -> Report:
         _prof_hooks.set_recorder(prev)
     rec.finish()
     report.programs = state.programs
-    report.outputs = _unwrap(result)
+    report.outputs = _unwrap(result, kernel)
     report.min_bytes = sum(_nbytes(a) for a in arrays) + _nbytes(report.outputs)
     return report
 

@@ -80,7 +80,7 @@ def run(kernel, simulate, arrays, outputs):
     finally:
         _local.depth -= 1
     sys.stdout.write(fast_printed)  # (what the kernel printed, nl.device_print: once)
-    where = _kernel_line(kernel)
+    where = diagnostics.definition(kernel) or "<unknown>"
     v_fast, v_ref = _verdict(fast_error), _verdict(ref_error)
     if v_fast != v_ref:
         raise ShadowMismatch(
@@ -158,13 +158,6 @@ def _rules(caught) -> list:
 def _name(kernel) -> str:
     func = getattr(kernel, "func", kernel)
     return getattr(func, "__qualname__", repr(kernel))
-
-
-def _kernel_line(kernel) -> str:
-    code = getattr(getattr(kernel, "func", kernel), "__code__", None)
-    if code is None:
-        return "<unknown>"
-    return f"{code.co_filename}:{code.co_firstlineno} in {code.co_name}"
 
 
 def _leaves(value, path=()):
