@@ -17,7 +17,10 @@ float32 = np.dtype(np.float32)
 tfloat32 = np.dtype(np.float32)
 bfloat16 = np.dtype(ml_dtypes.bfloat16)
 float16 = np.dtype(np.float16)
-float8_e4m3 = np.dtype(ml_dtypes.float8_e4m3fn)
+# nl.float8_e4m3 (both generations) is the IEEE-style e4m3: inf and NaN, max 240 -- the
+# first generation's page shows ``nki.language.float8_e4m3 = dtype(float8_e4m3)`` (ml_dtypes'
+# name; its e4m3fn prints as float8_e4m3fn) and nki-samples quantize to it with a range of 240.
+float8_e4m3 = np.dtype(ml_dtypes.float8_e4m3)
 float8_e5m2 = np.dtype(ml_dtypes.float8_e5m2)
 int8 = np.dtype(np.int8)
 int16 = np.dtype(np.int16)
@@ -30,9 +33,8 @@ bool_ = np.dtype(np.bool_)
 float64 = np.dtype(np.float64)
 int64 = np.dtype(np.int64)
 
-# The standalone package's fp8 types, distinct as on Neuron: ``float8_e4m3`` is the IEEE-style
-# type (inf and NaN, max 240), ``float8_e4m3fn`` the extended-range OCP one (no inf, max 448).
-# The first generation's ``nl.float8_e4m3`` stays the e4m3fn container above.
+# The fp8 e4m3 types, distinct as on Neuron: ``float8_e4m3`` is the IEEE-style type above,
+# ``float8_e4m3fn`` the extended-range OCP one (no inf, NaN S.1111.111, max 448).
 float8_e4m3fn = np.dtype(ml_dtypes.float8_e4m3fn)
 float8_e4m3_ieee = np.dtype(ml_dtypes.float8_e4m3)
 float8_e8m0fnu = np.dtype(ml_dtypes.float8_e8m0fnu)  # MX shared scale: unsigned power of two, NaN 0xFF
@@ -56,13 +58,13 @@ PACKED_X4 = {
 
 SUPPORTED = {
     float32, bfloat16, float16, float8_e4m3, float8_e5m2, int8, int16, int32,
-    uint8, uint16, uint32, bool_, float8_e4m3_ieee, float8_e8m0fnu, *PACKED_X4,
+    uint8, uint16, uint32, bool_, float8_e4m3fn, float8_e8m0fnu, *PACKED_X4,
 }
-_LOW_FLOATS = {bfloat16, float16, float8_e4m3, float8_e5m2, float8_e4m3_ieee, float8_e8m0fnu}
+_LOW_FLOATS = {bfloat16, float16, float8_e4m3, float8_e5m2, float8_e4m3fn, float8_e8m0fnu}
 # Rank used to pick "the input type with the highest precision" (NKI's default output dtype).
 _RANK = {
     bool_: 0, uint8: 1, int8: 1, uint16: 2, int16: 2, uint32: 3, int32: 3,
-    float8_e8m0fnu: 4, float8_e5m2: 4, float8_e4m3_ieee: 5, float8_e4m3: 5, float16: 6, bfloat16: 7, float32: 8,
+    float8_e8m0fnu: 4, float8_e5m2: 4, float8_e4m3fn: 5, float8_e4m3: 5, float16: 6, bfloat16: 7, float32: 8,
     int64: 4, float64: 9,
 }
 

@@ -165,14 +165,14 @@ def _perf_mode_rule(perf_mode, stationary, moving):
     if get_nc_version() < nc_version.gen3:
         raise _NKIError("perf_mode", f"nisa.nc_matmul: perf_mode={name} needs NeuronCore-v3 or newer; the target "
                         f"is {get_nc_version().name}")
-    fp8 = (_dt.float8_e4m3, _dt.float8_e4m3_ieee, _dt.float8_e5m2)
+    fp8 = (_dt.float8_e4m3, _dt.float8_e4m3fn, _dt.float8_e5m2)
     for t, what in ((stationary, "stationary"), (moving, "moving")):
         if isinstance(t, _Tile) and t.dtype not in fp8:
             raise _NKIError("perf_mode", f"nisa.nc_matmul: perf_mode={name} is the FP8 double performance mode; "
                             f"{what} is {t.dtype}")
 
 
-_MATMUL_DTYPES = (_dt.float8_e4m3, _dt.float8_e4m3_ieee, _dt.float8_e5m2, _dt.bfloat16, _dt.float16,
+_MATMUL_DTYPES = (_dt.float8_e4m3, _dt.float8_e4m3fn, _dt.float8_e5m2, _dt.bfloat16, _dt.float16,
                   _dt.tfloat32, _dt.float32)
 _MATMUL_DTYPE_SET = frozenset(_MATMUL_DTYPES)  # (one hash lookup per operand, not up to 7 dtype comparisons)
 _PERF_NONE = _matmul_perf_mode.none

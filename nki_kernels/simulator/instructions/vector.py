@@ -390,8 +390,8 @@ def select_where(dst, predicate, on_true, on_false, reduce_res=None, reduce_cmd=
 select_reduce_gen1 = first_generation(select_where, "select_reduce")
 
 
-_CUMULATIVE_DTYPES = (dt.bfloat16, dt.float16, dt.float32, dt.float8_e4m3, dt.float8_e5m2, dt.uint8, dt.uint16,
-                      dt.int8, dt.int16)
+_CUMULATIVE_DTYPES = (dt.bfloat16, dt.float16, dt.float32, dt.float8_e4m3, dt.float8_e4m3fn, dt.float8_e5m2,
+                      dt.uint8, dt.uint16, dt.int8, dt.int16)
 
 
 @instruction
