@@ -41,6 +41,10 @@ from numpy.lib.stride_tricks import as_strided
 from . import dtypes as dt
 from .errors import NKIError, NotBatchable
 from .nki_object import NKIObject
+from . import diagnostics as _diag
+from .indexing import Index, _resolve_aligned
+from .index_expr import AffineExpr
+from .instructions import target as _target
 
 
 @functools.cache
@@ -354,7 +358,6 @@ def _scalar_shift(lay: Layout, what) -> int:
 def indirect_group() -> int:
     """Partitions per offset group of a Tensor Indirection view: 32 for the Tensor engine
     (``nc_matmul``), 16 for the Vector / Scalar / GpSimd engines (``NkiTensor.indirect``)."""
-    from . import diagnostics as _diag
 
     return 32 if _diag.instruction_where.state.op == "nc_matmul" else 16
 
@@ -504,7 +507,6 @@ def _affine_root_index(root, lay, affine):
     """The Index of per-root-axis affine coordinates: a view or strided Index (no per-element index
     arrays, an exact region for the diagnostics; per-element arrays of every view of a large tile
     made nki-library CTE kernels slow, and their cached regions held gigabytes)."""
-    from .indexing import Index, _resolve_aligned
 
     if any(n > 1 and not any(c.coefs[i] for c in affine) for i, n in enumerate(lay.shape)):
         # a broadcast axis (step 0): only the strided form repeats an element
@@ -517,7 +519,6 @@ def _root_affine(lay: Layout):
     """Per root axis, the root coordinate of a static layout's elements as an affine expression of the
     layout's axes, or ``None`` when some coordinate is not affine (a step carries from one root axis
     into the next, or elements of a narrower dtype share a root element)."""
-    from .index_expr import AffineExpr
 
     root = lay.root
     shape, rshape = tuple(lay.shape), tuple(root.shape)
@@ -620,7 +621,6 @@ def _share_hbm(view, root) -> None:
 def _dynamic_classes():
     """The tile and HBM tensor classes of dynamic views (made on first use: they subclass core's)."""
     from .core import Access, HBMTensor, Tile, flush_pending
-    from .indexing import Index
 
     class DynamicTile(Tile):
         """An on-chip view whose offset is read from an SBUF tensor each time it is used."""
@@ -1242,7 +1242,6 @@ class NkiTensor(NKIObject):
         tensor's partition count, read when an instruction uses the view; ``num_elem`` defaults to
         ``index.size``. As an instruction's input it gathers, as its output it scatters."""
         from .core import Tile
-        from .instructions import target as _target
 
         what = "NkiTensor.indirect"
         lay = layout_of(self)

@@ -25,6 +25,7 @@ from . import memory as _memory
 from .access_pattern import NkiTensor
 from .errors import NKIError, OutOfBoundsNKIError, NotBatchable
 from .indexing import compose, resolve, resolve_batched, tile_view, tile_write
+from .indexing import full_mask
 
 PMAX = 128  # partitions of SBUF / PSUM (nl.tile_size.pmax)
 SBUF_BYTES_PER_PARTITION = 192 * 1024  # Trn1/Trn2 state buffer: 24 MiB over 128 partitions
@@ -399,7 +400,6 @@ def read_inside(x, mask):
     outside = x.out_of_bounds() if type(x) is Tile else None
     if outside is None:
         return x
-    from .indexing import full_mask
 
     try:
         keep = None if mask is None else full_mask(mask, tuple(x.shape))

@@ -38,6 +38,7 @@ from .core import (Access, HBMTensor, Program, Tile, current_or_none, flush_pend
                    set_current)
 from .errors import NKIError, NotBatchable, thread_where
 from .instructions import target as _target
+from .diagnostics import Region
 
 _worker_tls = threading.local()
 
@@ -536,7 +537,6 @@ def _segment_end(w) -> None:
     seg = getattr(w, "segment", None)
     if log is None or seg is None or w.group.cores(w.rank) < 2:
         return
-    from .diagnostics import Region
 
     for key, (tensor, _, writes) in log.tensors.items():
         start = seg.get(key, 0)

@@ -35,6 +35,7 @@ from . import config
 from . import dtypes as dt
 from .errors import _THREADING_FILE, NKIError, thread_where
 from .index_expr import Mask
+from .indexing import full_mask
 
 _current_or_none = None  # core.current_or_none, bound on first use (core imports this module)
 
@@ -192,7 +193,6 @@ class Region:
 
     @classmethod
     def _of(cls, index, mask):
-        from .indexing import full_mask
 
         if mask is not None:
             box, sub = index._boxed(mask)
@@ -443,7 +443,6 @@ class LaunchLog:
 
 def _rewrites_same(tensor, access, mask, values) -> bool:
     """Whether storing ``values`` at ``access`` leaves ``tensor`` unchanged (NaN equal to NaN)."""
-    from .indexing import full_mask
 
     shape = access.index.out_shape
     old = access.index.read(tensor.data, mask)
@@ -570,7 +569,6 @@ def _check_hbm_init(tensor, access, mask, log):
         for _, idx, m, *_ in (ent[2] if ent else ()):
             _mark_written(tensor, idx, m)
     got = access.index.read(tensor.written, mask)
-    from .indexing import full_mask
 
     m = full_mask(mask, access.index.out_shape)
     missing = ~got if m is None else (~got & m)

@@ -20,6 +20,8 @@ import warnings
 import numpy as np
 
 from .errors import NotBatchable
+from .config import NKIWarning
+from .errors import kernel_location
 
 
 def _is_int(x) -> bool:
@@ -345,8 +347,6 @@ class Mask:
         which = _boolean_operator(sys._getframe(1))
         if which is None:
             raise TypeError("an NKI mask is an element-wise condition; pass it as mask=, not to `if`")
-        from .config import NKIWarning
-        from .errors import kernel_location
 
         kept, op = ("second", "&") if which == "and" else ("first", "|")
         warnings.warn(NKIWarning(f"[mask conjunction] Python's `{which}` on two NKI masks keeps only the {kept} "

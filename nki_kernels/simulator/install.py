@@ -5,6 +5,9 @@ from __future__ import annotations
 import importlib
 import sys
 import types
+from . import standalone
+from .standalone import simulator
+from .standalone.simulate import cpu_simulate
 
 
 def genuine_neuronxcc() -> bool:
@@ -105,8 +108,6 @@ def standalone_layout(prefix: str, root) -> dict:
     ``language`` (``.language.dtypes``), ``isa`` (``.isa.constants``), ``dtype``, ``tensor``,
     ``typing``, ``simulator`` (``simulate_kernel``, as vllm-neuron's CPU mode imports it) and,
     where the simulator has them, ``collectives`` and ``compiler``."""
-    from . import standalone
-    from .standalone import simulator
 
     root.simulator = simulator
     mods = {prefix: root, f"{prefix}.language": standalone.language,
@@ -125,8 +126,6 @@ def cpu_simulator_layout() -> dict:
     standalone package plus ``cpu_simulate(kernel)[lnc](**inputs)``) with ``.builtin``,
     ``.compiler``, ``.isa``, ``.isa.constants``, ``.language``, ``.language.dtypes``, ``.tensor``,
     ``.typing``. Registered in ``sys.modules`` only: no distribution of that name is installed."""
-    from . import standalone
-    from .standalone.simulate import cpu_simulate
 
     pkg = types.ModuleType("nki_cpu_simulator", "The simulator under the nki_cpu_simulator name (nki-library's "
                            "simulation harness); registered by nki_kernels.simulator.install().")

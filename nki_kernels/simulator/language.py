@@ -32,6 +32,9 @@ from .errors import NKIError, NotBatchable
 from .index_expr import AffineExpr, BExpr, Mask  # noqa: F401 - Mask is part of nl's surface
 from .index_expr import runtime_offset as _runtime_offset
 from .indexing import _full_mask, mask_box
+from .instructions.dma import accumulate_into_hbm as _accumulate_into_hbm
+from .instructions.operands import alu as _alu
+from .instructions.target import get_nc_version as _get_nc_version, nc_version as _nc_version
 
 __all__ = [n for n in dir() if not n.startswith("_")]
 
@@ -385,10 +388,9 @@ def _from_gen4(op):
 
     @_functools.wraps(op)
     def gated(*args, **kwargs):
-        from .instructions.target import get_nc_version, nc_version
 
-        cur = get_nc_version()
-        if cur.value < nc_version.gen4.value:
+        cur = _get_nc_version()
+        if cur.value < _nc_version.gen4.value:
             raise NKIError("target", f"nl.{op.__name__} is available only on NeuronCore-v4 (trn3) and newer; the "
                            f"simulated target is {cur.name} (NeuronCore-v{cur.value}); select it with "
                            "NKI_SIM_NC_VERSION=gen4")
@@ -819,11 +821,9 @@ def atomic_rmw(dst, value, op, *, mask=None):
     index (an SBUF tile of integer offsets) and ``op`` is ``np.add`` (or ``nl.add``). Each element
     update is atomic: offsets that repeat add every contribution, and programs of a grid may
     accumulate into the same rows without racing."""
-    from .instructions.dma import accumulate_into_hbm
-    from .instructions.operands import alu
 
     acc = _as_access(dst, "dst", "nl.atomic_rmw")
-    if alu(op) is not np.add:
+    if _alu(op) is not np.add:
         raise NKIError("atomic_rmw op", f"nl.atomic_rmw: op {getattr(op, '__name__', op)!r} is not supported; "
                        "the only atomic operation is np.add (nl.add)")
     if not builtins.any(isinstance(c, np.ndarray) and c.ndim for c in acc.index.comps):
@@ -834,7 +834,7 @@ def atomic_rmw(dst, value, op, *, mask=None):
         raise NKIError("atomic_rmw value", "nl.atomic_rmw value is an HBM tensor; load it into SBUF first")
     mask = acc.local_mask(mask)
     vals = _fit(_values(value, "value"), acc.shape, "nl.atomic_rmw", f"{acc.tensor.name}{list(acc.shape)}")
-    accumulate_into_hbm(acc, vals, mask, "nl.atomic_rmw")
+    _accumulate_into_hbm(acc, vals, mask, "nl.atomic_rmw")
 
 
 def load_transpose2d(src, dtype=None, *, mask=None):

@@ -36,6 +36,7 @@ from . import config as _config
 from . import diagnostics as _diag
 from .dtypes import INT_SENTINEL, sentinel  # noqa: F401 - the fill values, named here too
 from .errors import NKIError
+from .instructions.target import get_nc_version
 
 SBUF, PSUM = 0, 1
 NAMES = ("SBUF", "PSUM")
@@ -56,7 +57,6 @@ _SBUF_BY_VERSION = {2: 192 * 1024, 3: 224 * 1024, 4: 256 * 1024}
 
 def sbuf_bytes() -> int:
     """SBUF bytes per partition of the simulated NeuronCore version."""
-    from .instructions.target import get_nc_version
 
     v = get_nc_version()
     return _SBUF_BY_VERSION.get(int(getattr(v, "value", v)), SBUF_BYTES)

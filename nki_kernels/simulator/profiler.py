@@ -40,6 +40,10 @@ import math
 import numpy as np
 
 from . import profile as _prof_hooks
+from .launch import Kernel, Launch, normalize_grid, run_programs, _bind, _unwrap
+from .memory import CAPACITY, NAMES
+from .core import current_or_none
+from .indexing import full_mask
 
 CLOCK_HZ = 1.4e9
 FIXED_CYCLES = 64
@@ -173,7 +177,6 @@ class Report:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-        from .memory import CAPACITY, NAMES
 
         fig, axes = plt.subplots(2, 1, figsize=(10, 5.5), sharex=True)
         start = 0
@@ -216,7 +219,6 @@ class Recorder:
         self.slot_times = {}  # id(program) -> [(memory slot, model start time)]
 
     def _prog(self):
-        from .core import current_or_none
 
         p = current_or_none()
         if p is not None:
@@ -237,7 +239,6 @@ class Recorder:
 
     def dma(self, tensor, data, direction, access, mask) -> None:
         """One DMA of the elements of ``access`` selected by ``mask``."""
-        from .indexing import full_mask
 
         pid = self._prog()
         m = full_mask(mask, access.index.out_shape) if mask is not None else None
@@ -262,7 +263,6 @@ class Recorder:
         self._slot(start)
 
     def _slot(self, start):
-        from .core import current_or_none
 
         p = current_or_none()
         if p is not None:  # the hook counted the slot before recording: this event is slot ic - 1
@@ -291,7 +291,6 @@ def profile(kernel, *arrays, grid=None, **static) -> Report:
 
     ``report.outputs`` holds the kernel's results.
     """
-    from .launch import Kernel, Launch, normalize_grid, run_programs, _bind, _unwrap
 
     if isinstance(kernel, Launch):
         kernel, g = kernel.kernel, kernel.grid
@@ -352,7 +351,6 @@ class BenchmarkKernel:
         return b
 
     def __call__(self, *arrays, **static):
-        from .launch import Launch, normalize_grid
 
         rep = profile(Launch(self.kernel, normalize_grid(self.grid)), *arrays, **static)
         for target in (self, getattr(self, "_parent", None)):

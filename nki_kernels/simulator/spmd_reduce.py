@@ -23,6 +23,7 @@ from . import diagnostics as _diag
 from . import dtypes as dt
 from .core import current_or_none
 from .errors import NKIError, NotBatchable
+from .instructions.operands import alu
 
 
 def names_all_reduce(kernel) -> bool:
@@ -138,7 +139,6 @@ def all_reduce(x, op, program_axes, *, dtype=None, mask=None, parallel_reduce=Tr
     ``parallel_reduce`` and ``asynchronous`` choose how hardware schedules the reduction, not its
     result (an asynchronous result is the same once synchronised)."""
     from . import language as _nl
-    from .instructions.operands import alu
 
     x = _nl._need_tile(x, "x", "nl.all_reduce")
     fn = alu(op)

@@ -30,13 +30,13 @@ from pathlib import Path
 # nki_kernels imports all of it): with the variable set, the simulator is installed at the script's
 # first `import nki` / `import neuronxcc`, not at interpreter start-up. Re-exported: this module's API.
 from nki_ops.simulator_hook import HOOK_LINE, HOOK_NAME, enabled
+from .install import install
 
 
 def activate(environ=None) -> bool:
     """Register the simulator as ``nki`` / ``neuronxcc.nki`` when ``NKI_SIMULATOR`` is set; True if it did."""
     if not enabled(environ):
         return False
-    from .install import install
 
     install()
     return True

@@ -44,6 +44,8 @@ from . import profile as _prof
 from .core import Program, Tile, set_current
 from .errors import NotBatchable
 from .index_expr import Mask
+from .language import _loaded_tile
+from .language import _fit, _values, _compute_into
 
 # Accounted SBUF+PSUM of the programs of one batch (per-program peak x programs): bounds the
 # memory a batch's tiles take, since each program's tiles exist at once.
@@ -100,7 +102,6 @@ def load_batched(prog, acc, mask, dtype):
     _unmasked(mask, "load")
     if t.is_output:
         raise NotBatchable("a program loads what the launch writes")
-    from .language import _loaded_tile
 
     if acc.nb:
         data = acc.index.view(t.data)
@@ -112,7 +113,6 @@ def load_batched(prog, acc, mask, dtype):
 
 def store_batched(prog, acc, value, mask):
     """``nl.store`` for a batch: every program's tile into its region of an output at once."""
-    from .language import _fit, _values, _compute_into
 
     t = acc.tensor
     _unmasked(mask, "store")

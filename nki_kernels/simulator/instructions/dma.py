@@ -19,6 +19,9 @@ from .operands import alu, borrow, check_dst, instruction, lazy_text, mark_read,
 from .target import dge_mode as _dge_mode
 from .target import engine as _engine
 from .target import oob_mode as _oob_mode
+from .. import diagnostics as _diag
+from .. import access_pattern as ap
+from ..indexing import Index
 
 
 _nl_module = None  # nki_kernels.simulator.language, imported on first use (it imports this package)
@@ -125,7 +128,6 @@ def _log_atomic_write(t, acc, mask, vals, what):
     """Log an atomic accumulation for the profiler and the diagnostics. Programs accumulating into
     the same elements do not race (addition commutes), so a later atomic write overlapping earlier
     writes is marked benign; reads or plain writes after it by other programs still race."""
-    from .. import diagnostics as _diag
 
     _prof.dma(t, vals, "write", acc, mask, written=True)
     prog = current_or_none()
@@ -297,7 +299,6 @@ def _in_bounds(lay, what):
     view of the storage to address them through. A vector offset gives each partition its own
     descriptor, so a partition moves whole or not at all; a scalar offset moves the elements that
     lie inside the storage ("silently skip the runtime out-of-bounds access", nki.isa.oob_mode)."""
-    from .. import access_pattern as ap
 
     addr, ok = ap.addresses_now(lay, what)
     if lay.dynamic.kind == "vector":
@@ -318,7 +319,6 @@ def copy_skipping_oob(dst, src, op):
     access, whose bounds are static, so the caller's bounds-checked copy applies (nki-library's MoE CTE
     passes ``skip`` for a plain ``.ap`` store when its config skips token DMAs)."""
     from .. import language as _nl
-    from ..indexing import Index
 
     what = f"nisa.{op}(oob_mode=skip)"
     src_lay, dst_lay = dynamic_layout(src), dynamic_layout(dst)

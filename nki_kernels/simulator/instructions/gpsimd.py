@@ -13,6 +13,9 @@ from .. import profile as _prof
 from ..core import sbuf
 from ..errors import NKIError
 from .operands import check_dst, instruction, per_partition, rows, tile_operand, write
+from . import target
+from .operands import alu
+from .operands import scratch
 
 _SB = (sbuf,)
 GPSIMD_CORES = 8
@@ -105,7 +108,6 @@ def nonzero_with_count(dst, src, index_offset=0, padding_val=-1, name=None):
     NeuronCore-v3 and newer.
     (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/generated/nki.isa.nonzero_with_count.html)
     """
-    from . import target
 
     op = "nonzero_with_count"
     target.require(op, target.nc_version.gen3)
@@ -221,7 +223,6 @@ def affine_select(dst, pattern, offset=0, channel_multiplier=0, on_true_tile=Non
     The page gives ``offset`` and ``channel_multiplier`` no default, but nki-library's cascaded max
     (2026-04) calls it without ``offset``: both default to 0, as ``nisa.iota``'s ``channel_multiplier``
     does; ``on_true_tile`` and ``on_false_value`` are required."""
-    from .operands import alu
 
     for arg, value in (("on_true_tile", on_true_tile), ("on_false_value", on_false_value)):
         if value is None:
@@ -240,7 +241,6 @@ def affine_select(dst, pattern, offset=0, channel_multiplier=0, on_true_tile=Non
 def tensor_partition_reduce(dst, op, data, name=None):
     """Reduce ``data`` across its partitions with ``op`` into a one-partition ``dst`` (GpSimd: SBUF only)."""
     from .. import isa as _gen1
-    from .operands import scratch
 
     d = check_dst(dst, "tensor_partition_reduce", _SB)
     x = tile_operand(data, "data", "tensor_partition_reduce", _SB)

@@ -20,6 +20,7 @@ from ..errors import NKIError
 from .operands import (check_dst, column, engine_name, instruction, no_gpsimd_psum, per_partition, rows,
                        tile_operand, write)
 from .target import engine as _engine
+from . import target
 
 _LANES = 128
 _WEYL = np.uint32(362437)
@@ -94,7 +95,6 @@ def _lane_engine(engine, op, *tiles, default="Vector"):
 def rand_set_state(src_seeds, engine=_engine.gpsimd, name=None):
     """Seed the PRNG of each compute lane from the matching partition of ``src_seeds`` (uint32, 6
     values per lane on GpSimd, 24 on Vector). NeuronCore-v3+ (Vector: v4+)."""
-    from . import target
 
     op = "rand_set_state"
     target.require(op, target.nc_version.gen3)
@@ -116,7 +116,6 @@ def rand_set_state(src_seeds, engine=_engine.gpsimd, name=None):
 def rand_get_state(dst, engine=_engine.gpsimd, name=None):
     """Write the PRNG state of each lane into the matching partition of ``dst`` (uint32, 6 values per
     lane on GpSimd, 24 on Vector)."""
-    from . import target
 
     op = "rand_get_state"
     target.require(op, target.nc_version.gen3)
@@ -152,7 +151,6 @@ def set_rng_seed(src_seeds, name=None):
 @instruction
 def rng(dst, engine=_engine.vector, name=None):
     """Fill ``dst`` with raw 32-bit XORWOW values of each lane's generator, converted to ``dst.dtype``."""
-    from . import target
 
     d = check_dst(dst, "rng")
     eng = _lane_engine(engine, "rng", d)
@@ -178,7 +176,6 @@ def uniform(parts, n, eng="Vector"):
 def rand2(dst, min, max, name=None):  # noqa: A002 - the documented parameter names
     """Uniform fp32 random numbers in ``[min, max]`` (scalars or [P, 1] tiles) into ``dst`` (Vector
     engine, XORWOW; NeuronCore-v4+)."""
-    from . import target
 
     op = "rand2"
     target.require(op, target.nc_version.gen4)

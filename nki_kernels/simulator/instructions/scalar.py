@@ -14,6 +14,8 @@ from .operands import (alu, check_dst, column, engine_name, instruction, no_gpsi
                        tile_operand, write)
 from .target import engine as _engine
 from .target import reduce_cmd as _reduce_cmd
+from . import registers, target
+from .operands import scratch
 
 # The six (op0, op1) pairs of the tensor-scalar stage, by NumPy function (identity = bypass).
 _IDENTITY = "bypass"
@@ -40,7 +42,6 @@ def activate2(dst, op, data, imm0, imm1, op0, op1, relu_param=0.0, reverse0=Fals
     the page lists; ``relu_param`` is the negative slope when ``op`` is ``nl.relu``. NeuronCore-v4+.
     (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/generated/nki.isa.activate2.html)
     """
-    from . import registers, target
 
     name_ = "activate2"
     target.require(name_, target.nc_version.gen4)
@@ -97,8 +98,6 @@ def activation(dst, op, data, bias=None, scale=1.0, reduce_op=None, reduce_res=N
     (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/generated/nki.isa.activation.html)
     """
     from .. import isa as _gen1
-    from . import registers, target
-    from .operands import scratch
 
     op_name = "activation"
     eng = engine_name(engine)

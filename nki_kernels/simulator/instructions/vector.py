@@ -19,6 +19,9 @@ from .operands import (alu, bitvec_on_integers, check_dst, column, compute_into,
 from .operands import BITVEC as _BITVEC
 from .target import engine as _engine
 from .target import reduce_cmd as _reduce_cmd
+from . import registers, target
+from .target import command
+from .. import language as _nl1
 
 QUADRANT = 32  # partitions of a Vector Engine cross-partition quadrant
 SHUFFLE_KEEP = 255  # shuffle_mask value: leave the output partition unmodified
@@ -287,7 +290,6 @@ def select_in_range(dst, on_true_tile, comp_op0, comp_op1, bound0, bound1, reduc
     """:func:`range_select`; ``gen1=True`` applies only the rules the first generation's page (v2.26)
     states as well (comparison operators, float on_true_tile, fp32 bounds of one element per
     partition): its bounds may still be scalars, and its ``on_false_value`` / ``reduce_op`` are free."""
-    from . import registers, target
 
     op = "range_select"
     target.require(op, target.nc_version.gen3)
@@ -356,7 +358,6 @@ def select_where(dst, predicate, on_true, on_false, reduce_res=None, reduce_cmd=
                  reduce_op=np.maximum, reverse_pred=False, gen1=False):
     """:func:`select_reduce`'s body; ``gen1``: the first generation's page (v2.26), whose example passes a
     NumPy bool array as the predicate (its dtype table: bool is "boolean stored as uint8")."""
-    from . import registers
 
     op = "select_reduce"
     d = check_dst(dst, op)
@@ -402,8 +403,6 @@ def tensor_scalar_cumulative(dst, src, op0, op1, imm0, imm1=None, reduce_cmd=_re
     previous instruction) or ``load_reduce`` (``imm1``).
     (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/generated/nki.isa.tensor_scalar_cumulative.html)
     """
-    from . import registers
-    from .target import command
 
     op = "tensor_scalar_cumulative"
     d = check_dst(dst, op)
@@ -487,8 +486,6 @@ def exponential(dst, src, max_value=0.0, reduce_res=None, reduce_cmd=_reduce_cmd
     (``load_reduce`` starts from ``reduce_init``) and written to ``reduce_res``. NeuronCore-v4+.
     (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/generated/nki.isa.exponential.html)
     """
-    from . import registers, target
-    from .target import command
 
     op = "exponential"
     target.require(op, target.nc_version.gen4)
@@ -531,7 +528,6 @@ def _compute_dtype(dst, *tiles):
 
 def _is_unary(op) -> bool:
     """Whether ``op`` is a one-input operator (``nl.abs``, ``nl.exp``, ``nl.copy`` ...)."""
-    from .. import language as _nl1
 
     return getattr(op, "__name__", None) in (*_nl1._UNARY, "copy", "bypass")
 
@@ -664,7 +660,6 @@ def tensor_scalar_reduce(dst, data, op0, operand0, reduce_op, reduce_res=None, r
     (``reduce_cmd``, default ``reset_reduce``; ``reduce_res_negate`` writes the negated result).
     (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/generated/nki.isa.tensor_scalar_reduce.html)
     """
-    from . import registers
 
     d = check_dst(dst, "tensor_scalar_reduce")
     x = _gen1()._tile(data, "data", "tensor_scalar_reduce")
@@ -692,7 +687,6 @@ def tensor_reduce(dst, op, data, axis, negate=False, keepdims=False, name=None):
     partition as the reduction leaves.
     (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/generated/nki.isa.tensor_reduce.html)
     """
-    from .. import language as _nl1
 
     d = check_dst(dst, "tensor_reduce")
     x = _gen1()._tile(data, "data", "tensor_reduce")
@@ -789,7 +783,6 @@ def bn_stats(dst, data, name=None):
     d = check_dst(dst, "bn_stats")
     x = _gen1()._tile(data, "data", "bn_stats")
     v = dt.compute_view(x.data).reshape(x.shape[0], -1).astype(np.float32)
-    from .. import language as _nl1
 
     fmax = _nl1.tile_size.bn_stats_fmax
     if v.shape[1] > fmax:

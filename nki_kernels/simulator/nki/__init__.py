@@ -5,6 +5,8 @@ from .. import compiler, isa, language  # noqa: F401 - re-exported as nki.compil
 from ..launch import baremetal, jit, simulate_kernel  # noqa: F401
 from . import typing  # noqa: F401
 from ..access_pattern import NkiTensor as tensor  # noqa: F401 - nki.tensor, the tile type kernels annotate with
+from ..launch import Kernel as _Kernel
+from ..profiler import BenchmarkKernel as _BenchmarkKernel
 
 
 def trace(func=None, **options):
@@ -22,12 +24,10 @@ def benchmark(func=None, **options):
     counts, an estimated Trainium time), not a hardware measurement; see
     :func:`nki_kernels.simulator.profile`.
     """
-    from ..launch import Kernel
-    from ..profiler import BenchmarkKernel
 
     if func is None:
-        return lambda f: BenchmarkKernel(Kernel(getattr(f, "func", f)), **options)
-    return BenchmarkKernel(Kernel(getattr(func, "func", func)), **options)
+        return lambda f: _BenchmarkKernel(_Kernel(getattr(f, "func", f)), **options)
+    return _BenchmarkKernel(_Kernel(getattr(func, "func", func)), **options)
 
 
 def profile(func=None, **options):

@@ -7,19 +7,19 @@ annotation (shapes and dtypes are not checked at run time).
 
 from typing import Any
 
+from ..access_pattern import NkiTensor as _NkiTensor
+
 
 class _TensorType(type):
     """Metaclass of the annotation types: an instance check asks whether a value is an NKI tensor."""
 
     def __instancecheck__(cls, obj):
-        from ..access_pattern import NkiTensor
 
-        return isinstance(obj, NkiTensor)
+        return isinstance(obj, _NkiTensor)
 
     def __subclasscheck__(cls, sub):
-        from ..access_pattern import NkiTensor
 
-        return isinstance(sub, type) and (issubclass(sub, NkiTensor) or type.__subclasscheck__(cls, sub))
+        return isinstance(sub, type) and (issubclass(sub, _NkiTensor) or type.__subclasscheck__(cls, sub))
 
 
 class tensor(metaclass=_TensorType):
