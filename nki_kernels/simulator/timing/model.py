@@ -1,0 +1,480 @@
+"""Engine-level timing model of one NeuronCore: a compiler-like schedule of a kernel's instructions.
+
+Input: the kernel's instructions in program order, each an :class:`Instr`. Output: a :class:`Result`
+with the estimated time, busy time and utilisation per engine, the critical path, the bounding
+engine, DMA efficiency, advice, a Chrome/Perfetto trace and a PNG timeline.
+
+Recorder interface (how the simulator feeds this model)
+-------------------------------------------------------
+The model is a pure layer (standard library only; matplotlib for the optional PNG) and imports
+nothing from the simulator. A recorder makes one :class:`Instr` per executed instruction, in program order, and passes
+them to :class:`Scheduler` (``sched.add(instr)`` one at a time, then ``sched.result()``) or to
+:func:`simulate` (a whole list). The simplest way to fill one is :meth:`Instr.of`, from what the
+instruction registry knows at the call:
+
+``Instr.of(name, engine, inputs, outputs, **extra)``
+
+* ``name``: the ISA instruction name (``"nc_matmul"``, ``"tensor_tensor"``, ``"activation"``,
+  ``"tensor_copy"``, ``"memset"``, ``"iota"``, ``"dma_copy"`` ...); it selects the cost rule in
+  :mod:`.costs` (unknown names get their engine's default).
+* ``engine``: where it ran: ``"Tensor"``, ``"Vector"``, ``"Scalar"``, ``"GpSimd"`` or ``"DMA"``
+  (aliases ``"PE"``, ``"DVE"``, ``"Act"``, ``"Pool"`` are accepted).
+* ``inputs`` / ``outputs``: the operand tiles as :class:`Operand` (``shape``, ``dtype``, ``space``
+  ``"sbuf"``/``"psum"``/``"hbm"``, ``ident`` = the allocation's identity, ``box`` = the region of
+  the allocation it touches, ``partition_axis``). For ``nc_matmul`` the inputs are
+  ``[stationary, moving]``; an accumulating ``psum[...] += nc_matmul(...)`` is ONE instruction whose
+  output is the PSUM tile (do not record the ``+=`` separately: the accumulation is near-memory).
+* ``extra``: ``op`` (ALU op or variant: ``"add"``, ``"zero"`` for memset(0), ``"accumulate"`` for
+  DMA read-add-write ...), ``queue`` (DMA queue hint), ``program`` (the program id), ``dge``
+  (``"hwdge"`` for hardware-DGE DMAs), ``transfers`` (DMA: transfers if the recorder knows them).
+
+Buffer keys. ``reads`` / ``writes`` hold keys ``(space, ident, box)``: ``ident`` identifies an
+allocation (an SBUF/PSUM allocation id, or an HBM tensor's name), ``box`` a region of it as a tuple of
+half-open ``(lo, hi)`` intervals (on-chip: ``((partition_lo, partition_hi), (byte_lo, byte_hi))``
+within the partition; HBM: element ranges per dimension), or ``None`` for the whole allocation. Two
+accesses conflict when their spaces and idents are equal and their boxes intersect. Reusing an
+allocation (the allocator handing the same SBUF bytes to the next iteration's tile) is expressed by
+reusing its ``ident``: that is what makes the next writer wait for the last reader.
+
+Schedule. Each compute engine runs its instructions in program order; one starts when its engine is
+free and its dependencies are met: RAW (what it reads has been written), WAR (a writer waits for the
+last reader of the bytes it overwrites) and WAW (and for the last writer). An instruction that waits
+on a dependency, or reads what its engine's previous instruction wrote, pays the documented static
+overhead. DMA instructions issue in order per queue and split into per-engine transfers (see
+:func:`.costs.dma_transfers`) booked on the 16 DMA engines, filling idle gaps; queues overlap each
+other and the compute engines. Programs of a launch share the core's engines.
+
+Every constant comes from :mod:`.hardware` (documented, cited); the formulas from :mod:`.costs`.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from dataclasses import dataclass
+
+from . import costs as _costs
+from .hardware import COMPUTE, NeuronCore, core
+from .report import Result
+
+_ENGINE_ALIASES = {"pe": "Tensor", "tensor": "Tensor", "tensore": "Tensor", "dve": "Vector", "vector": "Vector",
+                   "vectore": "Vector", "act": "Scalar", "activation": "Scalar", "scalar": "Scalar",
+                   "scalare": "Scalar", "pool": "GpSimd", "gpsimd": "GpSimd", "gpsimde": "GpSimd",
+                   "dma": "DMA", "sync": "DMA", "sp": "DMA"}
+
+
+def engine_name(engine) -> str:
+    """The canonical engine name (``"Tensor"``, ``"Vector"``, ``"Scalar"``, ``"GpSimd"``, ``"DMA"``)."""
+    name = getattr(engine, "name", engine)
+    try:
+        return _ENGINE_ALIASES[str(name).lower()]
+    except KeyError:
+        raise ValueError(f"unknown engine {engine!r}: one of {COMPUTE + ('DMA',)}") from None
+
+
+@dataclass(frozen=True)
+class Operand:
+    """One operand tile as a recorder sees it (see the module docstring).
+
+    ``shape`` includes any block dimensions; ``partition_axis`` says which axis is the partition axis
+    (the engine streams the product of the others per partition). ``box`` is the region of the
+    allocation ``ident`` it touches (``None``: all of it).
+    """
+
+    shape: tuple
+    dtype: object
+    space: str
+    ident: object
+    box: tuple = None
+    partition_axis: int = 0
+    contiguous: bool = True
+
+    @property
+    def partitions(self) -> int:
+        """Partition-axis size (rows for an HBM operand)."""
+        return int(self.shape[self.partition_axis]) if self.shape else 1
+
+    @property
+    def per_partition(self) -> int:
+        """Elements per partition: the product of every axis but the partition axis."""
+        n = 1
+        for i, s in enumerate(self.shape):
+            if i != self.partition_axis:
+                n *= int(s)
+        return n
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the operand."""
+        return self.partitions * self.per_partition * _costs.itemsize(self.dtype)
+
+    @property
+    def key(self) -> tuple:
+        """Its buffer key ``(space, ident, box)``."""
+        return (self.space, self.ident, self.box)
+
+
+@dataclass(frozen=True)
+class Instr:
+    """One instruction (event) in program order. Fields (defaults suit a full-width BF16 tile):
+
+    ``name``, ``engine``: see the module docstring. ``dtype_in`` / ``dtype_out``: the input dtype (the
+    widest input's) and the output dtype. ``partitions``: partition-axis size the engine uses (DMA: rows
+    of the on-chip side). ``free_elems``: elements per partition streamed (the widest input, block
+    dimensions included, partition axis excluded). ``moving_free`` / ``stationary_free``: matmul
+    free sizes. ``n_inputs``: tensor inputs read by the data path. ``reads`` / ``writes``: buffer keys.
+    ``nbytes``, ``transfers``, ``chunk_bytes`` (contiguous bytes per DMA buffer), ``queue``, ``dge``:
+    DMA. ``program``: the program id. ``op``: ALU op or variant. ``contiguous``: unit stride in the
+    innermost free dimension.
+    """
+
+    name: str
+    engine: str
+    dtype_in: str = "bfloat16"
+    dtype_out: str = "bfloat16"
+    partitions: int = 128
+    free_elems: int = 1
+    moving_free: int = 0
+    stationary_free: int = 128
+    reads: tuple = ()
+    writes: tuple = ()
+    nbytes: int = 0
+    transfers: int = 0
+    queue: object = None
+    program: tuple = ()
+    op: str = ""
+    n_inputs: int = 1
+    contiguous: bool = True
+    chunk_bytes: int = 0
+    dge: str = ""
+
+    @classmethod
+    def of(cls, name, engine, inputs=(), outputs=(), **extra) -> Instr:
+        """Build an :class:`Instr` from operand tiles (:class:`Operand`); ``extra`` sets any other field."""
+        engine = engine_name(engine)
+        inputs, outputs = list(inputs), list(outputs)
+        kw = {"reads": tuple(o.key for o in inputs), "writes": tuple(o.key for o in outputs),
+                  "n_inputs": max(1, sum(1 for o in inputs if o.space != "const"))}
+        widest = max(inputs, key=lambda o: _costs.itemsize(o.dtype), default=None)
+        if widest is not None:
+            kw["dtype_in"] = _costs.dtype_name(widest.dtype)
+        if outputs:
+            kw["dtype_out"] = _costs.dtype_name(outputs[0].dtype)
+        if engine == "DMA":
+            src = inputs[0] if inputs else outputs[0]
+            dst = outputs[0] if outputs else src
+            onchip = next((o for o in (dst, src) if o.space in ("sbuf", "psum")), dst)
+            kw.update(partitions=onchip.partitions, free_elems=onchip.per_partition,
+                      nbytes=max(src.nbytes, dst.nbytes), contiguous=src.contiguous and dst.contiguous)
+            kw["chunk_bytes"] = (onchip.per_partition * _costs.itemsize(onchip.dtype)
+                                 if kw["contiguous"] else _costs.itemsize(onchip.dtype))
+        else:
+            tiles = inputs or outputs
+            kw["partitions"] = max(o.partitions for o in tiles) if tiles else 1
+            kw["free_elems"] = max((o.per_partition for o in tiles), default=1)
+            kw["contiguous"] = all(o.contiguous for o in inputs + outputs)
+            if engine == "Tensor" and len(inputs) >= 2:
+                kw["stationary_free"] = inputs[0].per_partition
+                kw["moving_free"] = inputs[1].per_partition
+                kw["free_elems"] = inputs[1].per_partition
+        kw.update(extra)
+        return cls(name=name, engine=engine, **kw)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# helpers
+
+def _split(key):
+    box = key[2] if len(key) > 2 else None
+    return (key[0], key[1]), box
+
+
+def _overlap(a, b) -> bool:
+    if a is None or b is None or len(a) != len(b):
+        return True
+    return all(a0 < b1 and b0 < a1 for (a0, a1), (b0, b1) in zip(a, b))
+
+
+def _contains(outer, inner) -> bool:
+    if outer is None:
+        return True
+    if inner is None or len(outer) != len(inner):
+        return False
+    return all(o0 <= i0 and i1 <= o1 for (o0, o1), (i0, i1) in zip(outer, inner))
+
+
+class _Lane:
+    """Busy intervals of one DMA engine (sorted, coalesced); ``book`` fills the earliest fitting gap."""
+
+    __slots__ = ("busy", "data", "e", "o", "s")
+
+    def __init__(self):
+        self.s, self.e, self.o = [], [], []
+        self.busy = 0.0
+        self.data = 0.0
+
+    def copy(self):
+        c = _Lane()
+        c.s, c.e, c.o, c.busy, c.data = list(self.s), list(self.e), list(self.o), self.busy, self.data
+        return c
+
+    def book(self, t, dur, owner):
+        """Occupy ``dur`` seconds from the earliest time >= ``t`` the lane is free that long; returns
+        ``(start, owner of the booking whose end set the start, or None)``."""
+        s, e, o = self.s, self.e, self.o
+        self.busy += dur
+        if not e or t >= e[-1]:
+            if e and t == e[-1]:
+                pred, e[-1], o[-1] = o[-1], t + dur, owner
+            else:
+                pred = None
+                s.append(t)
+                e.append(t + dur)
+                o.append(owner)
+            return t, pred
+        i = bisect_right(e, t)
+        cur, pred = t, None
+        while i < len(s) and s[i] - cur < dur:
+            cur, pred = e[i], o[i]
+            i += 1
+        end = cur + dur
+        left = i > 0 and e[i - 1] == cur
+        right = i < len(s) and s[i] == end
+        if left and right:
+            e[i - 1], o[i - 1] = e[i], o[i]
+            del s[i], e[i], o[i]
+        elif left:
+            e[i - 1], o[i - 1] = end, owner
+        elif right:
+            s[i] = cur
+        else:
+            s.insert(i, cur)
+            e.insert(i, end)
+            o.insert(i, owner)
+        return cur, pred
+
+
+@dataclass
+class DmaStats:
+    """DMA efficiency figures of a schedule."""
+
+    instructions: int = 0
+    transfers: int = 0
+    bytes: int = 0
+    small_transfers: int = 0          # under the efficient transfer size (32 KiB)
+    small_partition_instrs: int = 0   # under the recommended 2 KiB per partition
+    tiny_chunk_instrs: int = 0        # contiguous DMA buffers under 512 B
+    fixed_s: float = 0.0              # DMA-engine time not moving data (per-transfer fixed cost)
+    busy_s: float = 0.0               # DMA-engine time, all engines summed
+
+    @property
+    def bytes_per_transfer(self) -> float:
+        """Mean bytes per per-engine transfer."""
+        return self.bytes / self.transfers if self.transfers else 0.0
+
+    @property
+    def fixed_share(self) -> float:
+        """Share of DMA-engine busy time spent on per-transfer fixed cost rather than data."""
+        return self.fixed_s / self.busy_s if self.busy_s else 0.0
+
+
+class Scheduler:
+    """Schedules :class:`Instr` events one at a time (``add``) and builds the :class:`Result`."""
+
+    def __init__(self, version=2, keep_events=True):
+        self.hw: NeuronCore = core(version)
+        self.events = []
+        self.keep_events = keep_events
+        self.start, self.end, self.track, self.pred, self.cause = [], [], [], [], []
+        self._free = {e: 0.0 for e in COMPUTE}
+        self._last = {e: None for e in COMPUTE}
+        self.busy = {e: 0.0 for e in COMPUTE}
+        self.count = {e: 0 for e in COMPUTE + ("DMA",)}
+        self._w, self._r = {}, {}
+        self._queues = {}
+        n = int(self.hw.dma_engines.value)
+        self._lanes = [_Lane() for _ in range(n)]
+        self._uniform = True
+        self.dma = DmaStats()
+        self.flags = {"fp32_matmul": 0, "narrow_matmul": 0, "small_free": 0, "few_partitions": 0,
+                      "dependency_waits": 0}
+
+    # -- dependencies -------------------------------------------------------------------------------------
+    def _deps(self, ins):
+        deps = []
+        for k in ins.reads:
+            loc, box = _split(k)
+            for b, (t, j) in self._w.get(loc, {}).items():
+                if _overlap(b, box):
+                    deps.append((t, j, "RAW"))
+        for k in ins.writes:
+            loc, box = _split(k)
+            for b, (t, j) in self._w.get(loc, {}).items():
+                if _overlap(b, box):
+                    deps.append((t, j, "WAW"))
+            for b, (t, j) in self._r.get(loc, {}).items():
+                if _overlap(b, box):
+                    deps.append((t, j, "WAR"))
+        return deps
+
+    def _commit(self, ins, idx, end):
+        for k in ins.reads:
+            loc, box = _split(k)
+            rd = self._r.setdefault(loc, {})
+            old = rd.get(box)
+            if old is None or old[0] < end:
+                rd[box] = (end, idx)
+        for k in ins.writes:
+            loc, box = _split(k)
+            wd = self._w.setdefault(loc, {})
+            for d in (wd, self._r.get(loc, {})):
+                for b in [b for b in d if _contains(box, b)]:
+                    del d[b]
+            wd[box] = (end, idx)
+
+    # -- scheduling ---------------------------------------------------------------------------------------
+    def add(self, ins: Instr):
+        """Schedule the next instruction in program order; returns its ``(start, end)`` in seconds."""
+        idx = len(self.start)
+        engine = ins.engine if ins.engine in COMPUTE or ins.engine == "DMA" else engine_name(ins.engine)
+        deps = self._deps(ins)
+        ready, dep = 0.0, None
+        for d in deps:
+            if d[0] > ready:
+                ready, dep = d[0], d
+        if engine == "DMA":
+            start, end, cause = self._dma(ins, idx, ready, dep)
+            track = f"DMA queue {self._queue_of(ins)}"
+        else:
+            start, end, cause = self._compute(ins, engine, idx, ready, dep, deps)
+            track = engine
+        self.count[engine] += 1
+        self.start.append(start)
+        self.end.append(end)
+        self.track.append(track)
+        self.pred.append(cause[1])
+        self.cause.append(cause[0])
+        if self.keep_events:
+            self.events.append(ins)
+        self._commit(ins, idx, end)
+        return start, end
+
+    def _compute(self, ins, engine, idx, ready, dep, deps):
+        hw = self.hw
+        free, last = self._free[engine], self._last[engine]
+        start = max(free, ready)
+        cycles = _costs.instruction_cycles(ins, hw)
+        if engine != "Tensor":
+            # Documented static overhead: the instruction cannot overlap the tail of the one producing its
+            # input (same engine: "every instruction depending on the output tile of the previous
+            # instruction"), and one that waited on another engine starts with a drained pipeline.
+            raw_prev = last is not None and any(k == "RAW" and j == last for _, j, k in deps)
+            if raw_prev or ready > free:
+                cycles += hw.static_overhead.value
+            if ins.free_elems < 128:
+                self.flags["small_free"] += 1
+        else:
+            n_mov = ins.moving_free or ins.free_elems
+            if _costs.is_fp32(ins.dtype_in) and ins.name in ("nc_matmul", "matmul"):
+                self.flags["fp32_matmul"] += 1
+            if ins.name in ("nc_matmul", "matmul") and n_mov < 128:
+                self.flags["narrow_matmul"] += 1
+        if ins.partitions < 64:
+            self.flags["few_partitions"] += 1
+        dur = cycles / hw.clock(engine)
+        end = start + dur
+        self._free[engine], self._last[engine] = end, idx
+        self.busy[engine] += dur
+        if ready > free:
+            self.flags["dependency_waits"] += 1
+            cause = (dep[2], dep[1])
+        else:
+            cause = ("engine", last) if last is not None else ("start", None)
+        return start, end, cause
+
+    def _queue_of(self, ins):
+        if ins.queue is not None:
+            return ins.queue
+        # default: one queue per HBM tensor, so the loads of one tensor stay in order but do not wait
+        # behind another tensor's (the compiler spreads DMAs over queues)
+        for k in tuple(ins.reads) + tuple(ins.writes):
+            if k and k[0] == "hbm":
+                return k[1]
+        return "dma"
+
+    def _dma(self, ins, idx, ready, dep):
+        hw = self.hw
+        qname = self._queue_of(ins)
+        q = self._queues.setdefault(qname, [0.0, None])
+        issue = max(ready, q[0])
+        if dep is not None and ready >= q[0]:
+            cause = (dep[2], dep[1])
+        else:
+            cause = ("queue", q[1]) if q[1] is not None else ("start", None)
+        t0 = issue + (hw.hwdge_issue.value if ins.dge == "hwdge" else 0.0)
+        q[0], q[1] = t0, idx
+        first = 0
+        for k in tuple(ins.writes) + tuple(ins.reads):
+            if k and k[0] in ("sbuf", "psum") and len(k) > 2 and k[2]:
+                first = int(k[2][0][0])
+                break
+        transfers = _costs.dma_transfers(ins, hw, first)
+        bw = _costs.dma_bandwidth(ins, hw)
+        lanes, n = self._lanes, len(self._lanes)
+        uniform = (len(transfers) == n and len({e for e, _ in transfers}) == n
+                   and len({b for _, b in transfers}) == 1)
+        end, bind = t0, None
+        st = self.dma
+        if uniform and self._uniform:
+            # every DMA so far used all engines equally: the lanes are identical, book one for all
+            b = transfers[0][1]
+            occ, lat = _costs.dma_transfer_times(b, bw, hw)
+            s, p = lanes[0].book(t0, occ, idx)
+            lanes[0].data += b / bw
+            end, bind = s + lat, (s, p)
+            self._account(n, b, occ, b / bw)
+        else:
+            if self._uniform:
+                base = lanes[0]
+                self._lanes = lanes = [base] + [base.copy() for _ in range(n - 1)]
+                self._uniform = False
+            for e, b in transfers:
+                occ, lat = _costs.dma_transfer_times(b, bw, hw)
+                s, p = lanes[e].book(t0, occ, idx)
+                lanes[e].data += b / bw
+                if s + lat > end:
+                    end, bind = s + lat, (s, p)
+                self._account(1, b, occ, b / bw)
+        if bind is not None and bind[1] is not None and bind[0] > t0:
+            cause = ("dma-engine", bind[1])
+        st.instructions += 1
+        rows = max(1, ins.partitions)
+        if ins.nbytes / rows < hw.efficient_partition_bytes.value:
+            st.small_partition_instrs += 1
+        chunk = ins.chunk_bytes or ins.nbytes / rows
+        if chunk < 512:
+            st.tiny_chunk_instrs += 1
+        return issue, end, cause
+
+    def _account(self, count, nbytes, occ, data):
+        st = self.dma
+        st.transfers += count
+        st.bytes += round(count * nbytes)
+        if nbytes < self.hw.efficient_transfer_bytes.value:
+            st.small_transfers += count
+        st.fixed_s += count * (occ - data)
+        st.busy_s += count * occ
+
+    # -- result -------------------------------------------------------------------------------------------
+    def result(self) -> Result:
+        """The :class:`Result` of the instructions added so far."""
+        return Result(self)
+
+
+def simulate(events, version=2, keep_events=True) -> Result:
+    """Schedule ``events`` (an iterable of :class:`Instr` in program order) on NeuronCore ``version``."""
+    sched = Scheduler(version, keep_events=keep_events)
+    for ins in events:
+        sched.add(ins)
+    return sched.result()
+
+__all__ = ["COMPUTE", "DmaStats", "Instr", "Operand", "Result", "Scheduler", "engine_name", "simulate"]
