@@ -189,13 +189,19 @@ def _split(key):
 
 
 def _overlap(a, b) -> bool:
-    if a is None or b is None or len(a) != len(b):
+    if a is None or b is None or a == b:
         return True
+    if len(a) != len(b):
+        return True
+    if len(a) == 2:  # the common case (partitions x bytes, rows x columns), unrolled
+        (a0, a1), (a2, a3) = a
+        (b0, b1), (b2, b3) = b
+        return a0 < b1 and b0 < a1 and a2 < b3 and b2 < a3
     return all(a0 < b1 and b0 < a1 for (a0, a1), (b0, b1) in zip(a, b))
 
 
 def _contains(outer, inner) -> bool:
-    if outer is None:
+    if outer is None or outer == inner:
         return True
     if inner is None or len(outer) != len(inner):
         return False
@@ -326,7 +332,12 @@ class Scheduler:
         for k in ins.writes:
             loc, box = _split(k)
             wd = self._w.setdefault(loc, {})
-            for d in (wd, self._r.get(loc, {})):
+            for d in (wd, self._r.get(loc)):
+                if not d:
+                    continue
+                if len(d) == 1 and box in d:
+                    del d[box]  # rewriting the same region: the common case
+                    continue
                 for b in [b for b in d if _contains(box, b)]:
                     del d[b]
             wd[box] = (end, idx)

@@ -220,7 +220,7 @@ class Result:
         rows = list(COMPUTE) + sorted({n for n in names if n not in COMPUTE})
         rows = [r for r in rows if r in set(names)]
         total = self.total_s or 1.0
-        gap = total / 4000  # merge intervals closer than a pixel or so
+        gap = total / 20000  # merge intervals much closer than a pixel (keeps big traces drawable)
         spans = {r: [] for r in rows}
         for i, r in enumerate(names):
             s, e = self.start[i], self.end[i]
