@@ -7,6 +7,8 @@ moving)`` computes ``stationary.T @ moving`` with K (partitions) <= 128,
 stationary free size <= 128 and moving free size <= 512, writing fp32 to PSUM.
 """
 
+import inspect as _inspect
+
 import numpy as _np
 
 from . import diagnostics as _diag
@@ -22,6 +24,8 @@ from .errors import NKIError as _NKIError
 from .errors import NotBatchable as _NotBatchable
 from .indexing import _full_mask
 from .instructions import operands as _ops
+from .instructions import registry as _registry
+from .instructions import mx as _mx, scalar as _scalar, tensor as _tensor  # noqa: F401 - declare their instructions
 from .instructions import registers as _regs
 from .instructions import dma as _dma
 from .instructions import gpsimd as _gpsimd
@@ -639,11 +643,40 @@ def dropout(data, prob, *, mask=None, dtype=None, name=None):
 tensor_scalar_cumulative = _vector.tensor_scalar_cumulative
 
 
-# Instructions with batched implementations (see nl.BATCH_SAFE); the others run one program at a time.
-_BATCH_SAFE = {"nc_matmul", "nc_transpose", "activation", "activation_reduce", "tensor_reduce",
-              "tensor_partition_reduce", "tensor_tensor", "tensor_scalar", "tensor_scalar_reduce", "tensor_copy",
-              "iota", "memset"}
+
+
+def _derived(spec):
+    """The functional form of an instruction declared with ``gen1=Gen1(like=...)`` and no form of
+    its own here: a new SBUF result shaped like operand ``like`` (dtype ``dtype=`` or that
+    operand's), elements outside ``mask`` zero, written by the instruction as its ``dst``."""
+    sig = _inspect.signature(spec.run)
+    sig = sig.replace(parameters=[p for n, p in sig.parameters.items() if n != "dst"])
+    like = spec.gen1.like
+
+    def form(*args, dtype=None, mask=None, **kwargs):
+        bound = sig.bind(*args, **kwargs)
+        x = _tile(bound.arguments[like], like, spec.name, mask=mask)
+        out_dtype = _dt.as_dtype(dtype) if dtype is not None else x.dtype
+        prog = _current_or_none()
+        if prog is not None and prog.nb:  # a batch of programs: the result carries the batch's axes
+            if mask is not None:
+                raise _NotBatchable(f"nisa.{spec.name} with mask= runs one program at a time")
+            out = _Tile(_np.zeros(x.data.shape, out_dtype), _sbuf)
+            spec.run(out, **bound.arguments)
+            return out
+        return _functional(x.shape, out_dtype, mask, lambda d: spec.run(d, **bound.arguments))
+
+    form.__name__ = form.__qualname__ = spec.name
+    form.__doc__ = f"The first generation's functional ``nisa.{spec.name}``: {spec.run.__doc__ or ''}"
+    form.__module__ = __name__
+    return form if spec.gen1.batched else _nl._per_program_only(form, "nisa")
+
+
+# Instructions with batched first-generation forms, as declared (see nl.BATCH_SAFE); the others run
+# one program at a time. Declared instructions without a form here get a derived one (_derived).
+_BATCH_SAFE = _registry.batch_safe("gen1")
 _nl._guard_module(globals(), _BATCH_SAFE, "nisa")
+_registry.publish(globals(), "gen1", _derived)
 
 # The documented names of the first generation's nki.isa page (instructions, config enums, target)
 # and the engine shorthands its pages use; everything else here is internal.

@@ -25,6 +25,7 @@ import weakref
 import numpy as np
 
 from .. import core
+from . import registry as _registry
 from ..access_pattern import position_in_root
 from .. import diagnostics as _diag
 from .. import memory as _memory
@@ -40,15 +41,18 @@ _F32 = np.dtype(np.float32)
 _tls = core._tls  # (core.current_or_none() without the call, on the per-instruction path)
 
 
-def instruction(fn=None, *, batched=False):
-    """Mark ``fn`` as an engine instruction (``@instruction`` or ``@instruction(batched=True)``).
+def instruction(fn=None, *, engine=None, batched=False, sync=False, gen1=None):
+    """Declare ``fn`` as an engine instruction: ``@instruction(engine="Vector", batched=True, gen1=Gen1(...))``.
 
-    Without ``batched`` it runs one program at a time: in a batch of grid programs
-    (:mod:`..vectorize`) it raises :class:`NotBatchable` and they run singly. A ``batched`` instruction takes operands and a ``dst`` that carry the batch's
-    leading axes (:func:`write` places its values) and raises :class:`NotBatchable` itself for
-    the cases it has no batched meaning for."""
+    The declaration is recorded once in :mod:`.registry` (the namespaces, batch sets and the
+    profiler read it). Without ``batched`` it runs one program at a time: in a batch of grid
+    programs (:mod:`..vectorize`) it raises :class:`NotBatchable` and they run singly. A
+    ``batched`` instruction takes operands and a ``dst`` that carry the batch's leading axes
+    (:func:`write` places its values) and raises :class:`NotBatchable` itself for the cases it has
+    no batched meaning for. ``engine=None`` only for the first generation's variants of
+    :func:`first_generation`, which are not declared again."""
     if fn is None:
-        return functools.partial(instruction, batched=batched)
+        return functools.partial(instruction, engine=engine, batched=batched, sync=sync, gen1=gen1)
     name = fn.__name__
     tls, iw_local = core._tls, _diag.instruction_where
 
@@ -71,6 +75,8 @@ def instruction(fn=None, *, batched=False):
             if not depth:
                 iw.where = iw.op = None
 
+    if engine is not None:
+        _registry.register(_registry.Spec(name, engine, run, batched, sync, gen1, fn.__module__))
     return run
 
 

@@ -13,6 +13,7 @@ from .. import profile as _prof
 from ..access_pattern import layout_of
 from ..core import PSUM_BANK_BYTES, Tile, psum, sbuf
 from ..errors import NKIError, NotBatchable
+from .registry import Gen1
 from .operands import check_dst, engine_name, fit_dst, instruction, lazy_text, scratch, write, write_accumulating
 from .target import engine as _engine
 from .target import get_nc_version, matmul_perf_mode, nc_version
@@ -75,7 +76,7 @@ def _unit_free_axes_dropped(t):
     return t
 
 
-@instruction(batched=True)
+@instruction(engine="Tensor", batched=True, gen1=Gen1(batched=True))
 def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_onezero=False, is_transpose=False,
               accumulate=None, tile_position=(), tile_size=(), perf_mode=matmul_perf_mode.none, name=None):
     """``dst = stationary.T @ moving`` (or ``+=``) on the Tensor engine; ``dst`` must be a PSUM tile.
@@ -129,7 +130,7 @@ def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_on
     write_accumulating(d, vals, accumulate, "nc_matmul")
 
 
-@instruction(batched=True)
+@instruction(engine="Tensor", batched=True, gen1=Gen1(batched=True))
 def nc_transpose(dst, data, engine=_engine.unknown, name=None):
     """Transpose partition and (flattened) free axes of ``data`` into ``dst``.
 

@@ -13,6 +13,7 @@ from .. import profile as _prof
 from ..core import Tile, psum
 from ..errors import NKIError
 from ..indexing import _full_mask
+from .registry import Gen1
 from .operands import (alu, bitvec_on_integers, check_dst, column, compute_into, engine_name, first_generation,
                        identity_of, instruction, is_bitvec, no_gpsimd_psum, one_per_partition, partition_range,
                        per_partition, rows, same_rows, scratch, tile_operand, values_of, write)
@@ -41,7 +42,7 @@ def _quadrant_rule(op, name, tile, active):
                        f"{'/'.join(map(str, allowed))}")
 
 
-@instruction
+@instruction(engine="Vector")
 def nc_stream_shuffle(dst, src, shuffle_mask, name=None):
     """Cross-partition move within 32-partition quadrants: ``dst[q*32 + i] = src[q*32 + shuffle_mask[i]]``.
 
@@ -93,7 +94,7 @@ _PREDICATE_DTYPES = (dt.uint8, dt.uint16, dt.uint32)
 _GEN1_PREDICATE_DTYPES = (dt.bool_,) + _PREDICATE_DTYPES  # (v2.26: bool is "boolean stored as uint8")
 
 
-@instruction
+@instruction(engine="Vector")
 def tensor_copy_predicated(dst, src, predicate, reverse_pred=False, name=None):
     """Copy ``src`` (a tile or a scalar) into ``dst`` where ``predicate`` is non-zero (zero with
     ``reverse_pred``); elsewhere ``dst`` is unmodified (Vector Engine).
@@ -165,7 +166,7 @@ def _eight(op, vals, parts):
     return v
 
 
-@instruction
+@instruction(engine="Vector")
 def max8(dst, src, name=None):
     """The 8 largest values of each partition of ``src`` (up to 3-D, 8..16384 elements), descending,
     into a 2-D ``[P, 8]`` ``dst``; fp32 compute, converted to ``dst.dtype``.
@@ -187,7 +188,7 @@ def max8(dst, src, name=None):
     write(d, out, "max8")
 
 
-@instruction
+@instruction(engine="Vector")
 def nc_find_index8(dst, data, vals, name=None):
     """Index (from 0) of the first occurrence of each of the 8 ``vals`` in each partition of
     ``data``, into a uint16/uint32 ``[P, 8]`` ``dst``. A value that occurs in ``vals`` k times
@@ -227,7 +228,7 @@ def _first_unused(v, want, used):
     return rows, first
 
 
-@instruction
+@instruction(engine="Vector")
 def nc_match_replace8(dst, data, vals, imm, dst_idx=None, name=None):
     """``dst`` = ``data`` with the first occurrence of each of the 8 ``vals`` (per partition)
     replaced by ``imm``; ``dst_idx`` (optional, [P, 8]) receives the matched positions. Duplicate
@@ -265,7 +266,7 @@ _RANGE_COMPARE = {np.equal: "equal", np.less: "less", np.less_equal: "less_equal
                   np.greater_equal: "greater_equal"}
 
 
-@instruction
+@instruction(engine="Vector")
 def range_select(dst, on_true_tile, comp_op0, comp_op1, bound0, bound1, reduce_cmd=_reduce_cmd.reset_reduce,
                  reduce_res=None, reduce_op=np.maximum, range_start=0.0, on_false_value=FP32_MIN, name=None):
     """``dst = where(comp_op0(i + range_start, bound0) & comp_op1(i + range_start, bound1), on_true_tile,
@@ -340,7 +341,7 @@ _PRED_SELECT = (dt.int8, dt.uint8, dt.int16, dt.uint16)
 _GEN1_PRED_SELECT = (dt.bool_,) + _PRED_SELECT  # (v2.26: bool is "boolean stored as uint8")
 
 
-@instruction
+@instruction(engine="Vector")
 def select_reduce(dst, predicate, on_true, on_false, reduce_res=None, reduce_cmd=_reduce_cmd.idle, reduce_op=np.maximum,
                   reverse_pred=False, name=None):
     """``dst = where(predicate, on_true, on_false)`` (``~predicate`` with ``reverse_pred``), with a max
@@ -395,7 +396,7 @@ _CUMULATIVE_DTYPES = (dt.bfloat16, dt.float16, dt.float32, dt.float8_e4m3, dt.fl
                       dt.uint8, dt.uint16, dt.int8, dt.int16)
 
 
-@instruction
+@instruction(engine="Vector")
 def tensor_scalar_cumulative(dst, src, op0, op1, imm0, imm1=None, reduce_cmd=_reduce_cmd.reset_reduce, name=None):
     """Running reduction along the free axis: ``reg = op1(op0(src[i], imm0), reg); dst[i] = reg`` per
     partition, the Vector engine's register starting from
@@ -437,7 +438,7 @@ def tensor_scalar_cumulative(dst, src, op0, op1, imm0, imm1=None, reduce_cmd=_re
     write(d, out.reshape(d.shape), op)
 
 
-@instruction(batched=True)
+@instruction(engine="Vector", batched=True)
 def reciprocal(dst, data, name=None):
     """``dst = 1 / data`` element-wise (Vector engine), fp32 compute rounded to ``dst.dtype``."""
     d = check_dst(dst, "reciprocal")
@@ -449,7 +450,7 @@ def reciprocal(dst, data, name=None):
     write(d, out, "reciprocal", f"reciprocal of {x.shape}")
 
 
-@instruction(batched=True)
+@instruction(engine="Vector", batched=True)
 def scalar_tensor_tensor(dst, data, op0, operand0, op1, operand1, reverse0=False, reverse1=False, name=None):
     """``dst = (data op0 operand0) op1 operand1`` (Vector engine): ``operand0`` a scalar or a [P, 1]
     tile, ``operand1`` a tile with data's partitions and elements per partition; data and operand1
@@ -479,7 +480,7 @@ def scalar_tensor_tensor(dst, data, op0, operand0, op1, operand1, reverse0=False
     write(d, out if d.nb else np.reshape(out, d.shape) if d.shape[0] == parts else out, op)
 
 
-@instruction
+@instruction(engine="Vector")
 def exponential(dst, src, max_value=0.0, reduce_res=None, reduce_cmd=_reduce_cmd.idle, reduce_init=0.0, name=None):
     """``dst = exp(src - max_value)`` (Vector engine, fp32 inside; ``max_value`` a scalar or [P, 1] tile),
     with the row sums accumulated in the Vector engine's registers per ``reduce_cmd``
@@ -532,7 +533,7 @@ def _is_unary(op) -> bool:
     return getattr(op, "__name__", None) in (*_nl1._UNARY, "copy", "bypass")
 
 
-@instruction(batched=True)
+@instruction(engine="Vector", batched=True, gen1=Gen1(batched=True))
 def tensor_copy(dst, src, engine=_engine.unknown, name=None, *, dtype=None):
     """Copy ``src`` (SBUF/PSUM) into ``dst`` (SBUF/PSUM), casting to ``dst.dtype``.
 
@@ -552,7 +553,7 @@ def tensor_copy(dst, src, engine=_engine.unknown, name=None, *, dtype=None):
     write(d, res.data, "tensor_copy", f"source (shape {x.shape})")
 
 
-@instruction(batched=True)
+@instruction(engine="Vector", batched=True, gen1=Gen1(batched=True))
 def tensor_tensor(dst, data1, data2, op, engine=_engine.unknown, name=None):
     """``dst = op(data1, data2)`` element-wise (Vector engine; ``nl.power`` on GpSimd).
 
@@ -624,7 +625,7 @@ def _scalar_ops_rules(opname, d, x, op0, operand0, op1, operand1, eng="unknown")
                        f"got op0={getattr(op0, '__name__', op0)}, op1={getattr(op1, '__name__', op1)}")
 
 
-@instruction(batched=True)
+@instruction(engine="Vector", batched=True, gen1=Gen1(batched=True))
 def tensor_scalar(dst, data, op0, operand0=None, reverse0=False, op1=None, operand1=None, reverse1=False,
                   engine=_engine.unknown, name=None):
     """``dst = (data op0 operand0) op1 operand1`` with scalar or [P, 1] operands broadcast along the free axes.
@@ -652,7 +653,7 @@ def tensor_scalar(dst, data, op0, operand0=None, reverse0=False, op1=None, opera
     write(d, res.data, "tensor_scalar")
 
 
-@instruction
+@instruction(engine="Vector", gen1=Gen1(batched=True))
 def tensor_scalar_reduce(dst, data, op0, operand0, reduce_op, reduce_res=None, reverse0=False,
                          reduce_cmd=_reduce_cmd.reset_reduce, reduce_init=None, reduce_res_negate=False, name=None):
     """``dst = data op0 operand0`` (one arithmetic operator) plus a reduction of the result over all
@@ -673,7 +674,7 @@ def tensor_scalar_reduce(dst, data, op0, operand0, reduce_op, reduce_res=None, r
                          reduce_init, negate=reduce_res_negate)
 
 
-@instruction(batched=True)
+@instruction(engine="Vector", batched=True, gen1=Gen1(batched=True))
 def tensor_reduce(dst, op, data, axis, negate=False, keepdims=False, name=None):
     """Reduce ``data`` over free ``axis`` with ``op`` into ``dst`` (Vector engine).
 
@@ -717,7 +718,7 @@ def tensor_reduce(dst, op, data, axis, negate=False, keepdims=False, name=None):
     write(d, vals, "tensor_reduce", f"reduction of {x.shape} over axis {axis}")
 
 
-@instruction
+@instruction(engine="Vector")
 def tensor_tensor_scan(dst, data0, data1, initial, op0, op1, reverse0=False, reverse1=False, name=None):
     """Scan along each partition: ``r[i] = op1(op0(data0[i], r[i-1]), data1[i])`` into ``dst``, ``r[-1] =
     initial`` (a scalar or a [P, 1] tile); ``reverse0`` / ``reverse1`` swap an operator's inputs.
@@ -751,7 +752,7 @@ def tensor_tensor_scan(dst, data0, data1, initial, op0, op1, reverse0=False, rev
     write(d, out.reshape(d.shape), op)
 
 
-@instruction(batched=True)
+@instruction(engine="Vector", batched=True, gen1=Gen1(batched=True))
 def memset(dst, value, engine=_engine.unknown, name=None):
     """Fill ``dst`` with the compile-time constant ``value`` (Vector or GpSimd engine; GpSimd cannot reach
     PSUM). Every NKI dtype; for the x4 packed types (``float8_e4m3fn_x4``, ``float8_e5m2_x4``,
@@ -776,7 +777,7 @@ def memset(dst, value, engine=_engine.unknown, name=None):
     write(d, vals, "memset")
 
 
-@instruction
+@instruction(engine="Vector")
 def bn_stats(dst, data, name=None):
     """Per-partition mean/variance statistics of ``data`` (<= 512 elements) into ``dst`` (Vector engine)."""
 
@@ -798,7 +799,7 @@ def bn_stats(dst, data, name=None):
     write(d, out, "bn_stats")
 
 
-@instruction
+@instruction(engine="Vector")
 def bn_aggr(dst, data, name=None):
     """Combine ``bn_stats`` outputs into [P, 2] mean and variance in ``dst``."""
 

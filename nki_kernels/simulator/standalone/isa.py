@@ -12,23 +12,18 @@ Instructions run one program at a time under the vectorised launcher.
 """
 
 from ..cores import core_barrier, sendrecv, sendrecv_compute  # noqa: F401 - LNC=2 instructions between cores
-from ..instructions.dma import dma_compute, dma_copy, dma_transpose
-from ..instructions.gpsimd import (affine_select, iota, local_gather, nc_n_gather, nonzero_with_count,
-                                   sequence_bounds, tensor_partition_reduce, topk)
-from ..instructions.mx import nc_matmul_mx, quantize_mx
+# Importing the engine modules declares their instructions (instructions.registry); publish() below
+# makes every declared instruction a name of this namespace, including ones declared later.
+from ..instructions import dma as _dma, gpsimd as _gpsimd, mx as _mx, rng as _rng  # noqa: F401
+from ..instructions import scalar as _scalar, tensor as _tensor, vector as _vector  # noqa: F401
+from ..instructions import registry as _registry
 from ..instructions.registers import (VirtualRegister, register_alloc, register_load, register_move,
                                       register_store)
-from ..instructions.rng import dropout, rand2, rand_get_state, rand_set_state, rng, set_rng_seed
-from ..instructions.scalar import activate2, activation, activation_reduce
-from ..instructions.tensor import nc_matmul, nc_transpose
 from ..errors import NKIError as NkiValidationError  # noqa: F401 - the page's name for a broken hardware rule
 from ..instructions.target import (dge_mode, dma_engine, engine, get_nc_sub_version, get_nc_version,
                                    matmul_perf_mode, nc_version, oob_mode, reduce_cmd)
-from ..instructions.vector import (bn_aggr, bn_stats, exponential, max8, memset, nc_find_index8, nc_match_replace8,
-                                   nc_stream_shuffle, range_select, reciprocal, scalar_tensor_tensor,
-                                   select_reduce, tensor_copy, tensor_copy_predicated, tensor_reduce,
-                                   tensor_scalar, tensor_scalar_cumulative, tensor_scalar_reduce, tensor_tensor,
-                                   tensor_tensor_scan)
+
+_registry.publish(globals(), "standalone")
 
 unknown_engine = engine.unknown
 tensor_engine = engine.tensor
