@@ -189,6 +189,22 @@ def test_trn2_vector_performance_mode():
     assert r2.total_s == pytest.approx(512 / VECTOR_HZ)
 
 
+def test_trn1_vector_and_gpsimd_share_the_sbuf_port():
+    # trn1 guide: "Vector Engine and GpSimd Engine cannot access SBUF in parallel" (lifted on trn2)
+    ev = [vec("tensor_copy", sb(1), sb(2)), Instr("iota", "GpSimd", free_elems=512, writes=(sb(3),))]
+    v1 = simulate(ev, version=2)
+    v = 512 / VECTOR_HZ
+    assert v1.start[1] == pytest.approx(v)
+    assert v1.cause[1] == "port"
+    assert simulate(ev, version=3).start[1] == 0.0
+
+
+def test_strided_access_halves_the_bandwidth():
+    # trn1 guide: a most-minor stride over 16 bytes halves the SBUF/PSUM interface bandwidth
+    r = simulate([vec("tensor_copy", sb(1), sb(2), stride_bytes=32)])
+    assert r.total_s == pytest.approx(2 * 512 / VECTOR_HZ)
+
+
 # -- DMA -----------------------------------------------------------------------------------------------------
 
 def test_one_small_dma_uses_one_engine():
@@ -332,7 +348,7 @@ def test_every_constant_cites_a_page(version):
         assert f.source.startswith("https://"), name
         assert len(f.quote) > 10, name
     # the undocumented ones are few and say why
-    assert len(hw.assumptions()) <= 3
+    assert len(hw.assumptions()) <= 4
     assert all(len(f.assumption) > 20 for f in hw.assumptions().values())
 
 

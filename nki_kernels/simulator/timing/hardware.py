@@ -79,6 +79,8 @@ class NeuronCore:
     gpsimd_start: Fact           # cycles: GpSimd instruction start-up
     vector_perf_mode: Fact       # 1 = no BF16/FP16 performance mode, else its top speed-up
     scalar_perf_mode: Fact       # likewise for ScalarE tensor_scalar / tensor_copy
+    strided_factor: Fact         # cost factor when the innermost stride exceeds 16 bytes
+    shared_ports: Fact           # 1: Vector/GpSimd share the SBUF port and Vector/Scalar the PSUM port
     # DMA
     dma_engines: Fact
     dma_queues: Fact
@@ -152,8 +154,18 @@ _PSUM_BANKS = _f(8, "banks", ARCH_V2,
                  "Each partition is further divided into 8 PSUM banks, with each bank holding up to 512 32-bit "
                  "values. ... TensorE can have up to eight outstanding matmul accumulation groups")
 _HWDGE = _f(600e-9, "s", DGE_PAGE, "Each hardware-DGE DMA instruction takes approximately **600 ns** to execute.")
+_STRIDED_V2 = _f(2, "x", ARCH_V2,
+                 "If the most-minor F dimension stride exceeds 16 bytes, the achievable bandwidth of each tensor "
+                 "read/write interface will be half of the peak bandwidth, which translates to roughly 50% "
+                 "performance hit on the instructions.")
 _NO_PERF_MODE = _f(1, "x", ARCH_V3, "NeuronCore-v3 Vector Engine provides a new performance mode BF16/FP16 data "
                    "types, which quadruples or doubles the instruction throughput ... compared to NeuronCore-v2")
+
+_STRIDED_LATER = _f(2, "x", ARCH_V2, _STRIDED_V2.quote, assumption="stated for NeuronCore-v2 only; the "
+                    "v3/v4 guides say nothing of strided access, so the v2 penalty is kept")
+_PORTS_LIFTED = _f(0, "bool", ARCH_V3, "In NeuronCore-v3, two restrictions in engine parallel accesses to "
+                   "SBUF/PSUM are lifted ... VectorE and GpSimdE can access SBUF in parallel ... VectorE and ScalarE "
+                   "can access PSUM in parallel.")
 
 V2 = NeuronCore(
     version=2, name="NeuronCore-v2 (trn1, inf2)",
@@ -168,7 +180,9 @@ V2 = NeuronCore(
     fp32_matmul_factor=_f(4, "x", ARCH_V2, "For FP32 input data type, the instruction cost is roughly 4x higher "
                           "than BF16/FP16/TF32/cFP8."),
     min_ii=_MIN_II, static_overhead=_STATIC, gpsimd_start=_GPSIMD_START,
-    vector_perf_mode=_NO_PERF_MODE, scalar_perf_mode=_NO_PERF_MODE,
+    vector_perf_mode=_NO_PERF_MODE, scalar_perf_mode=_NO_PERF_MODE, strided_factor=_STRIDED_V2,
+    shared_ports=_f(1, "bool", ARCH_V2, "Vector Engine and GpSimd Engine cannot access SBUF in parallel ... "
+                    "Vector Engine and Scalar Engine cannot access PSUM in parallel"),
     dma_engines=_DMA_ENGINES, dma_queues=_DMA_QUEUES, dma_partitions_per_engine=_DMA_PPE,
     # The pages disagree: the NKI architecture guide says "a peak bandwidth of 27 GiB/s" per engine and the
     # DMA overview's prose "27.2 GB/s for NeuronCore-v2 and -v3", while the overview's and the bandwidth
@@ -212,7 +226,7 @@ V3 = NeuronCore(
     vector_perf_mode=_f(4, "x", ARCH_V3, "the following instructions could see a 4x throughput lift compared to "
                         "NeuronCore-v2: nisa.tensor_copy and nisa.tensor_scalar when both input/output tensors: "
                         "are in SBUF, are in BF16/FP16, have physically contiguous elements"),
-    scalar_perf_mode=_NO_PERF_MODE,
+    scalar_perf_mode=_NO_PERF_MODE, strided_factor=_STRIDED_LATER, shared_ports=_PORTS_LIFTED,
     dma_engines=_DMA_ENGINES, dma_queues=_DMA_QUEUES, dma_partitions_per_engine=_DMA_PPE,
     dma_engine_bw=_f(23e9, "B/s", DMA_OVERVIEW + " | " + DMA_BW_GUIDE, "Trainium2 | 23 B/ns | 16 | 368 GB/s"),
     dma_fixed=_DMA_FIXED, hwdge_issue=_HWDGE,
@@ -250,6 +264,7 @@ V4 = NeuronCore(
     scalar_perf_mode=_f(2, "x", ARCH_V4, "The Trainium3 ScalarE now natively supports the tensor_scalar and "
                         "tensor_copy instructions ... and offers up to 2x performance uplift for BF16/FP16 "
                         "datatypes"),
+    strided_factor=_STRIDED_LATER, shared_ports=_PORTS_LIFTED,
     dma_engines=_DMA_ENGINES, dma_queues=_DMA_QUEUES, dma_partitions_per_engine=_DMA_PPE,
     dma_engine_bw=_f(33e9, "B/s", DMA_OVERVIEW + " | " + DMA_BW_GUIDE, "Trainium3 | 33 B/ns | 16 | 528 GB/s"),
     dma_fixed=_DMA_FIXED, hwdge_issue=_HWDGE,

@@ -77,7 +77,8 @@ class Operand:
 
     ``shape`` includes any block dimensions; ``partition_axis`` says which axis is the partition axis
     (the engine streams the product of the others per partition). ``box`` is the region of the
-    allocation ``ident`` it touches (``None``: all of it).
+    allocation ``ident`` it touches (``None``: all of it). ``stride_bytes``: the innermost free-axis
+    stride in bytes where it is not unit stride.
     """
 
     shape: tuple
@@ -87,6 +88,7 @@ class Operand:
     box: tuple = None
     partition_axis: int = 0
     contiguous: bool = True
+    stride_bytes: int = 0
 
     @property
     def partitions(self) -> int:
@@ -124,7 +126,8 @@ class Instr:
     free sizes. ``n_inputs``: tensor inputs read by the data path. ``reads`` / ``writes``: buffer keys.
     ``nbytes``, ``transfers``, ``chunk_bytes`` (contiguous bytes per DMA buffer), ``queue``, ``dge``:
     DMA. ``program``: the program id. ``op``: ALU op or variant. ``contiguous``: unit stride in the
-    innermost free dimension.
+    innermost free dimension; ``stride_bytes``: that stride in bytes when it is not (over 16 bytes halves
+    the SBUF/PSUM access bandwidth).
     """
 
     name: str
@@ -146,6 +149,7 @@ class Instr:
     contiguous: bool = True
     chunk_bytes: int = 0
     dge: str = ""
+    stride_bytes: int = 0
 
     @classmethod
     def of(cls, name, engine, inputs=(), outputs=(), **extra) -> Instr:
@@ -172,6 +176,7 @@ class Instr:
             kw["partitions"] = max(o.partitions for o in tiles) if tiles else 1
             kw["free_elems"] = max((o.per_partition for o in tiles), default=1)
             kw["contiguous"] = all(o.contiguous for o in inputs + outputs)
+            kw["stride_bytes"] = max((o.stride_bytes for o in inputs + outputs), default=0)
             if engine == "Tensor" and len(inputs) >= 2:
                 kw["stationary_free"] = inputs[0].per_partition
                 kw["moving_free"] = inputs[1].per_partition
@@ -297,6 +302,7 @@ class Scheduler:
         self.count = {e: 0 for e in COMPUTE + ("DMA",)}
         self._w, self._r = {}, {}
         self._queues = {}
+        self._ports = {"sbuf": (0.0, None), "psum": (0.0, None)}
         n = int(self.hw.dma_engines.value)
         self._lanes = [_Lane() for _ in range(n)]
         self._uniform = True
@@ -373,7 +379,20 @@ class Scheduler:
         hw = self.hw
         free, last = self._free[engine], self._last[engine]
         start = max(free, ready)
+        ports = ()
+        if hw.shared_ports.value:
+            # NeuronCore-v2: VectorE and GpSimdE cannot access SBUF in parallel, VectorE and ScalarE cannot
+            # access PSUM in parallel: such instructions of the two engines are serialised.
+            spaces = {k[0] for k in ins.reads + ins.writes if k}
+            ports = tuple(sp for sp, pair in (("sbuf", ("Vector", "GpSimd")), ("psum", ("Vector", "Scalar")))
+                          if sp in spaces and engine in pair)
+            port_free, port_last = max((self._ports[p] for p in ports), default=(0.0, None),
+                                       key=lambda x: x[0])
+            if port_free > start:
+                start, ready, dep = port_free, port_free, (port_free, port_last, "port")
         cycles = _costs.instruction_cycles(ins, hw)
+        if ins.stride_bytes > 16:
+            cycles *= hw.strided_factor.value
         if engine != "Tensor":
             # Documented static overhead: the instruction cannot overlap the tail of the one producing its
             # input (same engine: "every instruction depending on the output tile of the previous
@@ -394,6 +413,8 @@ class Scheduler:
         dur = cycles / hw.clock(engine)
         end = start + dur
         self._free[engine], self._last[engine] = end, idx
+        for p in ports:
+            self._ports[p] = (end, idx)
         self.busy[engine] += dur
         if ready > free:
             self.flags["dependency_waits"] += 1
