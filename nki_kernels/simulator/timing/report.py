@@ -69,10 +69,14 @@ class Result:
         return path[::-1]
 
     def critical_path_summary(self) -> dict:
-        """Time on the critical path by track, and its links by kind."""
+        """Time on the critical path by track, and its links by kind. Each instruction on the path is
+        charged what it added to the end: its end minus its predecessor's end (DMAs overlap, so their own
+        durations would count the same time several times); the charges add up to the total."""
         by_track, by_cause = {}, {}
         for i in self.critical_path():
-            by_track[self.track[i]] = by_track.get(self.track[i], 0.0) + (self.end[i] - self.start[i])
+            p = self.pred[i]
+            gain = max(0.0, self.end[i] - (self.end[p] if p is not None else 0.0))
+            by_track[self.track[i]] = by_track.get(self.track[i], 0.0) + gain
             by_cause[self.cause[i]] = by_cause.get(self.cause[i], 0) + 1
         return {"time_by_track": by_track, "links_by_kind": by_cause}
 
