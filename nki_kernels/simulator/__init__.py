@@ -12,5 +12,6 @@ from . import standalone  # noqa: F401 - the standalone `nki` package's API (dst
 from .errors import NKIError
 from .install import install
 from .launch import ShapeDtype, eval_shape, is_kernel, simulate
+from .profiler import profile
 
-__all__ = ["NKIError", "ShapeDtype", "eval_shape", "install", "is_kernel", "isa", "language", "nki", "simulate", "standalone"]
+__all__ = ["NKIError", "ShapeDtype", "eval_shape", "install", "is_kernel", "isa", "language", "nki", "profile", "simulate", "standalone"]

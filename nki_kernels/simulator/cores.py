@@ -33,7 +33,7 @@ import numpy as np
 
 from . import diagnostics as _diag
 from . import dtypes as dt
-from . import profile as _prof
+from . import recording as _prof
 from .core import (Access, HBMTensor, Program, Tile, current_or_none, flush_pending, private_hbm, sbuf,
                    set_current)
 from .errors import NKIError, NotBatchable, thread_where

@@ -15,7 +15,7 @@ from . import diagnostics as _diag
 from . import dtypes as _dt
 from . import language as _nl
 from . import memory as _memory
-from . import profile as _prof
+from . import recording as _prof
 from .core import PMAX as _PMAX, Access as _Access, HBMTensor as _HBMTensor, Tile as _Tile
 from .core import psum as _psum, sbuf as _sbuf
 from .core import current_or_none as _current_or_none

@@ -35,6 +35,7 @@ from . import buffer_pool as _pool
 from . import config as _config
 from . import diagnostics as _diag
 from .dtypes import INT_SENTINEL, sentinel  # noqa: F401 - the fill values, named here too
+from .context import current_or_none, set_current
 from .errors import NKIError
 from .instructions.target import get_nc_version
 
@@ -618,8 +619,6 @@ def traced_loop(iterations):
     :func:`place` give later iterations the placement the first one made. A loop nested in a traced
     loop is named by its parent and its rank among the loops the parent's iteration entered, so a
     ``static_range`` (unrolled: no frame) inside a traced body keeps one placement per unrolled copy."""
-    from .core import current_or_none
-
     prog = current_or_none()
     if prog is None or not prog.mem.traces_loops:
         yield from iterations
@@ -803,9 +802,7 @@ def _mixed(m, live):
 def _with_lines(prog, rerun):
     """Run the program again recording source lines; the first problem it finds, with lines."""
     global _lines
-    from .core import Program, current_or_none, set_current
-
-    again = Program(prog.launch, prog.pid)
+    again = type(prog)(prog.launch, prog.pid)  # (a fresh core.Program: this module sits below core)
     outer = current_or_none()
     _lines = True
     try:

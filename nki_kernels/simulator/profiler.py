@@ -39,7 +39,7 @@ import math
 
 import numpy as np
 
-from . import profile as _prof_hooks
+from . import recording as _prof_hooks
 from .launch import Kernel, Launch, normalize_grid, run_programs, _bind, _unwrap
 from .memory import CAPACITY, NAMES
 from .core import current_or_none

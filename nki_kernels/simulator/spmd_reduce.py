@@ -24,6 +24,7 @@ from . import dtypes as dt
 from .core import current_or_none
 from .errors import NKIError, NotBatchable
 from .instructions.operands import alu
+from .tile_ops import _need_tile, _out_dtype, _result
 
 
 def names_all_reduce(kernel) -> bool:
@@ -138,13 +139,11 @@ def all_reduce(x, op, program_axes, *, dtype=None, mask=None, parallel_reduce=Tr
     program of a group gets the reduction, in ``dtype`` (default ``x``'s). fp32 arithmetic.
     ``parallel_reduce`` and ``asynchronous`` choose how hardware schedules the reduction, not its
     result (an asynchronous result is the same once synchronised)."""
-    from . import language as _nl
-
-    x = _nl._need_tile(x, "x", "nl.all_reduce")
+    x = _need_tile(x, "x", "nl.all_reduce")
     fn = alu(op)
     if not isinstance(fn, np.ufunc) or fn.nin != 2:
         raise NKIError("all_reduce", f"nl.all_reduce: op {getattr(op, '__name__', op)!r} is not a binary "
                        "operator (nl.add, nl.maximum, nl.minimum, nl.multiply ...)")
     vals = np.asarray(dt.compute_view(x.data), dtype=np.float32)
     res = reduce_over_programs(vals, fn, program_axes)
-    return _nl._result(res, _nl._out_dtype(dtype, x), mask, engine="GpSimd")
+    return _result(res, _out_dtype(dtype, x), mask, engine="GpSimd")

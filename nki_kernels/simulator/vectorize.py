@@ -40,12 +40,12 @@ import numpy as np
 
 from . import config
 from . import dtypes as dt
-from . import profile as _prof
+from . import recording as _prof
 from .core import Program, Tile, set_current
 from .errors import NotBatchable
 from .index_expr import Mask
-from .language import _loaded_tile
-from .language import _fit, _values, _compute_into
+from .tile_ops import _compute_into, _loaded_tile, _values
+from .values import _fit
 
 # Accounted SBUF+PSUM of the programs of one batch (per-program peak x programs): bounds the
 # memory a batch's tiles take, since each program's tiles exist at once.

@@ -11,7 +11,7 @@ import numpy as np
 
 from .. import dtypes as dt
 from .. import cores as _cores
-from .. import profile as _prof
+from .. import recording as _prof
 from ..core import Access, HBMTensor, Tile, current_or_none, psum, sbuf
 from ..errors import NKIError, NotBatchable
 from ..indexing import full_mask as _full_mask

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import dtypes as dt
-from .. import profile as _prof
+from .. import recording as _prof
 from ..core import sbuf
 from ..errors import NKIError
 from .registry import Gen1

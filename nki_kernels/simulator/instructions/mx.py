@@ -28,7 +28,7 @@ import ml_dtypes
 import numpy as np
 
 from .. import dtypes as dt
-from .. import profile as _prof
+from .. import recording as _prof
 from ..core import psum, sbuf
 from ..errors import NKIError
 from .operands import check_dst, instruction, per_partition, psum_accumulate, rows, tile_operand, write

@@ -29,7 +29,7 @@ from . import registry as _registry
 from ..access_pattern import position_in_root
 from .. import diagnostics as _diag
 from .. import memory as _memory
-from .. import profile as _prof
+from .. import recording as _prof
 from .. import dtypes as dt
 from ..core import Access, HBMTensor, Tile, psum, sbuf
 from ..errors import NKIError, NotBatchable

@@ -14,7 +14,7 @@ import numpy as np
 
 from .. import core
 from .. import dtypes as dt
-from .. import profile as _prof
+from .. import recording as _prof
 from ..core import Tile, sbuf
 from ..errors import NKIError
 from .operands import (check_dst, column, engine_name, instruction, no_gpsimd_psum, per_partition, rows,

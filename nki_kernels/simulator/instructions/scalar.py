@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import dtypes as dt
-from .. import profile as _prof
+from .. import recording as _prof
 from ..core import Tile
 from ..errors import NKIError, NotBatchable
 from .registry import Gen1

@@ -9,7 +9,7 @@ rules of the current reference and PSUM accumulation. ``nc_matmul_mx`` is in
 from __future__ import annotations
 
 from .. import dtypes as dt
-from .. import profile as _prof
+from .. import recording as _prof
 from ..access_pattern import layout_of
 from ..core import PSUM_BANK_BYTES, Tile, psum, sbuf
 from ..errors import NKIError, NotBatchable

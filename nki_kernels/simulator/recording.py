@@ -1,30 +1,23 @@
 """Instruction and DMA accounting hooks (no-ops unless a profile is being recorded).
 
-The full profiler (:func:`nki_kernels.simulator.profile`) installs a recorder
-here; the hot path pays one attribute check per instruction otherwise.
+The profiler (:func:`nki_kernels.simulator.profile`, in :mod:`.profiler`) installs a recorder
+here; the hot path pays one attribute check per instruction otherwise. Every instruction's body
+calls :func:`instruction` once with its engine and result, every transfer :func:`dma`; both
+also end the memory model's instruction slot (liveness is counted in slots).
 """
 
 from __future__ import annotations
 
 from . import memory as _memory
+from .context import _tls
 from .diagnostics import hbm_access as _hbm_access
 
 _recorder = None
-_tls = None  # core._tls, bound on first use (core imports modules that import this one)
-
-
-def _program():
-    global _tls
-    if _tls is None:
-        from .core import _tls as t
-
-        _tls = t
-    return getattr(_tls, "program", None)
 
 
 def instruction(engine: str, out) -> None:
     """Record one engine instruction producing ``out`` (and count its slot for memory live ranges)."""
-    prog = getattr(_tls, "program", None) if _tls is not None else _program()
+    prog = getattr(_tls, "program", None)
     if prog is not None:
         m = prog.mem
         if m.last_alloc is None:  # (memory.counted's common case without the call: nothing allocated)
@@ -38,7 +31,7 @@ def instruction(engine: str, out) -> None:
 def dma(tensor, data, direction: str, access, mask, written=False) -> None:
     """Record one DMA transfer of ``data`` to or from HBM ``tensor`` (and log it for diagnostics).
     A write is recorded before ``tensor`` changes, or with ``written=True`` after."""
-    prog = getattr(_tls, "program", None) if _tls is not None else _program()
+    prog = getattr(_tls, "program", None)
     _hbm_access(tensor, access, mask, direction == "write", None if written else data, prog)
     if prog is not None:
         m = prog.mem
@@ -54,17 +47,3 @@ def set_recorder(rec) -> None:
     """Install (or with ``None`` remove) the active recorder."""
     global _recorder
     _recorder = rec
-
-
-class _CallableModule(type(__import__("sys"))):
-    """Lets ``nki_kernels.simulator.profile(kernel[grid], *arrays)`` run the profiler while this
-    module stays the home of the hooks that ``language``/``isa`` call."""
-
-    def __call__(self, kernel, *arrays, **kwargs):
-        """Profile a launch: see :func:`nki_kernels.simulator.profiler.profile`."""
-        from .profiler import profile as _profile
-
-        return _profile(kernel, *arrays, **kwargs)
-
-
-__import__("sys").modules[__name__].__class__ = _CallableModule
