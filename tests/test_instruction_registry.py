@@ -9,7 +9,7 @@ import pytest
 
 from nki_kernels.simulator import config, install
 from nki_kernels.simulator import profile as sim_profile
-from nki_kernels.simulator import profile as _prof
+from nki_kernels.simulator import recording as _prof
 from nki_kernels.simulator.instructions import registry
 from nki_kernels.simulator.instructions.operands import check_dst, instruction, tile_operand, write
 from nki_kernels.simulator.instructions.registry import Gen1

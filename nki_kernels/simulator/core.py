@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import math
-import threading
 import weakref
 
 import numpy as np
@@ -22,9 +21,11 @@ from . import config as _config
 from . import diagnostics as _diag
 from . import dtypes as dt
 from . import memory as _memory
-from .access_pattern import NkiTensor
+from .context import _tls, current_or_none, set_current  # noqa: F401 - the running program (re-exported)
+from .nki_tensor import NkiTensor
 from .errors import NKIError, OutOfBoundsNKIError, NotBatchable
 from .indexing import compose, resolve, resolve_batched, tile_view, tile_write
+from .values import _broadcast_view, _fit, _host_values as _values
 from .indexing import full_mask
 
 PMAX = 128  # partitions of SBUF / PSUM (nl.tile_size.pmax)
@@ -140,19 +141,8 @@ class Program:
         self.pending = weakref.ref(tile)
 
 
-_tls = threading.local()
 _F32 = np.dtype(np.float32)
 _loops = _diag.loops  # (the active affine loops: one list, changed in place)
-_lang = None  # (language._fit, language._values), bound on first use: language builds on core
-
-
-def _language_helpers():
-    global _lang
-    if _lang is None:
-        from .language import _fit, _values
-
-        _lang = (_fit, _values)
-    return _lang
 
 
 def current() -> Program:
@@ -172,16 +162,6 @@ def flush_pending() -> None:
         prog.pending = None
         if tile is not None and tile._thunk is not None:
             tile.force()
-
-
-def current_or_none():
-    """The running program or ``None``."""
-    return getattr(_tls, "program", None)
-
-
-def set_current(prog) -> None:
-    """Install ``prog`` as this thread's running program (``None`` clears it)."""
-    _tls.program = prog
 
 
 # --------------------------------------------------------------------------
@@ -705,7 +685,6 @@ class Tile(NkiTensor):
     def __setitem__(self, key, value):
         if type(key) is int and type(value) is Tile and self.pdim == 1 and self._set_block(key, value):
             return
-        _fit, _values = _language_helpers()
         placed = self._placed_block(key)
         if placed is not None:
             blk, rest = placed
@@ -858,9 +837,7 @@ class Tile(NkiTensor):
 
     def broadcast_to(self, shape):
         """This tile broadcast to ``shape`` (size-1 dims repeat); same as ``nl.broadcast_to``."""
-        from .language import broadcast_to
-
-        return broadcast_to(self, shape)
+        return _broadcast_view(self, shape, Tile)
 
     def reshape(self, *shape):
         """A view of the same on-chip memory with another shape and the same partition size
