@@ -2,8 +2,9 @@
 
 The formulas are the "Estimated instruction cost" sections of the ``nki.isa`` API pages
 (:data:`.hardware.ISA_PAGES`) and the cost models of the architecture guides (``ARCH_V2`` ... in
-:mod:`.hardware`); each rule names its page. A rule is a function ``(instr, hw) -> cycles`` registered for one or more instruction names
-with :func:`cost_rule`; an instruction without a rule gets its engine's default (one input:
+:mod:`.hardware`); each rule names its page. A rule is a function ``(instr, hw) -> cycles``
+registered for one or more instruction names with :func:`cost_rule`; an instruction without a rule
+gets its engine's default (one input:
 ``max(MIN_II, N)``; two inputs on Vector: ``max(MIN_II, 2N)``; GpSimd: ``GPSIMD_START + N`` per
 input). The instruction registry can register its own rules next to its instructions.
 
@@ -50,6 +51,7 @@ def is_fp32(dtype) -> bool:
 def cost_rule(*names):
     """Register ``fn(instr, hw) -> cycles`` as the cost of the instructions ``names``."""
     def deco(fn):
+        """Register ``fn`` under every name."""
         for n in names:
             _RULES[n] = fn
         return fn

@@ -224,6 +224,7 @@ class _Lane:
         self.data = 0.0
 
     def copy(self):
+        """An independent copy (the DMA engines stop being identical)."""
         c = _Lane()
         c.s, c.e, c.o, c.busy, c.data = list(self.s), list(self.e), list(self.o), self.busy, self.data
         return c
@@ -454,7 +455,7 @@ class Scheduler:
         lanes, n = self._lanes, len(self._lanes)
         uniform = (len(transfers) == n and len({e for e, _ in transfers}) == n
                    and len({b for _, b in transfers}) == 1)
-        end, bind = t0, None
+        end, bind, first_start = t0, None, None
         st = self.dma
         if uniform and self._uniform:
             # every DMA so far used all engines equally: the lanes are identical, book one for all
@@ -462,7 +463,7 @@ class Scheduler:
             occ, lat = _costs.dma_transfer_times(b, bw, hw)
             s, p = lanes[0].book(t0, occ, idx)
             lanes[0].data += b / bw
-            end, bind = s + lat, (s, p)
+            end, bind, first_start = s + lat, (s, p), s
             self._account(n, b, occ, b / bw)
         else:
             if self._uniform:
@@ -475,6 +476,7 @@ class Scheduler:
                 lanes[e].data += b / bw
                 if s + lat > end:
                     end, bind = s + lat, (s, p)
+                first_start = s if first_start is None else min(first_start, s)
                 self._account(1, b, occ, b / bw)
         if bind is not None and bind[1] is not None and bind[0] > t0:
             cause = ("dma-engine", bind[1])
@@ -485,7 +487,9 @@ class Scheduler:
         chunk = ins.chunk_bytes or ins.nbytes / rows
         if chunk < 512:
             st.tiny_chunk_instrs += 1
-        return issue, end, cause
+        # the DMA's slice runs from its first transfer's start (not its issue: a prefetched DMA may wait
+        # for an engine) to its last transfer's completion
+        return (issue if first_start is None else first_start), end, cause
 
     def _account(self, count, nbytes, occ, data):
         st = self.dma

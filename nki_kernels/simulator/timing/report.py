@@ -124,7 +124,8 @@ class Result:
             out.append(f"{f['small_free']:,} Vector/Scalar/GpSimd instructions stream fewer than 128 elements per "
                        f"partition: the ~{hw.min_ii.value:.0f}-cycle minimum dominates; batch them")
         if f["few_partitions"]:
-            out.append(f"{f['few_partitions']:,} instructions use fewer than 64 partitions: the lanes are paid for anyway")
+            out.append(f"{f['few_partitions']:,} instructions use fewer than 64 partitions: "
+                       "the idle lanes are paid for anyway")
         if bound != "Tensor" and self.count.get("Tensor") and u.get("Tensor", 0) < 0.5:
             cp = self.critical_path_summary()["links_by_kind"]
             waits = {k: v for k, v in cp.items() if k in ("RAW", "WAR", "WAW", "dma-engine", "queue")}
