@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import diagnostics as _diag
-from .access_pattern import NkiTensor
+from .nki_tensor import NkiTensor
 from .errors import NKIError
 
 
