@@ -25,7 +25,7 @@ import numpy as np
 from . import cores as _cores
 from . import diagnostics as _diag
 from . import dtypes as dt
-from . import language as _nl
+from . import transfers as _transfers
 from .core import Access, HBMTensor, Tile, psum
 from .errors import NKIError
 from .instructions.registers import VirtualRegister
@@ -214,7 +214,7 @@ def _write(dst, vals, op):
     if isinstance(dst, Tile):
         dst[...] = vals
     else:
-        _nl.store(dst, np.asarray(vals))
+        _transfers.store(dst, np.asarray(vals))
 
 
 def _write_flat(dst, pieces):
@@ -224,14 +224,14 @@ def _write_flat(dst, pieces):
         flat = dst.reshape((int(np.prod(dst.shape)),))
         for at, vals in pieces:
             if vals.size:
-                _nl.store(flat[at:at + vals.size], np.asarray(vals))
+                _transfers.store(flat[at:at + vals.size], np.asarray(vals))
         return
     acc = dst  # a region of a tensor: read-modify-write of the region
     out = np.array(acc.index.read(acc.tensor.data, None, what=acc.tensor.name), copy=True)
     flat = out.reshape(-1)
     for at, vals in pieces:
         flat[at:at + vals.size] = dt.cast(vals, flat.dtype)
-    _nl.store(acc, out)
+    _transfers.store(acc, out)
 
 
 def _reducer(op, name):

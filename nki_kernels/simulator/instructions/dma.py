@@ -12,6 +12,7 @@ import numpy as np
 from .. import dtypes as dt
 from .. import cores as _cores
 from .. import recording as _prof
+from .. import transfers as _transfers
 from ..core import Access, HBMTensor, Tile, current_or_none, psum, sbuf
 from ..errors import NKIError, NotBatchable
 from ..indexing import full_mask as _full_mask
@@ -22,16 +23,6 @@ from .target import oob_mode as _oob_mode
 from .. import diagnostics as _diag
 from .. import access_pattern as ap
 from ..indexing import Index
-
-
-_nl_module = None  # nki_kernels.simulator.language, imported on first use (it imports this package)
-
-
-def _language():
-    global _nl_module
-    if _nl_module is None:
-        from .. import language as _nl_module
-    return _nl_module
 
 
 def read(src, op, name="src"):
@@ -71,18 +62,17 @@ def store(dst, vals, op, what="source"):
     prog = current_or_none()
     bshape = prog.bshape if prog is not None and prog.nb else ()
     if isinstance(dst, (Access, HBMTensor)):
-        _nl = _language()
-        acc = _nl._as_access(dst, "dst", f"nisa.{op}")
+        acc = _transfers._as_access(dst, "dst", f"nisa.{op}")
         if bshape:
             if vals.shape[:len(bshape)] != bshape or math.prod(acc.shape) != math.prod(vals.shape[len(bshape):]):
                 raise NotBatchable(f"nisa.{op}: source and destination element counts in a batch of programs")
-            _nl.store(acc, np.reshape(vals, bshape + tuple(acc.shape)))
+            _transfers.store(acc, np.reshape(vals, bshape + tuple(acc.shape)))
             return
         if math.prod(acc.shape) != vals.size:
             raise NKIError("dst shape", f"nisa.{op}: dst {acc.tensor.name}{list(acc.shape)} has "
                            f"{int(np.prod(acc.shape))} elements, the {what} has {int(np.size(vals))}; a DMA "
                            "copies equal element counts")
-        _nl.store(acc, np.reshape(vals, acc.shape))
+        _transfers.store(acc, np.reshape(vals, acc.shape))
         return
     if isinstance(dst, Tile) and dst.buffer is psum:
         raise NKIError("dst memory", f"nisa.{op}: dst (shape {dst.shape}) is in PSUM; DMA moves data between HBM "
@@ -173,7 +163,7 @@ def dma_copy(dst, src, priority=None, oob_mode=_oob_mode.error, dge_mode=_dge_mo
         if alu(dst_rmw_op) is not np.add:
             raise NKIError("dst_rmw_op", f"nisa.{op}: dst_rmw_op {dst_rmw_op!r}; only nl.add is supported")
         if isinstance(dst, (Access, HBMTensor)):  # duplicate indirect offsets add up, as atomics do
-            acc = _language()._as_access(dst, "dst", f"nisa.{op}")
+            acc = _transfers._as_access(dst, "dst", f"nisa.{op}")
             if math.prod(acc.shape) != vals.size:
                 raise NKIError("dst shape", f"nisa.{op}: dst has {math.prod(acc.shape)} elements, src {vals.size}")
             accumulate_into_hbm(acc, np.reshape(vals, acc.shape), None, f"nisa.{op}")
@@ -318,8 +308,6 @@ def copy_skipping_oob(dst, src, op):
     nothing, when neither side has run-time offsets: the pages give ``skip`` no meaning for a direct
     access, whose bounds are static, so the caller's bounds-checked copy applies (nki-library's MoE CTE
     passes ``skip`` for a plain ``.ap`` store when its config skips token DMAs)."""
-    from .. import language as _nl
-
     what = f"nisa.{op}(oob_mode=skip)"
     src_lay, dst_lay = dynamic_layout(src), dynamic_layout(dst)
     if src_lay is not None and dst_lay is not None:
@@ -348,7 +336,7 @@ def copy_skipping_oob(dst, src, op):
         sel = np.flatnonzero(keep.reshape(-1))
         if sel.size:
             acc_addr = addr.reshape(-1)[sel]
-            _nl.store(Access(flat, Index(flat.shape, acc_addr.shape, [acc_addr])), np.reshape(vals, -1)[sel])
+            _transfers.store(Access(flat, Index(flat.shape, acc_addr.shape, [acc_addr])), np.reshape(vals, -1)[sel])
         return True
     src_ind, dst_ind = _indirect_access(src), _indirect_access(dst)
     if src_ind is not None and dst_ind is not None:

@@ -29,6 +29,7 @@ from . import registry as _registry
 from ..access_pattern import position_in_root
 from .. import diagnostics as _diag
 from .. import memory as _memory
+from .. import op_functions as _op_functions
 from .. import recording as _prof
 from .. import dtypes as dt
 from ..core import Access, HBMTensor, Tile, psum, sbuf
@@ -661,9 +662,7 @@ def _alu(op):
         return _NL_REDUCTIONS[name]
     if name in ("copy", "identity", "bypass") and "nki_kernels" in mod:
         return _identity
-    from .. import language as _nl
-
-    return _nl.np_function(op)
+    return _op_functions.np_function(op)
 
 
 # The bitvec operators of the "Supported Math Operators" table (by their NumPy functions): they treat

@@ -20,6 +20,7 @@ import numpy as np
 
 from .. import core
 from .. import dtypes as dt
+from .. import transfers as _transfers
 from ..core import Access, HBMTensor, Tile, sbuf
 from ..errors import NKIError
 from .operands import alu, check_dst, identity_of, reducer, tile_operand, write
@@ -105,11 +106,9 @@ def register_store(dst, src):
     """Store register ``src``'s value into the single element of ``dst`` (an SBUF tile or HBM tensor)."""
     v = _reg(src, "src", "register_store")._get("nisa.register_store: src")
     if isinstance(dst, (Access, HBMTensor)):
-        from .. import language as _nl
-
         acc = dst if isinstance(dst, Access) else dst[...]
         _one_element(acc, "dst", "register_store")
-        _nl.store(acc, np.full(acc.shape, v))
+        _transfers.store(acc, np.full(acc.shape, v))
         return
     d = check_dst(dst, "register_store", (sbuf,))
     _one_element(d, "dst", "register_store")

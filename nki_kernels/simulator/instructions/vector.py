@@ -22,7 +22,8 @@ from .target import engine as _engine
 from .target import reduce_cmd as _reduce_cmd
 from . import registers, target
 from .target import command
-from .. import language as _nl1
+from .. import op_functions as _op_functions
+from .. import tile_ops as _tile_ops
 
 QUADRANT = 32  # partitions of a Vector Engine cross-partition quadrant
 SHUFFLE_KEEP = 255  # shuffle_mask value: leave the output partition unmodified
@@ -530,7 +531,7 @@ def _compute_dtype(dst, *tiles):
 def _is_unary(op) -> bool:
     """Whether ``op`` is a one-input operator (``nl.abs``, ``nl.exp``, ``nl.copy`` ...)."""
 
-    return getattr(op, "__name__", None) in (*_nl1._UNARY, "copy", "bypass")
+    return getattr(op, "__name__", None) in (*_op_functions._UNARY, "copy", "bypass")
 
 
 @instruction(engine="Vector", batched=True, gen1=Gen1(batched=True))
@@ -691,7 +692,7 @@ def tensor_reduce(dst, op, data, axis, negate=False, keepdims=False, name=None):
 
     d = check_dst(dst, "tensor_reduce")
     x = _gen1()._tile(data, "data", "tensor_reduce")
-    axes = sorted(_nl1._axes(x, axis, "tensor_reduce"))
+    axes = sorted(_tile_ops._axes(x, axis, "tensor_reduce"))
     if axes != list(range(x.ndim - len(axes), x.ndim)):
         raise NKIError("reduce axes", f"nisa.tensor_reduce: axis={axis} on a tile of shape {x.shape}; the reduced "
                        f"axes must be the last contiguous free dimensions, ending at axis {x.ndim - 1}")
@@ -785,7 +786,7 @@ def bn_stats(dst, data, name=None):
     x = _gen1()._tile(data, "data", "bn_stats")
     v = dt.compute_view(x.data).reshape(x.shape[0], -1).astype(np.float32)
 
-    fmax = _nl1.tile_size.bn_stats_fmax
+    fmax = _tile_ops.tile_size.bn_stats_fmax
     if v.shape[1] > fmax:
         raise NKIError("bn_stats", f"free size {v.shape[1]} > {fmax} (bn_stats_fmax)")
     cols = []
