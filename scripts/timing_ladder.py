@@ -31,7 +31,9 @@ import os
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if _ROOT not in sys.path:  # run as a script from anywhere
+    sys.path.insert(0, _ROOT)
 
 from nki_kernels.simulator.timing import Instr, Scheduler, core
 

@@ -6,13 +6,18 @@ the published trn1 order (51.80 / 42.96 / 22.07 / 6.97 ms at the full shape, whi
 
 from __future__ import annotations
 
+import importlib.util
 import pathlib
 import sys
 
 import pytest
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "scripts"))
-import timing_ladder as tl
+# loaded from its path, without putting scripts/ on sys.path for the rest of the suite
+_spec = importlib.util.spec_from_file_location(
+    "timing_ladder", pathlib.Path(__file__).resolve().parents[1] / "scripts" / "timing_ladder.py")
+tl = importlib.util.module_from_spec(_spec)
+sys.modules.setdefault("timing_ladder", tl)
+_spec.loader.exec_module(tl)
 
 SMALL = {"M": 2048, "K": 1024, "N": 1024}
 
