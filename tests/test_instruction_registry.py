@@ -34,12 +34,27 @@ def toy_affine(dst, data, name=None):
     write(d, out, "toy_affine")
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _withdraw_toy():
+    """The toy leaves both namespaces as they were once this module's tests ran."""
+    yield
+    registry.withdraw("toy_affine")
+    assert not hasattr(nisa, "toy_affine") and not hasattr(nisa1, "toy_affine")
+
+
 def test_declared_once_is_in_both_namespaces():
     spec = registry.REGISTRY["toy_affine"]
     assert spec.engine == "Vector" and spec.batched and spec.module == __name__
     assert nisa.toy_affine is spec.run  # the standalone nki.isa
     assert callable(nisa1.toy_affine) and nisa1.toy_affine is not spec.run  # the first generation's functional form
     assert "toy_affine" in registry.batch_safe("standalone") and "toy_affine" in registry.batch_safe("gen1")
+
+
+def test_the_first_generation_batch_set_is_the_declared_one():
+    import nki_kernels.simulator.isa as gen1_isa
+
+    assert gen1_isa._BATCH_SAFE == registry.batch_safe("gen1") - {"toy_affine"}
+    assert {"nc_matmul", "activation", "tensor_tensor", "iota", "memset"} <= gen1_isa._BATCH_SAFE
 
 
 def test_a_second_declaration_elsewhere_is_refused():

@@ -669,7 +669,9 @@ def _derived(spec):
     form.__name__ = form.__qualname__ = spec.name
     form.__doc__ = f"The first generation's functional ``nisa.{spec.name}``: {spec.run.__doc__ or ''}"
     form.__module__ = __name__
-    return form if spec.gen1.batched else _nl._per_program_only(form, "nisa")
+    form = form if spec.gen1.batched else _nl._per_program_only(form, "nisa")
+    form._derived_from = spec  # (registry.withdraw removes only what it derived)
+    return form
 
 
 # Instructions with batched first-generation forms, as declared (see nl.BATCH_SAFE); the others run

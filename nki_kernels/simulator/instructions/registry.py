@@ -93,6 +93,17 @@ def publish(namespace: dict, kind: str, derive: Callable = None) -> None:
         _add(namespace, kind, derive, spec)
 
 
+def withdraw(name: str) -> None:
+    """Remove instruction ``name`` from the table and from every published namespace (an
+    instruction declared for a while, e.g. by a test, leaves the namespaces as they were)."""
+    spec = REGISTRY.pop(name)
+    for namespace, kind, _ in _namespaces:
+        if kind == "standalone" and namespace.get(name) is spec.run:
+            del namespace[name]
+        elif kind == "gen1" and getattr(namespace.get(name), "_derived_from", None) is spec:
+            del namespace[name]
+
+
 def batch_safe(kind: str) -> frozenset:
     """Names of the instructions whose ``kind`` form (``"standalone"`` or ``"gen1"``) batches."""
     if kind == "standalone":
