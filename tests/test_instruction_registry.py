@@ -24,7 +24,6 @@ import nki.isa as nisa  # noqa: E402
 import nki.language as nl  # noqa: E402
 
 
-@instruction(engine="Vector", batched=True, gen1=Gen1(like="data", batched=True))
 def toy_affine(dst, data, name=None):
     """``dst = 2 * data + 1`` element-wise (a test instruction), fp32 compute rounded to ``dst.dtype``."""
     d = check_dst(dst, "toy_affine")
@@ -35,8 +34,11 @@ def toy_affine(dst, data, name=None):
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _withdraw_toy():
-    """The toy leaves both namespaces as they were once this module's tests ran."""
+def _declare_toy():
+    """Declare the toy for this module's tests (one decorator, nothing else); withdrawn afterwards, so
+    the namespaces are as documented for every other test (a declaration at import would reach them:
+    collection imports every test module first)."""
+    instruction(engine="Vector", batched=True, gen1=Gen1(like="data", batched=True))(toy_affine)
     yield
     registry.withdraw("toy_affine")
     assert not hasattr(nisa, "toy_affine") and not hasattr(nisa1, "toy_affine")

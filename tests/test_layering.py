@@ -32,7 +32,6 @@ KNOWN_LONG_FILES = {
     "nki_kernels/simulator/core.py",
     "nki_kernels/simulator/indexing.py",
     "nki_kernels/simulator/instructions/operands.py",
-    "nki_kernels/simulator/instructions/vector.py",
     "nki_kernels/simulator/memory.py",
 }
 

@@ -31,6 +31,7 @@ from .instructions import dma as _dma
 from .instructions import gpsimd as _gpsimd
 from .instructions import rng as _rng
 from .instructions import vector as _vector
+from .instructions import vector_search as _vector_search
 from .instructions.target import dge_mode, engine, get_nc_version, nc_version, reduce_cmd
 from .instructions.target import matmul_perf_mode as _matmul_perf_mode
 from .instructions.target import oob_mode
@@ -494,15 +495,15 @@ def _in_place(dst, mask, dtype, op, run):
 
 def nc_stream_shuffle(src, dst, shuffle_mask, *, dtype=None, mask=None, name=None):
     """Move partitions within 32-partition quadrants of ``src`` into ``dst`` (in place, Vector
-    engine); see :func:`nki_kernels.simulator.instructions.vector.nc_stream_shuffle`."""
-    _in_place(dst, mask, dtype, "nc_stream_shuffle", lambda: _vector.nc_stream_shuffle(dst, src, shuffle_mask))
+    engine); see :func:`nki_kernels.simulator.instructions.vector_search.nc_stream_shuffle`."""
+    _in_place(dst, mask, dtype, "nc_stream_shuffle", lambda: _vector_search.nc_stream_shuffle(dst, src, shuffle_mask))
 
 
 def tensor_copy_predicated(*, src, dst, predicate, reverse_pred=False, mask=None, dtype=None, name=None):
     """Copy ``src`` into ``dst`` (in place) where ``predicate`` holds; see
-    :func:`nki_kernels.simulator.instructions.vector.tensor_copy_predicated`."""
+    :func:`nki_kernels.simulator.instructions.vector_search.tensor_copy_predicated`."""
     _in_place(dst, mask, dtype, "tensor_copy_predicated",
-              lambda: _vector.tensor_copy_predicated_gen1(dst, src, predicate, reverse_pred))
+              lambda: _vector_search.tensor_copy_predicated_gen1(dst, src, predicate, reverse_pred))
 
 
 def max8(*, src, mask=None, dtype=None, name=None):
@@ -510,7 +511,7 @@ def max8(*, src, mask=None, dtype=None, name=None):
     (``dtype``, default src's)."""
     x = _tile(src, "src", "max8", mask=mask)
     x, mask = _reading_mask(x, mask, (x.shape[0], 8), "max8")
-    return _functional((x.shape[0], 8), dtype or x.dtype, mask, lambda d: _vector.max8(d, x))
+    return _functional((x.shape[0], 8), dtype or x.dtype, mask, lambda d: _vector_search.max8(d, x))
 
 
 def nc_find_index8(*, data, vals, mask=None, dtype=None, name=None):
@@ -518,7 +519,7 @@ def nc_find_index8(*, data, vals, mask=None, dtype=None, name=None):
     [P, 8] uint32 (or ``dtype`` uint16) tile; ``mask`` applies to ``data`` only."""
     x = _tile(data, "data", "nc_find_index8", mask=mask)
     return _functional((x.shape[0], 8), dtype or _dt.uint32, None,
-                       lambda d: _vector.find_index8(d, x, vals, mask))
+                       lambda d: _vector_search.find_index8(d, x, vals, mask))
 
 
 def nc_match_replace8(*, data, vals, imm, dst_idx=None, mask=None, dtype=None, name=None):
@@ -526,7 +527,7 @@ def nc_match_replace8(*, data, vals, imm, dst_idx=None, mask=None, dtype=None, n
     (``dtype``, default data's); ``dst_idx`` receives the matched positions."""
     x = _tile(data, "data", "nc_match_replace8", mask=mask)
     return _functional(x.shape, dtype or x.dtype, mask,
-                       lambda d: _vector.nc_match_replace8(d, x, vals, imm, dst_idx))
+                       lambda d: _vector_search.nc_match_replace8(d, x, vals, imm, dst_idx))
 
 
 def tensor_copy_dynamic_src(src, *, mask=None, dtype=None, engine=engine.unknown, name=None):

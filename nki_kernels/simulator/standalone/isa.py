@@ -16,6 +16,7 @@ from ..cores import core_barrier, sendrecv, sendrecv_compute  # noqa: F401 - LNC
 # makes every declared instruction a name of this namespace, including ones declared later.
 from ..instructions import dma as _dma, gpsimd as _gpsimd, mx as _mx, rng as _rng  # noqa: F401
 from ..instructions import scalar as _scalar, tensor as _tensor, vector as _vector  # noqa: F401
+from ..instructions import vector_search as _vector_search  # noqa: F401
 from ..instructions import registry as _registry
 from ..instructions.registers import (VirtualRegister, register_alloc, register_load, register_move,
                                       register_store)
