@@ -217,6 +217,16 @@ class Recorder:
         self.chain = {}  # program id -> end of its latest instruction
         self.progs = {}
         self.slot_times = {}  # id(program) -> [(memory slot, model start time)]
+        self.current = None  # (name, engine, args, kwargs) of the declared instruction running now
+
+    def begin(self, name, engine, args, kwargs) -> None:
+        """A declared instruction ``name`` (its registry engine, or ``None``) starts with these
+        arguments; the engine hooks it calls belong to it until :meth:`end`."""
+        self.current = (name, engine, args, kwargs)
+
+    def end(self) -> None:
+        """The instruction begun last has returned."""
+        self.current = None
 
     def _prog(self):
 

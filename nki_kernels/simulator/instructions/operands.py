@@ -69,12 +69,17 @@ def instruction(fn=None, *, engine=None, batched=False, sync=False, gen1=None):
             if _diag.loops:  # its accesses are logged under its kernel line: found from the caller's frame
                 iw.where = _diag.where_from(sys._getframe(1))
         iw.depth = depth + 1
+        rec = _prof._recorder if not depth else None
+        if rec is not None:  # a profile is recorded: it learns the instruction and its operands
+            rec.begin(name, engine, args, kwargs)
         try:
             return fn(*args, **kwargs)  # (its dst write ends the memory model's instruction slot)
         finally:
             iw.depth = depth
             if not depth:
                 iw.where = iw.op = None
+            if rec is not None:
+                rec.end()
 
     if engine is not None:
         _registry.register(_registry.Spec(name, engine, run, batched, sync, gen1, fn.__module__))
