@@ -45,9 +45,9 @@ from ..language import _CURRENT_ONLY  # names of the current page only, not firs
 globals().update({_n: getattr(_gen1, _n) for _n in _CURRENT_ONLY})
 
 # The current page's data types (float8_e4m3 and float8_e4m3fn distinct, packed MX types), the tensor
-# type and the config base class: see nki_kernels.simulator.standalone.dtype / access_pattern.
-from ..access_pattern import NkiTensor  # noqa: E402
-from ..nki_object import NKIObject  # noqa: E402
+# type and the config base class: see nki_kernels.simulator.standalone.dtype / nki_tensor.
+from ..nki_object import NKIObject  # noqa: E402,F401
+from ..nki_tensor import NkiTensor  # noqa: E402,F401
 from .dtype import *  # noqa: E402,F401,F403
 from . import dtype as _dtypes  # noqa: E402
 
