@@ -18,11 +18,14 @@ Module map: ``primitive`` (nki_call, abstract eval, generic vmap), ``lowering``
 (custom-call / host callback), ``cpu_target`` (the ctypes XLA:CPU target),
 ``sharding`` (outer-primitive + custom_partitioning plumbing), ``op_builder``
 (the JAX side of ``nki_kernels.op``), ``ops`` (checked ``add`` / ``rms_norm``),
-``debug`` (HLO text and dumps), ``genuine`` (the one decision point: simulator or
-the Neuron SDK's entry point of each era).
+``debug`` (HLO text and dumps), ``neuron_sdk`` (the Neuron SDK's entry point of
+each era, and the route a kernel takes), ``genuine`` (the one decision point:
+simulator or the Neuron SDK's entry point). Imports go one way, top to bottom:
+``genuine`` > ``primitive`` > ``neuron_sdk``.
 """
 
 from . import debug as _debug
+from . import genuine  # noqa: F401 - jax_ops.genuine.launch, the documented launch of any kernel
 from . import lowering as _lowering  # noqa: F401 - registers the lowerings and the CPU target
 from . import op_builder as _op_builder  # noqa: F401 - registers nki_kernels.op's JAX side
 from .debug import neuron_hlo

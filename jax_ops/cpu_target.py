@@ -24,10 +24,12 @@ import sys
 import threading
 import traceback
 
+import jax
 import ml_dtypes
 import numpy as np
 
 from nki_kernels import custom_call as cc
+from nki_kernels.simulator.launch import simulate_into
 
 log = logging.getLogger(__name__)
 
@@ -120,8 +122,6 @@ def _run(payload: dict, inputs: list, outputs: list) -> list:
     instance = payload["static"].get(INSTANCE_KEY)
     if instance is None:
         return cc.run_payload(payload, inputs, outputs)
-    from nki_kernels.simulator.launch import simulate_into
-
     kernel = _instances.get(instance)
     if kernel is None:
         raise ValueError(f"kernel {payload['kernel']['module']}.{payload['kernel']['qualname']} was defined in a "
@@ -249,8 +249,6 @@ def register() -> None:
     with _lock:
         if _registered:
             return
-        import jax
-
         capsule_new = ctypes.pythonapi.PyCapsule_New
         capsule_new.restype = ctypes.py_object
         capsule_new.argtypes = (ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p)

@@ -22,7 +22,19 @@ import hashlib
 import logging
 import os
 
+import jax
+
 from nki_kernels.custom_call import TARGET
+
+# Private JAX modules: a release without them prints plain HLO text / has no dump hook.
+try:
+    from jaxlib import _hlo
+except ImportError:
+    _hlo = None
+try:
+    from jax._src import compiler
+except ImportError:
+    compiler = None
 
 log = logging.getLogger(__name__)
 _installed = False
@@ -41,8 +53,6 @@ def neuron_hlo(fn, *args, **kwargs) -> str:
     ``custom-call(...), custom_call_target="AwsNeuronCustomNativeKernel"``
     with their operand shapes and the ``backend_config`` payload.
     """
-    import jax
-
     jitted = fn if hasattr(fn, "lower") else jax.jit(fn)
     compiled = jitted.lower(*args, **kwargs).compile()
     return "\n".join(text for _, text in module_texts(compiled.runtime_executable()))
@@ -51,12 +61,10 @@ def neuron_hlo(fn, *args, **kwargs) -> str:
 def _print_options():
     """HLO print options that show operand shapes, as the Neuron/torch-xla dumps do."""
     try:
-        from jaxlib import _hlo
-
         opts = _hlo.HloPrintOptions()
         opts.print_operand_shape = True
         return opts
-    except (ImportError, AttributeError):
+    except AttributeError:  # no _hlo, or one without print options
         return None
 
 
@@ -86,9 +94,8 @@ def install() -> bool:
     if _installed:
         return True
     try:
-        from jax._src import compiler
         original = compiler.compile_or_get_cached
-    except (ImportError, AttributeError):
+    except AttributeError:  # no compiler module, or one without this entry point
         log.warning("NEURON_FRAMEWORK_DEBUG: this JAX has no compiler.compile_or_get_cached; use "
                     "jax_ops.neuron_hlo or XLA_FLAGS=--xla_dump_to instead")
         return False

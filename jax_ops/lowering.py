@@ -12,11 +12,13 @@ compiler; genuine kernels take the SDK's own path (:mod:`jax_ops.genuine`).
 
 from __future__ import annotations
 
+import jax
 import numpy as np
 from jax._src.interpreters import mlir as _mlir
 from jax.interpreters import mlir
 
 from nki_kernels import custom_call as cc
+from nki_kernels.simulator.launch import simulate
 
 from . import cpu_target
 from .primitive import nki_call_p
@@ -55,8 +57,6 @@ def _custom_call_lowering(ctx, *operands, kernel, grid, static, out_specs):
 
 def host_launch(kernel, grid, static):
     """A host function running one launch on the simulator: NumPy arrays in, list of arrays out."""
-    from nki_kernels.simulator.launch import simulate
-
     def host(*arrays):
         out = simulate(kernel, grid, *[np.asarray(a) for a in arrays], **dict(static))
         return list(out) if isinstance(out, (tuple, list)) else [out]
@@ -65,8 +65,6 @@ def host_launch(kernel, grid, static):
 
 
 def _host_callback_lowering(ctx, *operands, kernel, grid, static, out_specs):
-    import jax
-
     structs = [jax.ShapeDtypeStruct(s, d) for s, d in out_specs]
     host = host_launch(kernel, grid, static)
 

@@ -5,7 +5,8 @@ The primitive's parameters are the kernel object, the SPMD grid and the static
 order and its results the kernel's outputs. Output shapes come from tracing
 the kernel's first program on zero inputs (``eval_shape``), or from a user
 ``out_shape``, which is checked against the kernel when both are available.
-Lowerings live in :mod:`jax_ops.lowering`.
+Lowerings live in :mod:`jax_ops.lowering`. A genuine Neuron kernel never becomes
+this primitive: ``nki_call`` hands it to its SDK's entry point (:mod:`jax_ops.neuron_sdk`).
 """
 
 from __future__ import annotations
@@ -17,12 +18,16 @@ import jax
 import numpy as np
 from jax import lax
 from jax import core as jcore
+from jax._src import core as _core
+from jax._src import dispatch
 from jax.extend import core
 from jax.interpreters import ad, batching
 
 from nki_kernels import custom_call as cc
+from nki_kernels.simulator import ShapeDtype, is_kernel
+from nki_kernels.simulator.launch import Launch, eval_shape, normalize_grid, register_array_dispatch, split_arguments
 
-from . import genuine
+from . import neuron_sdk
 
 nki_call_p = core.Primitive("nki_call")
 nki_call_p.multiple_results = True
@@ -30,9 +35,6 @@ nki_call_p.multiple_results = True
 
 def _kernel_and_grid(kernel, grid):
     """Accept ``kernel`` or ``kernel[grid]``; return the kernel object and a tuple grid."""
-    from nki_kernels.simulator import is_kernel
-    from nki_kernels.simulator.launch import Launch, normalize_grid
-
     if not is_kernel(kernel):
         name = getattr(kernel, "__qualname__", type(kernel).__name__)
         raise TypeError(f"nki_call: kernel must be an @nki.jit kernel (or kernel[grid]), got {name!r} "
@@ -80,9 +82,6 @@ def _fmt(specs):
 @functools.lru_cache(maxsize=512)
 def infer_outputs(kernel, grid, in_specs, static, out_shape):
     """``(single, ((shape, dtype), ...))`` of a launch: from the kernel, checked against ``out_shape``."""
-    from nki_kernels.simulator import ShapeDtype
-    from nki_kernels.simulator.launch import eval_shape
-
     specs = [ShapeDtype(s, d) for s, d in in_specs]
     got = eval_shape(kernel, grid, *specs, **dict(static))
     single = isinstance(got, ShapeDtype)
@@ -109,8 +108,9 @@ def nki_call(kernel, *args, grid=None, out_shape=None, **static) -> Any:
     kernel returns several. Works under ``jit``, ``vmap`` (one launch per batch
     element), sharding and on CPU (simulator behind the custom-call).
     """
-    if genuine.route(kernel) != "simulator":  # a Neuron SDK kernel: that SDK's own entry point
-        return genuine.launch(kernel, grid, args, static, out_shape=out_shape)
+    path = neuron_sdk.route(kernel)
+    if path != neuron_sdk.SIMULATOR:  # a Neuron SDK kernel: that SDK's own entry point
+        return neuron_sdk.launch(path, kernel, grid, args, static, out_shape=out_shape)
     kernel, grid = _kernel_and_grid(kernel, grid)
     names = _tensor_param_names(kernel, len(args))
     for a, name in zip(args, names):
@@ -148,8 +148,6 @@ def match_vma(*args):
     Outside shard_map this is the identity. Done outside ``custom_vjp`` functions, the
     transpose of the inserted ``pvary`` is the ``psum`` an invariant operand's gradient needs.
     """
-    from jax._src import core as _core
-
     insert = getattr(_core, "auto_insert_reshard", None)
     return list(insert(*args)) if insert is not None and args else list(args)
 
@@ -161,8 +159,6 @@ def _abstract_eval(*avals, kernel, grid, static, out_specs):
 
 
 def _impl(*args, **params):
-    from jax._src import dispatch
-
     return dispatch.apply_primitive(nki_call_p, *args, **params)
 
 
@@ -201,16 +197,8 @@ ad.primitive_jvps[nki_call_p] = _no_jvp
 
 def _take_launch(launch, args, kwargs):
     """``kernel[grid](*jax_arrays)``: the launch as ``nki_call`` (registered with the simulator)."""
-    from nki_kernels.simulator.launch import split_arguments
-
     tensors, static = split_arguments(launch, args, kwargs)
     return nki_call(launch.kernel, *tensors, grid=launch.grid, **static)
 
 
-def _register_launches():
-    from nki_kernels.simulator.launch import register_array_dispatch
-
-    register_array_dispatch(lambda v: isinstance(v, jax.Array), _take_launch)  # tracers are jax.Arrays too
-
-
-_register_launches()
+register_array_dispatch(lambda v: isinstance(v, jax.Array), _take_launch)  # tracers are jax.Arrays too
