@@ -290,8 +290,6 @@ class Access(_InHBM, NkiTensor):
         mask = self.index.adapt_mask(mask)
         child = self.within
         if child is not None:
-            from .indexing import full_mask
-
             m = full_mask(mask, child.out_shape)
             arrays = [np.broadcast_to(a, child.out_shape) for a in child.arrays()]
             child._check_bounds([a if m is None else a[m] for a in arrays], f"the region of {self.tensor.name}")

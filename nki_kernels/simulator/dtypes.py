@@ -11,6 +11,8 @@ import functools
 import ml_dtypes
 import numpy as np
 
+from .errors import NKIError
+
 float32 = np.dtype(np.float32)
 # tfloat32 is an fp32 container whose mantissa the PE array truncates to 10 bits;
 # it is stored as fp32 here (rounding modelled in cast()).
@@ -221,8 +223,6 @@ def cast(values, dtype: np.dtype) -> np.ndarray:
     if values.dtype == dtype:
         return values
     if dtype in PACKED_X4 or values.dtype in PACKED_X4:
-        from .errors import NKIError
-
         raise NKIError("packed dtype", f"cannot convert {values.dtype} to {dtype}: packed MX types hold four "
                        "values per element and are written by quantize_mx / read by nc_matmul_mx (or viewed "
                        "with .view(dtype)), not converted element-wise")

@@ -5,7 +5,10 @@ from __future__ import annotations
 import importlib
 import sys
 import types
-from . import standalone
+
+from . import compiler, isa, language, standalone
+from . import nki as sim_nki
+from .standalone import constants as standalone_constants
 from .standalone import simulator
 from .standalone.simulate import cpu_simulate
 
@@ -69,10 +72,6 @@ def install() -> bool:
     """
     installed = False
     if not genuine_neuronxcc():
-        from . import nki as sim_nki
-        from . import isa, language
-        from .standalone import constants as standalone_constants
-
         root = types.ModuleType("neuronxcc")
         root.__nki_ops_simulator__ = True
         root.__path__ = []  # a package, so submodule imports resolve through sys.modules
@@ -93,8 +92,6 @@ def install() -> bool:
         })
         installed = True
     if not genuine_standalone_nki():
-        from . import compiler, standalone
-
         if not hasattr(standalone, "compiler"):  # nki.compiler's allocation API and decorators
             standalone.compiler = compiler
         _register("nki", standalone_layout("nki", standalone))

@@ -20,6 +20,7 @@ from . import recording as _prof
 from . import rebound as _rebound
 from .core import PMAX, Tile, current, current_or_none, psum, sbuf
 from .errors import NKIError
+from .instructions.functional import nc_matmul as _nc_matmul, tensor_copy as _tensor_copy
 from .index_expr import AffineExpr, BExpr
 from .index_expr import runtime_offset as _runtime_offset
 from .op_functions import _BINARY, np_function
@@ -33,12 +34,10 @@ def matmul(x, y, transpose_x=False, *, mask=None):
     Without ``transpose_x`` x is [M, K] (M <= 128, K <= 128); with it x is
     [K, M]. y is [K, N] with N <= 512: K is the partition (contraction) axis.
     """
-    from .isa import nc_matmul
-
     x = _need_tile(x, "x", "nl.matmul")
     y = _need_tile(y, "y", "nl.matmul")
     stationary = x if transpose_x else transpose(x)
-    return nc_matmul(stationary, y, mask=mask)
+    return _nc_matmul(stationary, y, mask=mask)
 
 
 def transpose(x, dtype=None, *, mask=None):
@@ -55,11 +54,9 @@ def transpose(x, dtype=None, *, mask=None):
 def copy(x, dtype=None, *, mask=None):
     """Copy a tile (SBUF or PSUM) into a new SBUF tile, optionally casting: the first generation's
     ``nisa.tensor_copy`` (one implementation of the copy)."""
-    from .isa import tensor_copy
-
     if not isinstance(x, Tile):
         _need_tile(x, "x", "nl.copy")  # raises the HBM / type error naming nl.copy
-    return tensor_copy(x, dtype=dtype, mask=mask)
+    return _tensor_copy(x, dtype=dtype, mask=mask)
 
 
 def broadcast_to(x, shape):

@@ -13,6 +13,7 @@ from .. import recording as _prof
 from ..core import sbuf
 from ..errors import NKIError
 from .registry import Gen1
+from . import functional as _functional  # the computing forms both generations share
 from .operands import check_dst, instruction, per_partition, rows, tile_operand, write
 from . import target
 from .operands import alu
@@ -241,14 +242,13 @@ def affine_select(dst, pattern, offset=0, channel_multiplier=0, on_true_tile=Non
 @instruction(engine="GpSimd", gen1=Gen1(batched=True))
 def tensor_partition_reduce(dst, op, data, name=None):
     """Reduce ``data`` across its partitions with ``op`` into a one-partition ``dst`` (GpSimd: SBUF only)."""
-    from .. import isa as _gen1
 
     d = check_dst(dst, "tensor_partition_reduce", _SB)
     x = tile_operand(data, "data", "tensor_partition_reduce", _SB)
     # integer tiles reduce in their own integers (bitwise_and / bitwise_or keep every bit), else in fp32
     exact = d.dtype.kind in "iu" and x.dtype.kind in "iu"
     with scratch():
-        res = _gen1.tensor_partition_reduce(op, x, dtype=x.dtype if exact else dt.float32)
+        res = _functional.tensor_partition_reduce(op, x, dtype=x.dtype if exact else dt.float32)
     write(d, res.data, "tensor_partition_reduce")
 
 

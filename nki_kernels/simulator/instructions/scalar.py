@@ -10,6 +10,7 @@ from .. import recording as _prof
 from ..core import Tile
 from ..errors import NKIError, NotBatchable
 from .registry import Gen1
+from . import functional as _functional  # the computing forms both generations share
 from .operands import (alu, check_dst, column, engine_name, instruction, no_gpsimd_psum, one_per_partition,
                        per_partition, rows,
                        tile_operand, write)
@@ -98,7 +99,6 @@ def activation(dst, op, data, bias=None, scale=1.0, reduce_op=None, reduce_res=N
     (``activation_reduce``'s behaviour, which kernels of earlier releases expect).
     (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/generated/nki.isa.activation.html)
     """
-    from .. import isa as _gen1
 
     op_name = "activation"
     eng = engine_name(engine)
@@ -124,7 +124,7 @@ def activation(dst, op, data, bias=None, scale=1.0, reduce_op=None, reduce_res=N
         raise NotBatchable(f"nisa.{op_name}: the accumulation registers in a batch of programs")
     one_per_partition(reduce_res, x.shape[0], "reduce_res", op_name)  # "a tile of shape (data.shape[0], 1)"
     with scratch():
-        res = _gen1.activation(_identity_op(op), x, bias=bias, scale=scale, dtype=dt.float32)
+        res = _functional.activation(_identity_op(op), x, bias=bias, scale=scale, dtype=dt.float32)
     out = res.data
     write(d, out, op_name)
     registers.accumulate(op_name, "Scalar", out, x.shape[0], reduce_op, reduce_res, reduce_cmd)

@@ -14,20 +14,13 @@ from ..access_pattern import layout_of
 from ..core import PSUM_BANK_BYTES, Tile, psum, sbuf
 from ..errors import NKIError, NotBatchable
 from .registry import Gen1
+from . import functional as _functional  # the computing forms both generations share
 from .operands import check_dst, engine_name, fit_dst, instruction, lazy_text, scratch, write, write_accumulating
 from .target import engine as _engine
 from .target import get_nc_version, matmul_perf_mode, nc_version
 
 
-_isa = None  # nki_kernels.simulator.isa, imported on first use (it imports this module)
 _PERF_NONE = matmul_perf_mode.none
-
-
-def _gen1():
-    global _isa
-    if _isa is None:
-        from .. import isa as _isa
-    return _isa
 
 
 def one_bank(d, op):
@@ -91,7 +84,7 @@ def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_on
     ``tile_size`` (PE-array tiling) do not change results.
     (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/generated/nki.isa.nc_matmul.html).
     """
-    gen1 = _gen1()
+    gen1 = _functional
     d = check_dst(dst, "nc_matmul", (psum,))
     if is_transpose and isinstance(stationary, Tile) and d.dtype == stationary.dtype:
         # a PE-array transpose (nc_transpose's Tensor-engine form, "equivalent to calling nisa.nc_matmul
@@ -138,7 +131,7 @@ def nc_transpose(dst, data, engine=_engine.unknown, name=None):
     or PSUM either way. With ``engine`` unknown the simulator picks Tensor when
     ``data`` is in SBUF and ``dst`` in PSUM, else Vector. ``dst`` has ``data``'s dtype.
     """
-    gen1 = _gen1()
+    gen1 = _functional
     d = check_dst(dst, "nc_transpose")
     x = gen1._tile(data, "data", "nc_transpose")
     eng = engine_name(engine)

@@ -14,6 +14,7 @@ from .. import recording as _prof
 from ..core import Tile, psum
 from ..errors import NKIError
 from .registry import Gen1
+from . import functional as _functional  # the computing forms both generations share
 from .operands import (alu, bitvec_on_integers, check_dst, column, compute_into, engine_name, first_generation,
                        identity_of, instruction, is_bitvec, no_gpsimd_psum, one_per_partition, per_partition, rows, same_rows, scratch, tile_operand, values_of, write)
 from .operands import BITVEC as _BITVEC
@@ -270,20 +271,9 @@ def exponential(dst, src, max_value=0.0, reduce_res=None, reduce_cmd=_reduce_cmd
                          init=reduce_init if cmd == "load_reduce" else None)
 
 
-
 # ---------------------------------------------------------------------------
 # element-wise, reductions and statistics (first-generation arithmetic, dst= rules)
 # ---------------------------------------------------------------------------
-_isa = None  # nki_kernels.simulator.isa, imported on first use (it imports this module)
-
-
-def _gen1():
-    global _isa
-    if _isa is None:
-        from .. import isa as _isa
-    return _isa
-
-
 def _compute_dtype(dst, *tiles):
     """Native integer math when every tile is an integer tile, else fp32 (rounded once, on write)."""
     if dst.dtype.kind not in "iu":  # (the common case, without the generator)
@@ -313,9 +303,9 @@ def tensor_copy(dst, src, engine=_engine.unknown, name=None, *, dtype=None):
 
     d = check_dst(dst, "tensor_copy")
     no_gpsimd_psum(engine_name(engine), "tensor_copy", src, d)
-    x = _gen1()._tile(src, "src", "tensor_copy")
+    x = _functional._tile(src, "src", "tensor_copy")
     with scratch():
-        res = _gen1().tensor_copy(x, dtype=d.dtype if dtype is None else dt.as_dtype(dtype))
+        res = _functional.tensor_copy(x, dtype=d.dtype if dtype is None else dt.as_dtype(dtype))
     write(d, res.data, "tensor_copy", f"source (shape {x.shape})")
 
 
@@ -330,7 +320,7 @@ def tensor_tensor(dst, data1, data2, op, engine=_engine.unknown, name=None):
     """
 
     d = check_dst(dst, "tensor_tensor")
-    gen1 = _gen1()
+    gen1 = _functional
     a = gen1._tile(data1, "data1", "tensor_tensor")
     b = gen1._tile(data2, "data2", "tensor_tensor")
     ash, bsh = a.shape, b.shape
@@ -353,7 +343,7 @@ def tensor_tensor(dst, data1, data2, op, engine=_engine.unknown, name=None):
     with scratch():
         if b.shape != a.shape:
             b = Tile(b.data.reshape(a.shape), b.buffer)
-        res = _gen1().tensor_tensor(a, b, op, dtype=_compute_dtype(d, a, b))
+        res = _functional.tensor_tensor(a, b, op, dtype=_compute_dtype(d, a, b))
     write(d, res.data, "tensor_tensor")
 
 
@@ -407,14 +397,14 @@ def tensor_scalar(dst, data, op0, operand0=None, reverse0=False, op1=None, opera
     d = check_dst(dst, "tensor_scalar")
     eng = engine_name(engine)
     no_gpsimd_psum(eng, "tensor_scalar", data, operand0, operand1, d)
-    x = _gen1()._tile(data, "data", "tensor_scalar")
+    x = _functional._tile(data, "data", "tensor_scalar")
     _scalar_ops_rules("tensor_scalar", d, x, op0, operand0, op1, operand1, eng)
     with scratch():
         if _unary_operand("tensor_scalar", op0, operand0):
             x = Tile(np.asarray(alu(op0)(dt.compute_view(x.data))), x.buffer)
-            res = x if op1 is None else _gen1().tensor_scalar(x, op1, operand1, reverse1, dtype=dt.float32)
+            res = x if op1 is None else _functional.tensor_scalar(x, op1, operand1, reverse1, dtype=dt.float32)
         else:
-            res = _gen1().tensor_scalar(x, op0, operand0, reverse0, op1=op1, operand1=operand1, reverse1=reverse1,
+            res = _functional.tensor_scalar(x, op0, operand0, reverse0, op1=op1, operand1=operand1, reverse1=reverse1,
                                         dtype=_compute_dtype(d, x))
     write(d, res.data, "tensor_scalar")
 
@@ -429,12 +419,12 @@ def tensor_scalar_reduce(dst, data, op0, operand0, reduce_op, reduce_res=None, r
     """
 
     d = check_dst(dst, "tensor_scalar_reduce")
-    x = _gen1()._tile(data, "data", "tensor_scalar_reduce")
+    x = _functional._tile(data, "data", "tensor_scalar_reduce")
     if _unary_operand("tensor_scalar_reduce", op0, operand0):  # nki-library: op0=nl.abs, operand0=0.0
         out = np.asarray(alu(op0)(dt.compute_view(x.data).astype(np.float32)), np.float32)
     else:
         with scratch():
-            out = _gen1().tensor_scalar(x, op0, operand0, reverse0, dtype=dt.float32).data
+            out = _functional.tensor_scalar(x, op0, operand0, reverse0, dtype=dt.float32).data
     write(d, out, "tensor_scalar_reduce")
     registers.accumulate("tensor_scalar_reduce", "Vector", out, x.shape[0], reduce_op, reduce_res, reduce_cmd,
                          reduce_init, negate=reduce_res_negate)
@@ -456,7 +446,7 @@ def tensor_reduce(dst, op, data, axis, negate=False, keepdims=False, name=None):
     """
 
     d = check_dst(dst, "tensor_reduce")
-    x = _gen1()._tile(data, "data", "tensor_reduce")
+    x = _functional._tile(data, "data", "tensor_reduce")
     axes = sorted(_tile_ops._axes(x, axis, "tensor_reduce"))
     if axes != list(range(x.ndim - len(axes), x.ndim)):
         raise NKIError("reduce axes", f"nisa.tensor_reduce: axis={axis} on a tile of shape {x.shape}; the reduced "
@@ -473,13 +463,13 @@ def tensor_reduce(dst, op, data, axis, negate=False, keepdims=False, name=None):
             # flattened elements, which non-reorderable operators (subtract) need
             kept = x.shape[:axes[0]]
             flat = Tile(np.reshape(x.data, x.data.shape[:x.nb] + kept + (-1,)), x.buffer)
-            res = _gen1().tensor_reduce(op, flat, len(kept), negate=negate, keepdims=keepdims,
+            res = _functional.tensor_reduce(op, flat, len(kept), negate=negate, keepdims=keepdims,
                                         dtype=x.dtype if bitvec else dt.float32)
             vals = res.data
             if keepdims:
                 vals = np.reshape(vals, vals.shape[:x.nb] + kept + (1,) * len(axes))
         else:
-            vals = _gen1().tensor_reduce(op, x, axis, negate=negate, keepdims=keepdims,
+            vals = _functional.tensor_reduce(op, x, axis, negate=negate, keepdims=keepdims,
                                          dtype=x.dtype if bitvec else dt.float32).data
     write(d, vals, "tensor_reduce", f"reduction of {x.shape} over axis {axis}")
 
@@ -498,7 +488,7 @@ def tensor_tensor_scan(dst, data0, data1, initial, op0, op1, reverse0=False, rev
 
     op = "tensor_tensor_scan"
     d = check_dst(dst, op)
-    gen1 = _gen1()
+    gen1 = _functional
     t0, t1 = gen1._tile(data0, "data0", op), gen1._tile(data1, "data1", op)
     same_rows(op, t0, "data0", t1, "data1")
     same_rows(op, d, "dst", t0, "data0")
@@ -548,7 +538,7 @@ def bn_stats(dst, data, name=None):
     """Per-partition mean/variance statistics of ``data`` (<= 512 elements) into ``dst`` (Vector engine)."""
 
     d = check_dst(dst, "bn_stats")
-    x = _gen1()._tile(data, "data", "bn_stats")
+    x = _functional._tile(data, "data", "bn_stats")
     v = dt.compute_view(x.data).reshape(x.shape[0], -1).astype(np.float32)
 
     fmax = _tile_ops.tile_size.bn_stats_fmax
@@ -570,7 +560,7 @@ def bn_aggr(dst, data, name=None):
     """Combine ``bn_stats`` outputs into [P, 2] mean and variance in ``dst``."""
 
     d = check_dst(dst, "bn_aggr")
-    x = _gen1()._tile(data, "data", "bn_aggr")
+    x = _functional._tile(data, "data", "bn_aggr")
     if per_partition(x.shape) % 3:
         raise NKIError("bn_aggr", f"nisa.bn_aggr: data (shape {x.shape}) has {per_partition(x.shape)} elements per "
                        "partition; bn_aggr reads (count, mean, variance*count) triples from bn_stats, so the "

@@ -127,7 +127,8 @@ class Instr:
     ``nbytes``, ``transfers``, ``chunk_bytes`` (contiguous bytes per DMA buffer), ``queue``, ``dge``:
     DMA. ``program``: the program id. ``op``: ALU op or variant. ``contiguous``: unit stride in the
     innermost free dimension; ``stride_bytes``: that stride in bytes when it is not (over 16 bytes halves
-    the SBUF/PSUM access bandwidth).
+    the SBUF/PSUM access bandwidth). ``label``: the name the trace shows (the API call, e.g. ``nl.add``;
+    default ``name``).
     """
 
     name: str
@@ -150,6 +151,7 @@ class Instr:
     chunk_bytes: int = 0
     dge: str = ""
     stride_bytes: int = 0
+    label: str = ""
 
     @classmethod
     def of(cls, name, engine, inputs=(), outputs=(), **extra) -> Instr:

@@ -187,7 +187,8 @@ class Result:
         Beyond ``max_events`` instructions only the first ``max_events`` are drawn (the figures in
         ``otherData`` cover all)."""
         names = self._lanes()
-        order = [e for e in COMPUTE] + sorted({n for n in names if n not in COMPUTE})
+        used = set(names)
+        order = [e for e in COMPUTE if e in used] + sorted(used - set(COMPUTE))
         tid = {n: i + 1 for i, n in enumerate(order)}
         ev = [{"ph": "M", "name": "process_name", "pid": 1, "args": {"name": f"{self.hw.name} timing model"}}]
         for n, i in tid.items():
@@ -196,7 +197,7 @@ class Result:
         for i in range(min(len(names), max_events)):
             ins = self.events[i] if i < len(self.events) else None
             args = {"index": i, "waited_on": self.cause[i], "pred": self.pred[i]}
-            name = ins.name if ins is not None else "instr"
+            name = (ins.label or ins.name) if ins is not None else "instr"
             if ins is not None:
                 args["program"] = list(ins.program) if isinstance(ins.program, tuple) else ins.program
                 if ins.engine == "DMA":
