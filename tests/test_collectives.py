@@ -9,7 +9,7 @@ import pytest
 from nki_kernels.simulator import NKIError
 from nki_kernels.simulator import collectives as cc
 from nki_kernels.simulator import standalone as nki
-from nki_kernels.simulator.cores import simulate_ranks
+from nki_kernels.simulator.ranks import simulate_ranks
 
 nl = nki.language
 nisa = nki.isa

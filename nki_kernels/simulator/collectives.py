@@ -4,7 +4,7 @@ A collective is a meeting of the ranks of one rank-list of a :class:`ReplicaGrou
 rank posts its sources, waits until all ranks of its rank-list have posted, and writes its
 own destinations from the posts (a NumPy reference of the operation, reductions in fp32
 for float types, in rank-list order). Ranks are the workers of
-:func:`nki_kernels.simulator.cores.simulate_ranks` (``simulate_ranks(kernel[2], 4, x)``:
+:func:`nki_kernels.simulator.ranks.simulate_ranks` (``simulate_ranks(kernel[2], 4, x)``:
 4 ranks, each running the kernel on its own HBM, on 2 logical cores each); a collective of
 a logical core meets the same core of the other ranks. A plain launch is a world of one
 rank. A rank that never makes the matching call is reported as a deadlock with every
@@ -28,6 +28,7 @@ from . import dtypes as dt
 from . import transfers as _transfers
 from .core import Access, HBMTensor, Tile, psum
 from .errors import NKIError
+from .instructions import lnc as _lnc
 from .instructions.registers import VirtualRegister
 from .nki_object import NKIObject
 
@@ -119,7 +120,7 @@ def _rank_list(replica_group, op):
         raise NKIError(op, f"nki.collectives.{op}: rank {rank} is in no rank-list of {replica_group}")
     if max(rl) >= world:
         raise NKIError(op, f"nki.collectives.{op}: rank-list {rl} names rank {max(rl)} but the world has {world} "
-                       "rank(s); run the kernel with nki_kernels.simulator.cores.simulate_ranks(kernel, ranks, ...)")
+                       "rank(s); run the kernel with nki_kernels.simulator.ranks.simulate_ranks(kernel, ranks, ...)")
     return w, rank, rl
 
 
@@ -235,7 +236,7 @@ def _write_flat(dst, pieces):
 
 
 def _reducer(op, name):
-    return _cores.reduction(op, f"nki.collectives.{name}")
+    return _lnc.reduction(op, f"nki.collectives.{name}")
 
 
 def _reduce(fn, arrays):
@@ -271,7 +272,7 @@ def all_reduce(srcs, dsts, replica_group, op, priority=None, name=None):
     _tensor_lists("all_reduce", srcs, dsts)
     fn = _reducer(op, "all_reduce")
     w, rank, rl = _rank_list(replica_group, "all_reduce")
-    posts = _meet(w, rank, rl, "all_reduce", (fn.__name__, len(srcs)), [_cores.read_values(s) for s in srcs])
+    posts = _meet(w, rank, rl, "all_reduce", (fn.__name__, len(srcs)), [_lnc.read_values(s) for s in srcs])
     for i, d in enumerate(dsts):
         parts = [posts[r][i] for r in rl]
         _same_shapes("all_reduce", parts, f"srcs[{i}]")
@@ -285,7 +286,7 @@ def all_gather(srcs, dsts, replica_group, collective_dim, priority=None, name=No
     mem = _tensor_lists("all_gather", srcs, dsts)
     dim = _dim(collective_dim, mem, "all_gather", (0, 1))
     w, rank, rl = _rank_list(replica_group, "all_gather")
-    posts = _meet(w, rank, rl, "all_gather", (dim, len(srcs)), [_cores.read_values(s) for s in srcs])
+    posts = _meet(w, rank, rl, "all_gather", (dim, len(srcs)), [_lnc.read_values(s) for s in srcs])
     for i, d in enumerate(dsts):
         parts = [posts[r][i] for r in rl]
         _same_shapes("all_gather", parts, f"srcs[{i}]")
@@ -301,7 +302,7 @@ def reduce_scatter(srcs, dsts, replica_group, collective_dim, op, priority=None,
     dim = _dim(collective_dim, mem, "reduce_scatter")
     fn = _reducer(op, "reduce_scatter")
     w, rank, rl = _rank_list(replica_group, "reduce_scatter")
-    posts = _meet(w, rank, rl, "reduce_scatter", (dim, fn.__name__, len(srcs)), [_cores.read_values(s) for s in srcs])
+    posts = _meet(w, rank, rl, "reduce_scatter", (dim, fn.__name__, len(srcs)), [_lnc.read_values(s) for s in srcs])
     k, n = rl.index(rank), len(rl)
     for i, d in enumerate(dsts):
         parts = [posts[r][i] for r in rl]
@@ -320,7 +321,7 @@ def all_to_all(srcs, dsts, replica_group, collective_dim, priority=None, name=No
     mem = _tensor_lists("all_to_all", srcs, dsts, hbm_only=True)
     dim = _dim(collective_dim, mem, "all_to_all")
     w, rank, rl = _rank_list(replica_group, "all_to_all")
-    posts = _meet(w, rank, rl, "all_to_all", (dim, len(srcs)), [_cores.read_values(s) for s in srcs])
+    posts = _meet(w, rank, rl, "all_to_all", (dim, len(srcs)), [_lnc.read_values(s) for s in srcs])
     k, n = rl.index(rank), len(rl)
     for i, d in enumerate(dsts):
         parts = [posts[r][i] for r in rl]
@@ -354,7 +355,7 @@ def collective_permute(srcs, dsts, source_target_pairs, priority=None, name=None
                        f"{world} rank(s)")
     if rank not in members:
         return
-    posts = _meet(w, rank, members, op, (pairs,), _cores.read_values(srcs[0]))
+    posts = _meet(w, rank, members, op, (pairs,), _lnc.read_values(srcs[0]))
     source = next((s for s, t in pairs if t == rank), None)
     if source is not None:
         _write(dsts[0], posts[source], op)
@@ -399,7 +400,7 @@ def collective_permute_implicit(srcs_by_channel, dsts_by_channel, replica_group,
     op = "collective_permute_implicit"
     n = _channels(op, (srcs_by_channel, dsts_by_channel), ("srcs_by_channel", "dsts_by_channel"), channel_ids)
     w, rank, rl, pred = _ring(replica_group, op)
-    posts = _meet(w, rank, rl, op, (n,), [_cores.read_values(ch[0]) for ch in srcs_by_channel])
+    posts = _meet(w, rank, rl, op, (n,), [_lnc.read_values(ch[0]) for ch in srcs_by_channel])
     for c in range(n):
         _write(dsts_by_channel[c][0], posts[pred][c], op)
 
@@ -416,7 +417,7 @@ def collective_permute_implicit_reduce(srcs0_by_channel, srcs1_by_channel, dsts_
     w, rank, rl, pred = _ring(replica_group, what)
     mine = []
     for c in range(n):
-        a, b = _cores.read_values(srcs0_by_channel[c][0]), _cores.read_values(srcs1_by_channel[c][0])
+        a, b = _lnc.read_values(srcs0_by_channel[c][0]), _lnc.read_values(srcs1_by_channel[c][0])
         if a.shape != b.shape:
             raise NKIError("shape", f"nki.collectives.{what}: channel {c} reduces srcs0 {a.shape} with srcs1 {b.shape}")
         mine.append(_reduce(fn, [a, b]))
@@ -440,13 +441,13 @@ def collective_permute_implicit_current_processing_rank_id(iteration_id, replica
 
 def rank_id(name=None):
     """The rank of the running program within the collective world, as a scalar register
-    (``nki.collectives.rank_id``; 0 outside :func:`~nki_kernels.simulator.cores.simulate_ranks`)."""
+    (``nki.collectives.rank_id``; 0 outside :func:`~nki_kernels.simulator.ranks.simulate_ranks`)."""
     _, rank, _ = _me("rank_id")
     return VirtualRegister(rank)
 
 
 def _metadata(metadata_tensor, op, rows_needed, n):
-    meta = _cores.read_values(metadata_tensor)
+    meta = _lnc.read_values(metadata_tensor)
     if meta.dtype != np.uint32:
         raise NKIError("dtype", f"nki.collectives.{op}: metadata_tensor is {meta.dtype}; it must be uint32")
     if meta.ndim == 3 and meta.shape[0] == 1:
@@ -478,7 +479,7 @@ def all_to_all_v(srcs, dsts, replica_group, metadata_tensor, recv_counts_known=F
     n, k = len(rl), rl.index(rank)
     meta = _metadata(metadata_tensor, op, _v_rows(recv_counts_known, has_rdispls), n)
     posts = _meet(w, rank, rl, op, (bool(recv_counts_known), bool(has_rdispls)),
-                  (_cores.read_values(srcs[0]).reshape(-1), meta[0], meta[1]))
+                  (_lnc.read_values(srcs[0]).reshape(-1), meta[0], meta[1]))
     size, pieces, at = int(np.prod(dsts[0].shape)), [], 0
     for j, r in enumerate(rl):
         src, counts, displs = posts[r]
@@ -513,7 +514,7 @@ def all_gather_v(srcs, dsts, replica_group, metadata_tensor, recv_counts_known=F
     w, rank, rl = _rank_list(replica_group, op)
     n = len(rl)
     meta = _metadata(metadata_tensor, op, _v_rows(recv_counts_known, has_rdispls), n)
-    src = _cores.read_values(srcs[0]).reshape(-1)
+    src = _lnc.read_values(srcs[0]).reshape(-1)
     cnt, start = int(meta[0][0]), int(meta[1][0])
     if start + cnt > src.size:
         raise NKIError("bounds", f"nki.collectives.{op}: rank {rank} sends elements {start}:{start + cnt} of a "

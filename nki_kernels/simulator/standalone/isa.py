@@ -11,7 +11,7 @@ reference page documents
 Instructions run one program at a time under the vectorised launcher.
 """
 
-from ..cores import core_barrier, sendrecv, sendrecv_compute  # noqa: F401 - LNC=2 instructions between cores
+from ..instructions.lnc import core_barrier, sendrecv, sendrecv_compute  # noqa: F401 - LNC=2 instructions between cores
 # Importing the engine modules declares their instructions (instructions.registry); publish() below
 # makes every declared instruction a name of this namespace, including ones declared later.
 from ..instructions import dma as _dma, gpsimd as _gpsimd, mx as _mx, rng as _rng  # noqa: F401
