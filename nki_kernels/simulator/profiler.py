@@ -536,29 +536,9 @@ class Recorder:
                 self._finalize(st, st.pending)
                 st.pending = None
         r = self.r
-        sched = Scheduler(self.hw)
-        alloc = _Allocator(self.hw, self.sbuf_spare)
-        events = [ev for st in self.states.values() for ev in st.events] + self.orphans
-        # each allocation lives from the first to the last event that names it
-        last = {}
-        for i, ev in enumerate(events):
-            for o in ev.reads + ev.writes:
-                if not isinstance(o[1], tuple):
-                    last[id(o[1])] = i
-        region = {}  # id(unit) -> ident
-        units = {}  # keep the units alive while their ids are keys
-        slots = []
-        for i, ev in enumerate(events):
-            ins = self._instr(ev, alloc, region, units)
-            start, _ = sched.add(ins)
-            slots.append((ev, start))
-            for o in ev.reads + ev.writes:
-                u = o[1]
-                if last.get(id(u)) == i and id(u) in region and o[0] != "hbm":
-                    alloc.give(o[0], region.pop(id(u)))
-                    last.pop(id(u), None)
-        res = sched.result()
+        res, slots, alloc = self.schedule(self.hw)
         r.timing = res
+        r._recorder = self
         r.version = self.hw.version
         r.neuroncore = self.hw.name
         r.spilled_allocations = alloc.spilled
@@ -586,6 +566,35 @@ class Recorder:
             p = st.prog
             if p.mem.curve is not None:
                 r.occupancy.append((p.pid, p.mem.curve, times.get(id(p), [])))
+
+    def events(self) -> list:
+        """The recorded events of the launch, programs in launch order."""
+        return [ev for st in self.states.values() for ev in st.events] + self.orphans
+
+    def schedule(self, hw):
+        """Schedule the recorded events on NeuronCore ``hw``: ``(Result, [(event, start)], allocator)``."""
+        sched = Scheduler(hw)
+        alloc = _Allocator(hw, self.sbuf_spare)
+        events = self.events()
+        # each allocation lives from the first to the last event that names it
+        last = {}
+        for i, ev in enumerate(events):
+            for o in ev.reads + ev.writes:
+                if not isinstance(o[1], tuple):
+                    last[id(o[1])] = i
+        region = {}  # id(unit) -> ident
+        units = {}  # keep the units alive while their ids are keys
+        slots = []
+        for i, ev in enumerate(events):
+            ins = self._instr(ev, alloc, region, units)
+            start, _ = sched.add(ins)
+            slots.append((ev, start))
+            for o in ev.reads + ev.writes:
+                u = o[1]
+                if last.get(id(u)) == i and id(u) in region and o[0] != "hbm":
+                    alloc.give(o[0], region.pop(id(u)))
+                    last.pop(id(u), None)
+        return sched.result(), slots, alloc
 
     def _key(self, o, alloc, region, units):
         space, unit, box = o
@@ -746,6 +755,7 @@ class Report:
         self.neuroncore = ""
         self.spilled_allocations = 0
         self.merged_accumulations = 0
+        self._recorder = None
 
     # -- figures --------------------------------------------------------------------------------------
     @property
@@ -823,6 +833,13 @@ class Report:
             d["dma"] = t["dma"]
             d["critical_path"] = t["critical_path"]
         return d
+
+    def retime(self, version):
+        """The same launch's instructions scheduled on another NeuronCore version (2/3/4, ``"trn1"``
+        ...): the timing model's :class:`.timing.Result` (the simulation is not run again)."""
+        if self._recorder is None:
+            raise ValueError("this report holds no recorded instructions")
+        return self._recorder.schedule(core(version))[0]
 
     # -- text -----------------------------------------------------------------------------------------
     def rows(self):
