@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import torch_ops
-from torch_ops import dispatch
+from torch_ops import launcher
 from torch_ops.convert import from_numpy, numpy_dtype, to_numpy, torch_dtype
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.int32, torch.int8, torch.uint8,
@@ -64,13 +64,13 @@ def test_dtype_maps():
 
 def _spy(monkeypatch):
     seen = []
-    real = dispatch.simulate_into
+    real = launcher.simulate_into
 
     def spy(outputs, kernel, grid, *arrays, **static):
         seen.append(arrays)
         return real(outputs, kernel, grid, *arrays, **static)
 
-    monkeypatch.setattr(dispatch, "simulate_into", spy)
+    monkeypatch.setattr(launcher, "simulate_into", spy)
     return seen
 
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import torch_ops
-from torch_ops import dispatch
+from torch_ops import launcher
 
 
 @pytest.fixture(autouse=True)
@@ -16,7 +16,7 @@ def no_kernel_may_run(monkeypatch):
     def forbidden(*args, **kwargs):
         raise AssertionError("a kernel ran before the argument check")
 
-    monkeypatch.setattr(dispatch, "simulate_into", forbidden)
+    monkeypatch.setattr(launcher, "simulate_into", forbidden)
 
 
 F32 = torch.float32

@@ -18,6 +18,13 @@
 CPU tensors run on the NKI simulator; XLA tensors become custom-calls (see
 :mod:`torch_ops.xla`); with the genuine ``torch_neuronx``/``neuronxcc`` the
 official ``nki.jit`` path is used.
+
+A launch goes down one way: ``dispatch`` (``nki_call``) > ``traced`` (the
+``torch.compile`` recording) > ``library`` (the ``nki::call`` op) > ``launcher``
+(route and device) > ``backend`` / ``xla`` > ``debug`` > ``xla_graph``
+(``neuron_hlo``) > ``hlo_view``; ``convert`` is below all of them. The
+recording is handed to the launcher by ``dispatch``, since the op it records
+launches through the launcher again.
 """
 
 from __future__ import annotations
@@ -30,17 +37,7 @@ from .functions import NkiAddFunc, NkiRMSNormFunc
 from .modules import RMSNorm
 from .library_modules import (CrossEntropyLoss, Softmax, cross_entropy, flash_attention, residual_rms_norm,
                               softmax)
-
-
-def neuron_hlo(tensors) -> str:
-    """HLO text of the XLA graph computing ``tensors``, with the custom-calls as Neuron gets them.
-
-    See :func:`torch_ops.xla.neuron_hlo`; needs torch-xla.
-    """
-    from .xla import neuron_hlo as _neuron_hlo
-
-    return _neuron_hlo(tensors)
-
+from .xla_graph import neuron_hlo
 
 __all__ = ["softmax", "cross_entropy", "residual_rms_norm", "flash_attention", "Softmax", "CrossEntropyLoss",
            "NkiAddFunc", "NkiRMSNormFunc", "RMSNorm", "add", "rms_norm", "nki_call", "neuron_hlo",

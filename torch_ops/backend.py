@@ -25,8 +25,13 @@ import functools
 import hashlib
 import inspect
 
+import torch
+
 from nki_kernels import backend as kernels
 from nki_kernels.neuron_env import neuron_environment
+from nki_kernels.simulator.launch import eval_shape
+
+from .convert import operand_specs
 
 _ENV = neuron_environment()
 OFFICIAL = ("xla", "nki_op", "direct")
@@ -65,10 +70,6 @@ def _frozen(value):
 
 def registered_op(kernel, grid: tuple, tensors, static: dict):
     """The ``torch_neuronx.nki_op`` custom op launching ``kernel[grid]`` with ``static`` on len(tensors) tensors."""
-    from nki_kernels.simulator.launch import eval_shape
-
-    from .dispatch import operand_specs
-
     out = eval_shape(kernels.simulator_twin(kernel), grid, *operand_specs(tensors), **static)
     n_out = len(out) if isinstance(out, tuple) and not hasattr(out, "_fields") else 0
     return _registered(kernel, tuple(grid), tuple(sorted((k, _frozen(v)) for k, v in static.items())),
@@ -78,7 +79,6 @@ def registered_op(kernel, grid: tuple, tensors, static: dict):
 @functools.lru_cache(maxsize=None)
 def _registered(kernel, grid, static_items, n_in, n_out):
     """One ``@nki_op`` registration per launch configuration (``n_out`` 0 = a single tensor result)."""
-    import torch
     from torch_neuronx import nki_op
 
     static = dict(static_items)

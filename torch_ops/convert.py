@@ -14,6 +14,8 @@ import ml_dtypes
 import numpy as np
 import torch
 
+from nki_kernels.simulator.launch import ShapeDtype
+
 # dtype -> (same-width carrier torch dtype, ml_dtypes type) for types NumPy lacks.
 _VIA_BITS = {
     torch.bfloat16: (torch.int16, ml_dtypes.bfloat16),
@@ -54,6 +56,11 @@ def torch_dtype(dtype) -> torch.dtype:
         return _NUMPY_TO_TORCH[np.dtype(dtype)]
     except KeyError:
         raise TypeError(f"NumPy dtype {np.dtype(dtype)} has no torch counterpart") from None
+
+
+def operand_specs(tensors) -> list:
+    """``ShapeDtype`` (shape, NumPy dtype) of each tensor, as ``eval_shape`` and the payload want them."""
+    return [ShapeDtype(tuple(t.shape), numpy_dtype(t.dtype)) for t in tensors]
 
 
 def to_numpy(t: torch.Tensor) -> np.ndarray:

@@ -6,7 +6,7 @@ boundary instead: the first time an XLA kernel launch sees the variable set,
 ``torch_xla._XLAC._xla_step_marker`` (what ``torch_xla.sync()`` and
 ``xm.mark_step()`` call) is wrapped; before each step executes, the wrapper
 collects the live XLA tensors with pending computations, takes their graph as
-Neuron would get it (:func:`torch_ops.xla.neuron_hlo`) and, if it contains an
+Neuron would get it (:func:`torch_ops.xla_graph.neuron_hlo`) and, if it contains an
 ``AwsNeuronCustomNativeKernel`` custom-call, writes it as
 ``SyncTensorsGraph.<hash>.pbtxt`` (one file per distinct graph, as a compile
 cache would produce). The variable is read at every step, so it can be set or
@@ -24,6 +24,8 @@ import torch
 
 from nki_kernels.custom_call import TARGET
 
+from .xla_graph import neuron_hlo, xlac
+
 _installed = False
 _written: set = set()
 
@@ -35,9 +37,7 @@ def enabled() -> bool:
 
 def pending_xla_tensors() -> list:
     """Live Python-visible XLA tensors of the default device with computations still pending."""
-    import torch_xla
-
-    X = torch_xla._XLAC
+    X = xlac()
     device = X._xla_get_default_device()
     # type(o), not isinstance: isinstance consults o.__class__, which proxies and deprecated
     # module attributes among gc's objects override (with warnings or side effects).
@@ -52,8 +52,6 @@ def pending_xla_tensors() -> list:
 
 def step_graph_text(tensors) -> str | None:
     """The Neuron-view HLO of ``tensors`` named like a torch-xla step graph, or None without our custom-call."""
-    from .xla import neuron_hlo
-
     if not tensors:
         return None
     text = neuron_hlo(tensors)
@@ -81,9 +79,7 @@ def install_step_hook() -> None:
     global _installed
     if _installed:
         return
-    import torch_xla
-
-    X = torch_xla._XLAC
+    X = xlac()
     original = X._xla_step_marker
 
     def step_marker(*args, **kwargs):

@@ -189,7 +189,7 @@ def neuron_view(hlo_text: str, sim_parameters=None) -> str:
     """``hlo_text`` with every simulator shim removed: the graph as the Neuron compiler would get it.
 
     ``sim_parameters``: the ENTRY parameter numbers known to hold simulator
-    results (:func:`torch_ops.xla.neuron_hlo` knows them from the tensor ids).
+    results (:func:`torch_ops.xla_graph.neuron_hlo` knows them from the tensor ids).
     With ``None`` the pattern alone decides, which a graph of the user's own
     could match only by concatenating a parameter with a raw kernel result
     and slicing off the first half.

@@ -15,14 +15,14 @@ import torch
 
 from nki_kernels.custom_call import decode_payload, resolve_kernel
 
+from .launcher import launch
+
 
 @torch.library.custom_op("nki::call", mutates_args=())
 def call(payload: str, operands: list[torch.Tensor]) -> list[torch.Tensor]:
     """Launch the kernel a custom-call ``payload`` names on ``operands`` (not differentiable)."""
-    from .dispatch import nki_call
-
     p = decode_payload(payload)
-    out = nki_call(resolve_kernel(p), *operands, grid=tuple(p["grid"]), **p["static"])
+    out = launch(resolve_kernel(p), tuple(operands), tuple(p["grid"]), p["static"])
     return list(out) if isinstance(out, tuple) else [out]
 
 

@@ -25,6 +25,7 @@ import torch
 from nki_kernels.custom_call import encode_payload
 from nki_kernels.simulator.launch import ShapeDtype, eval_shape
 
+from . import library  # noqa: F401 - registers torch.ops.nki.call
 from .convert import numpy_dtype
 
 
@@ -52,8 +53,6 @@ def launch_payload(module: str, qualname: str, grid: tuple, static_items: tuple,
 
 def traced_launch(kernel, grid: tuple, tensors, static: dict):
     """Record one launch as ``torch.ops.nki.call`` in the graph being compiled."""
-    from . import library  # noqa: F401 - registers torch.ops.nki.call
-
     # Plain strings and ints only: Dynamo hands them to launch_payload as constants.
     # operator.index turns a symbolic size (dynamic shapes) into a concrete int under a
     # guard, so a new size recompiles with its own payload instead of failing.

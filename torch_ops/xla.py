@@ -25,8 +25,8 @@ custom-call stays where Neuron would see it but is never executed:
    compiles it, XLA's simplifier folds ``slice(concatenate(sim, cc))`` to
    ``sim`` and dead-code elimination drops the custom-call before code
    generation: XLA:CPU executes with the simulator's values.
-4. :func:`neuron_hlo` prints the lazy graph's HLO and removes the shims
-   (:func:`torch_ops.hlo_view.neuron_view`), giving the graph as the Neuron
+4. :func:`neuron_hlo` (:mod:`torch_ops.xla_graph`) prints the lazy graph's HLO and removes the
+   shims (:func:`torch_ops.hlo_view.neuron_view`), giving the graph as the Neuron
    compiler would receive it: parameters, upstream ops, the custom-call with
    its payload, and the downstream ops consuming its result.
 
@@ -37,34 +37,22 @@ once more on XLA:CPU (the step executes it again), plus one host round trip.
 from __future__ import annotations
 
 import os
-from collections import OrderedDict
 
 import torch
 
 from nki_kernels.custom_call import TARGET, decode_payload, encode_payload, register_kernel, run_payload
 from nki_kernels.simulator.launch import ShapeDtype, eval_shape
 
-from .convert import from_numpy, to_numpy, torch_dtype
-from .dispatch import operand_specs
-from .hlo_view import neuron_view
+from . import debug
+from .convert import from_numpy, operand_specs, to_numpy, torch_dtype
+from .xla_graph import neuron_hlo, remember_simulated, xlac  # noqa: F401 - neuron_hlo: torch_ops.xla.neuron_hlo too
 
 API_VERSION_UNSPECIFIED = 0  # what torch-neuronx emits for NKI kernels
-
-# XLA tensor ids of the uploaded simulator results, so neuron_hlo removes only true shims.
-# Bounded: a graph between two steps never holds anywhere near this many launches.
-_SIM_IDS: OrderedDict = OrderedDict()
-_SIM_IDS_MAX = 1 << 16
-
-
-def _xla():
-    import torch_xla
-
-    return torch_xla._XLAC
 
 
 def is_neuron_device(t: torch.Tensor) -> bool:
     """True when ``t`` lives on a Neuron XLA device (where the custom-call can run)."""
-    return _xla()._xla_get_device_hw_type(t) == "NEURON"
+    return xlac()._xla_get_device_hw_type(t) == "NEURON"
 
 
 def launch_payload(kernel, grid, tensors, static):
@@ -79,16 +67,9 @@ def launch_payload(kernel, grid, tensors, static):
 
 def emit_custom_call(tensors, payload: str, results) -> list:
     """The ``AwsNeuronCustomNativeKernel`` custom-call on XLA ``tensors``; one lazy tensor per result."""
-    return _xla()._xla_custom_call(list(tensors), TARGET, [list(s) for s, _ in results],
+    return xlac()._xla_custom_call(list(tensors), TARGET, [list(s) for s, _ in results],
                                    [torch_dtype(d) for _, d in results], False, payload,
                                    API_VERSION_UNSPECIFIED, {})
-
-
-def _remember(sim: torch.Tensor) -> None:
-    """Record an uploaded simulator result as such (see :func:`neuron_hlo`)."""
-    _SIM_IDS[_xla()._xla_get_tensor_id(sim)] = None
-    if len(_SIM_IDS) > _SIM_IDS_MAX:
-        _SIM_IDS.popitem(last=False)
 
 
 # XLA:CPU computes these in float32 and wraps a concatenate/slice of them in
@@ -112,22 +93,20 @@ def _shim(sim: torch.Tensor, cc: torch.Tensor) -> torch.Tensor:
         return sim.to(device)
     if sim.dtype in _WIDEN:
         sim_d = sim.float().to(device)
-        _remember(sim_d)
+        remember_simulated(sim_d)
         return torch.narrow_copy(torch.cat([sim_d, cc.float()], 0), 0, 0, sim.shape[0]).to(sim.dtype)
     sim_d = sim.to(device)
-    _remember(sim_d)
+    remember_simulated(sim_d)
     return torch.narrow_copy(torch.cat([sim_d, cc], 0), 0, 0, sim.shape[0])
 
 
 def xla_call(kernel, grid, tensors, static):
     """Launch ``kernel`` on XLA ``tensors``: the custom-call, valued by the simulator off Neuron."""
-    from . import debug
-
     payload, results, is_tuple = launch_payload(kernel, grid, tensors, static)
     if is_neuron_device(tensors[0]):  # pragma: no cover - needs a Neuron device
         outs = emit_custom_call(tensors, payload, results)
     else:
-        host = _xla()._xla_get_cpu_tensors(list(tensors))
+        host = xlac()._xla_get_cpu_tensors(list(tensors))
         ccs = emit_custom_call(tensors, payload, results)
         register_kernel(kernel)  # so kernels defined in a local scope resolve from the payload
         sims = run_payload(decode_payload(payload), [to_numpy(h) for h in host])
@@ -135,20 +114,3 @@ def xla_call(kernel, grid, tensors, static):
     if os.environ.get("NEURON_FRAMEWORK_DEBUG"):
         debug.install_step_hook()
     return tuple(outs) if is_tuple else outs[0]
-
-
-def neuron_hlo(tensors) -> str:
-    """HLO text of the lazy graph computing ``tensors`` as the Neuron compiler would receive it.
-
-    Every NKI launch appears as ``custom-call(...), custom_call_target="AwsNeuronCustomNativeKernel",
-    backend_config="<payload>"`` consuming its operands' producers and consumed
-    by the later ops; the simulator shims used off Neuron are removed.
-    """
-    if isinstance(tensors, torch.Tensor):
-        tensors = [tensors]
-    X = _xla()
-    tensors = list(tensors)
-    text = X._get_xla_tensors_hlo(tensors)
-    # The graph's device data in parameter order, each with the id of the tensor it came from.
-    ids, _ = X._get_tensors_xla_device_data_node(tensors)
-    return neuron_view(text, {n for n, i in enumerate(ids) if i in _SIM_IDS})
