@@ -21,10 +21,11 @@ How the running simulator feeds the model
 * A tile is known by its allocation (the memory model's record; a block of a block-dimension
   tensor is a region of its tensor, a view of a tile covers its partitions and bytes). The
   compiler reuses SBUF/PSUM bytes, which the NumPy simulator does not: :class:`_Allocator` stands
-  in for it (each tile lives from the first to the last instruction that touches it; a freed
-  region of the same size is reused once ``SBUF_SPARE`` others wait, i.e. loop-local SBUF tiles
-  are double-buffered, PSUM tiles rotate over the 8 banks; beyond the capacity the oldest free
-  region is reused), so a load into a reused buffer waits for its last reader (WAR).
+  in for it (each tile lives from the first to the last instruction that touches it; tiles with
+  the same first writer stand for one allocation site, and a freed region of theirs is reused
+  once ``SBUF_SPARE`` others wait, i.e. loop-local SBUF tiles are double-buffered, PSUM tiles
+  rotate over the 8 banks; beyond the capacity the oldest free region is reused), so a load into
+  a reused buffer waits for its last reader (WAR).
 * Tiles placed by direct allocation (``ncc.sbuf.alloc`` ..., ``address=``) are known by their
   partitions and bytes: they alias where the kernel made them alias.
 * The events of all programs of the launch are scheduled on one NeuronCore of the simulated version
@@ -211,44 +212,51 @@ def _gen1_name():
 # the allocator that stands in for the compiler's
 # ----------------------------------------------------------------------------------------------------------
 class _Allocator:
-    """Gives each SBUF/PSUM allocation of the launch a *region* (an ident of the timing model): a region
-    of the same memory and size freed earlier is reused once ``spare`` others of its size wait (SBUF:
-    1, double buffering; PSUM: as many as the 8 banks hold), and when the memory is full the oldest
-    free region is reused; a reused region makes the new tile's writer wait for the old one's last
-    reader (WAR). Capacity is counted in bytes per partition of the simulated NeuronCore."""
+    """Gives each SBUF/PSUM allocation of the launch a *region* (an ident of the timing model). Tiles
+    are grouped by *role*, what first writes them (the loads of one HBM tensor, the results of one op),
+    which stands for the allocation site of a loop body: a region of the same role and size freed
+    earlier is reused once ``spare`` others wait (SBUF: 1, double buffering; PSUM: as many as the 8
+    banks hold), and when the memory is full the oldest free region of any role is reused. A reused
+    region makes the new tile's writer wait for the old one's last reader (WAR). Capacity is counted
+    in bytes per partition of the simulated NeuronCore."""
 
     def __init__(self, hw, sbuf_spare=SBUF_SPARE):
         self.cap = {"sbuf": int(hw.sbuf_partition_bytes.value), "psum": int(hw.psum_partition_bytes.value)}
         self.spare = {"sbuf": sbuf_spare, "psum": 1 << 30}
         self.used = {"sbuf": 0, "psum": 0}  # bytes per partition of every region made
-        self.free = {"sbuf": {}, "psum": {}}  # size -> [region, ...] oldest first
+        self.free = {"sbuf": {}, "psum": {}}  # (role, size) -> [region, ...] oldest first
         self.order = {"sbuf": [], "psum": []}  # free regions, oldest first: (region, size)
         self.size = {}
+        self.pool = {}  # region -> its (role, size) pool
         self.n = 0
         self.spilled = 0  # allocations made beyond the capacity (the compiler would spill)
 
-    def take(self, space, nbytes):
-        """A region for a new allocation of ``nbytes`` per partition."""
-        pool = self.free[space].get(nbytes)
+    def take(self, space, nbytes, role=None):
+        """A region for a new allocation of ``nbytes`` per partition whose first writer is ``role``."""
+        key = (role, nbytes)
+        pool = self.free[space].get(key)
         if pool and len(pool) > self.spare[space]:
             return self._reuse(space, pool.pop(0))
         if self.used[space] + nbytes <= self.cap[space]:
             self.n += 1
             self.used[space] += nbytes
             self.size[self.n] = nbytes
+            self.pool[self.n] = key
             return self.n
         if pool:
             return self._reuse(space, pool.pop(0))
         order = self.order[space]
         if order:  # the oldest free region of another size takes the new tile
             reg = order[0]
-            self.free[space][self.size[reg]].remove(reg)
+            self.free[space][self.pool[reg]].remove(reg)
             self.used[space] += nbytes - self.size[reg]
             self.size[reg] = nbytes
+            self.pool[reg] = key
             return self._reuse(space, reg)
         self.spilled += 1
         self.n += 1
         self.size[self.n] = nbytes
+        self.pool[self.n] = key
         return self.n
 
     def _reuse(self, space, reg):
@@ -257,7 +265,7 @@ class _Allocator:
 
     def give(self, space, reg):
         """Region ``reg`` is free again (its tile's last instruction has been issued)."""
-        self.free[space].setdefault(self.size[reg], []).append(reg)
+        self.free[space].setdefault(self.pool[reg], []).append(reg)
         self.order[space].append(reg)
 
 
@@ -280,13 +288,13 @@ class _Event:
 
 
 class _ProgState:
-    __slots__ = ("prog", "events", "pending", "last_write")
+    __slots__ = ("prog", "events", "pending", "deferred")
 
     def __init__(self, prog):
         self.prog = prog
         self.events = []
-        self.pending = None
-        self.last_write = None  # the on-chip operand written last (a deferred value's store reads it)
+        self.pending = None  # the last event, whose result the memory model may still be adding
+        self.deferred = None  # the operand of the last deferred op's result (a store may compute it)
 
 
 class Recorder:
@@ -349,6 +357,9 @@ class Recorder:
                 return
             ev = _Event("c", engine, label, label, st.prog if st else None, slot,
                         {"shape": shape, "dtype_out": getattr(out, "dtype", None)})
+            # an element-wise op that defers its values (nl_math: counted where it is issued) may be
+            # computed straight into HBM by a store that then reads no tile: remember it for that store
+            ev.info["deferred"] = sys._getframe(2).f_code.co_name in ("_deferred", "op")
         self._capture(st, ev, slot)
         self._push(st, ev)
 
@@ -496,7 +507,6 @@ class Recorder:
         lst, n0 = ev.lst, ev.n0
         ev.lst = None
         if ev.declared or lst is None:
-            self._note_write(st, ev)
             return
         if ev.kind == "d":
             onchip = [r for r in lst if r.moved < 0]  # (a load's own tile moved into `t[...] =`'s: t)
@@ -504,8 +514,8 @@ class Recorder:
                 ev.writes.extend(_rec_operand(r) for r in onchip)
             else:
                 reads = [_rec_operand(r) for r in lst[:n0]]
-                if not reads and st is not None and st.last_write is not None:
-                    reads = [st.last_write]  # a deferred value computed straight into HBM by this store
+                if not reads and st is not None and st.deferred is not None:
+                    reads = [st.deferred]  # a deferred value computed straight into HBM by this store
                 ev.reads.extend(reads)
         else:
             reads = [r for r in lst[:n0]]
@@ -519,14 +529,8 @@ class Recorder:
             elif reads:  # no new tile: an in-place update (`t += x`, `t[...] = op(t, ...)`) of its first operand
                 ev.writes.append(ev.reads[0])
             ev.info["read_recs"] = reads
-        self._note_write(st, ev)
-
-    @staticmethod
-    def _note_write(st, ev):
-        if st is not None:
-            for o in ev.writes:
-                if o[0] != "hbm":
-                    st.last_write = o
+            if ev.info.get("deferred") and writes and st is not None:
+                st.deferred = ev.writes[0]
 
     # -- scheduling -----------------------------------------------------------------------------------
     def finish(self):
@@ -596,22 +600,24 @@ class Recorder:
                     last.pop(id(u), None)
         return sched.result(), slots, alloc
 
-    def _key(self, o, alloc, region, units):
+    @staticmethod
+    def _key(o, alloc, region, units, role):
         space, unit, box = o
         if space == "hbm" or isinstance(unit, tuple):
             return (space, unit, box)
         ident = region.get(id(unit))
         if ident is None:
             nbytes = int(getattr(unit, "nbytes", 0) or 0)
-            ident = region[id(unit)] = alloc.take(space, nbytes)
+            ident = region[id(unit)] = alloc.take(space, nbytes, role)
             units[id(unit)] = unit
         return (space, ident, box)
 
     def _instr(self, ev, alloc, region, units):
         """The timing model's :class:`Instr` of a recorded event."""
         key = self._key
-        reads = tuple(key(o, alloc, region, units) for o in ev.reads)
-        writes = tuple(key(o, alloc, region, units) for o in ev.writes)
+        role = (ev.kind, ev.label, ev.info.get("tensor"))  # (the allocation site a loop body repeats)
+        reads = tuple(key(o, alloc, region, units, role) for o in ev.reads)
+        writes = tuple(key(o, alloc, region, units, role) for o in ev.writes)
         info = ev.info
         pid = ev.prog.pid if ev.prog is not None else ()
         if ev.kind == "d":
@@ -982,7 +988,7 @@ def profile(kernel, *arrays, grid=None, version=None, sbuf_spare=SBUF_SPARE, **s
     report = Report(getattr(kernel.func, "__qualname__", str(kernel)), grid)
     rec = Recorder(report, version, sbuf_spare)
     args, kw = _bind(kernel, arrays, static)
-    prev = _prof_hooks._recorder
+    prev = _prof_hooks.recorder()
     _prof_hooks.set_recorder(rec)
     try:
         result, state = run_programs(kernel, grid, args, kw)
