@@ -21,7 +21,6 @@ MAX_LINES = 700
 
 KNOWN_LONG_FILES = {
     "nki_kernels/simulator/core.py",
-    "nki_kernels/simulator/indexing.py",
     "nki_kernels/simulator/instructions/operands.py",
     "nki_kernels/simulator/memory.py",
 }
