@@ -6,10 +6,13 @@
 
 Without ``--kernel`` it profiles the repository's add and RMSNorm kernels; with it, any kernel
 (``nki-ops profile`` does the same for an installed nki-ops). For each kernel NAME it prints the
-report (HBM bytes, traffic ratio vs. the minimum, instructions per engine, SBUF/PSUM peaks,
-estimated Trainium time from the model in ``nki_kernels/simulator/profiler.py``) and writes
-NAME.report.txt / .report.json / .trace.json (https://ui.perfetto.dev) / .memory.png into --out,
-a folder git ignores (``out/`` is in .gitignore, and the folder gets its own .gitignore).
+report (HBM bytes, traffic ratio vs. the minimum, instructions per engine with their busy time and
+utilisation, SBUF/PSUM peaks, DMA efficiency, the critical path, the estimated Trainium time of the
+engine-level timing model in ``nki_kernels/simulator/timing`` and its advice) and writes
+NAME.report.txt / .report.json / .trace.json (https://ui.perfetto.dev: one track per engine and DMA
+queue) / .memory.png / .timeline.png into --out, a folder git ignores (``out/`` is in .gitignore,
+and the folder gets its own .gitignore). ``--version 2|3|4`` schedules on that NeuronCore
+(default: the simulated target, ``NKI_SIM_NC_VERSION``).
 """
 
 from __future__ import annotations
@@ -33,8 +36,8 @@ def _default_reports(args):
     b = rng.standard_normal((args.rows, args.cols), dtype=np.float32)
     w = rng.standard_normal(args.cols, dtype=np.float32)
     reports = {
-        "tensor_add": profile(tensor_add_kernel[add_grid(a.shape)], a, b),
-        "rms_norm_fwd": profile(rms_norm_fwd_kernel[row_grid(args.rows)], a, w, eps=1e-6),
+        "tensor_add": profile(tensor_add_kernel[add_grid(a.shape)], a, b, version=args.version),
+        "rms_norm_fwd": profile(rms_norm_fwd_kernel[row_grid(args.rows)], a, w, eps=1e-6, version=args.version),
     }
     notes = {
         "tensor_add": "each input element loaded once, each output element stored once",
@@ -55,6 +58,7 @@ def main(argv=None):
     ap.add_argument("--arg", action="append", default=[], help="an input SHAPE[:DTYPE], once per argument")
     ap.add_argument("--grid", type=int, nargs="*", default=None, help="launch grid (without it: one program)")
     ap.add_argument("--static", action="append", default=[], help="KEY=VALUE keyword argument of the kernel")
+    ap.add_argument("--version", default=None, help="NeuronCore of the timing model: 2 (trn1), 3 (trn2), 4 (trn3)")
     args = ap.parse_args(argv)
     console = Console()
     if args.kernel:
@@ -66,13 +70,14 @@ def main(argv=None):
         inputs = [random_input(s, rng) for s in args.arg]
         name = args.kernel.rpartition(":")[2]
         reports = {name: profile(kernel, *inputs, grid=tuple(args.grid) if args.grid else None,
-                                 **profiling.parse_static(args.static))}
+                                 version=args.version, **profiling.parse_static(args.static))}
         notes = {name: "inputs " + ", ".join(args.arg)}
     else:
         reports, notes = _default_reports(args)
     for name, rep in reports.items():
         console.print(rep.table())
         written = profiling.write_profile(rep, args.out, name)
+        written.append(rep.plot_timeline(f"{args.out}/{name}.timeline.png"))
         console.print(f"[bold]{name}[/bold]: HBM traffic ratio {rep.traffic_ratio:.4f} (target 1.00; {notes[name]})")
         console.print("wrote " + ", ".join(written) + "\n")
     return reports

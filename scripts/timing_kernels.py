@@ -95,15 +95,17 @@ def run_style(style, M, K, N, overhead=False, versions=VERSIONS, out=None):
     kernel, static = matmul_styles(M, K, N)[style]
     lhsT, rhs = inputs(M, K, N)
     with _use_target("gen2"):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         rep = profile(kernel, lhsT, rhs, **static)
-        t_prof = time.perf_counter() - t0
-        t_call = None
+        t_prof, c_prof = time.perf_counter() - t0, time.process_time() - c0
+        t_call = c_call = None
         if overhead:
-            t0 = time.perf_counter()
+            # (CPU time as well as wall time: steadier on a shared, loaded machine)
+            t0, c0 = time.perf_counter(), time.process_time()
             kernel(lhsT, rhs, **static)
-            t_call = time.perf_counter() - t0
+            t_call, c_call = time.perf_counter() - t0, time.process_time() - c0
     row = {"style": style, "shape": [M, K, N], "profile_s": t_prof, "call_s": t_call,
+           "profile_cpu_s": c_prof, "call_cpu_s": c_call,
            "instructions": dict(rep.instructions), "hbm_bytes": rep.hbm_bytes, "versions": {}}
     for v in versions:
         res = rep.timing if v == rep.version else rep.retime(v)
@@ -123,7 +125,8 @@ def run_style(style, M, K, N, overhead=False, versions=VERSIONS, out=None):
 # ----------------------------------------------------------------------------------------------------------
 def attention_kernels():
     """Three steps of the fused-attention tutorial for one head, q/k/v [d=128, S] bf16 (d on the partitions),
-    out [S, d]: ``{"1 unfused": callable(q, k, v), "2 fused": ..., "3 fused + activation_reduce": ...}``."""
+    out [S, d]: ``{step name: fn(run, q, k, v)}``, each launching its kernels through ``run(kernel,
+    *arrays)``, which returns the kernel's outputs."""
     from nki_kernels.simulator import isa as nisa
     from nki_kernels.simulator import language as nl
     from nki_kernels.simulator import nki
@@ -171,8 +174,9 @@ def attention_kernels():
             nl.store(out[i * P:(i + 1) * P, :], value=nl.copy(acc))
         return out
 
-    def unfused(q, k, v):
-        return pv(softmax(scores(q, k)), v)
+    def unfused(run, q, k, v):
+        """Step 1: three launches, each through ``run(kernel, *arrays)`` (returns the outputs)."""
+        return run(pv, run(softmax, run(scores, q, k)), v)
 
     def _fused(reduce_in_activation):
         @nki.jit
@@ -208,15 +212,14 @@ def attention_kernels():
             return out
         return fused
 
-    return {"1 unfused (3 kernels through HBM)": unfused, "2 fused": _fused(False),
-            "3 fused + activation_reduce": _fused(True)}
+    f2, f3 = _fused(False), _fused(True)
+    return {"1 unfused (3 kernels through HBM)": unfused, "2 fused": lambda run, q, k, v: run(f2, q, k, v),
+            "3 fused + activation_reduce": lambda run, q, k, v: run(f3, q, k, v)}
 
 
 def run_attention(S=2048, d=128, versions=VERSIONS):
     """Profile each attention step (every launch of step 1) and schedule on ``versions``; ms per step."""
     import ml_dtypes
-
-    from nki_kernels.simulator import profiler
 
     rng = np.random.default_rng(1)
     q, k, v = (rng.standard_normal((d, S), dtype=np.float32).astype(ml_dtypes.bfloat16) for _ in range(3))
@@ -224,27 +227,13 @@ def run_attention(S=2048, d=128, versions=VERSIONS):
     rows = {}
     for name, fn in attention_kernels().items():
         reports = []
-        real = profiler.profile
 
-        def launch(kernel, *a, **kw):
-            rep = real(kernel, *a, **kw)
-            reports.append(rep)
-            return rep.outputs
+        def run(kernel, *arrays):
+            reports.append(profile(kernel, *arrays))  # every launch of the step, profiled
+            return reports[-1].outputs
 
         with _use_target("gen2"):
-            if name.startswith("1"):
-                # each kernel of step 1 is its own launch: profile each and add their times
-                from nki_kernels.simulator.launch import Kernel
-
-                orig = Kernel.__call__
-                Kernel.__call__ = lambda self, *a, **kw: launch(self, *a, **kw)
-                try:
-                    out = fn(q, k, v)
-                finally:
-                    Kernel.__call__ = orig
-            else:
-                reports.append(real(fn, q, k, v))
-                out = reports[-1].outputs
+            out = fn(run, q, k, v)
         out = np.asarray(out, np.float32)
         if ref is None:
             s = q.astype(np.float32).T @ k.astype(np.float32)
@@ -279,8 +268,8 @@ def main(argv=None) -> int:
         for style in args.styles:
             row = run_style(style, M, K, N, args.overhead, out=args.out)
             result["matmul"][style] = row
-            ov = f", plain call {row['call_s']:.1f} s: profile/call {row['profile_s'] / row['call_s']:.2f}" \
-                if row["call_s"] else ""
+            ov = (f", plain call {row['call_s']:.1f} s: profile/call {row['profile_s'] / row['call_s']:.2f} wall, "
+                  f"{row['profile_cpu_s'] / row['call_cpu_s']:.2f} CPU") if row["call_s"] else ""
             print(f"  {style:<16} " + "  ".join(f"v{v} {row['versions'][v]['ms']:9.3f} ms ({row['versions'][v]['bound']})"
                                                 for v in VERSIONS)
                   + f"   [profile {row['profile_s']:.1f} s{ov}]", flush=True)

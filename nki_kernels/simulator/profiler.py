@@ -863,10 +863,12 @@ class Report:
             yield f"{e} instructions", f"{self.instructions[e]:,}  ({busy}, {u.get(e, 0.0):.0%})"
         # live bytes over the capacity: the compiler's allocator spills to HBM (slower, not an error)
         spill = " (over capacity: spills)"
-        yield "peak SBUF per partition (live)", f"{self.sbuf_peak:,} B of {CAPACITY[0]:,}" + (
-            spill if self.sbuf_peak > CAPACITY[0] else "")
-        yield "peak PSUM per partition (live)", f"{self.psum_peak:,} B of {CAPACITY[1]:,}" + (
-            spill if self.psum_peak > CAPACITY[1] else "")
+        hw = self.timing.hw if self.timing is not None else None
+        cap = (int(hw.sbuf_partition_bytes.value), int(hw.psum_partition_bytes.value)) if hw else CAPACITY
+        yield "peak SBUF per partition (live)", f"{self.sbuf_peak:,} B of {cap[0]:,}" + (
+            spill if self.sbuf_peak > cap[0] else "")
+        yield "peak PSUM per partition (live)", f"{self.psum_peak:,} B of {cap[1]:,}" + (
+            spill if self.psum_peak > cap[1] else "")
         d = self.dma
         if d is not None and d.instructions:
             yield "DMA transfers", (f"{d.transfers:,} of {_kib(d.bytes_per_transfer)} on average; "

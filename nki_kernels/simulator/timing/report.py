@@ -106,7 +106,8 @@ class Result:
         out.append(f"{bound}-bound: {bound} busy {u[bound]:.0%} of {_fmt_s(self.total_s)}"
                    + (f" ({others})" if others else ""))
         eff = hw.efficient_transfer_bytes.value
-        if d.transfers and (bound == "DMA" or d.fixed_share > 0.3):
+        # (only when small transfers cost: many of them, and the per-transfer cost a large share)
+        if d.small_transfers and (d.fixed_share > 0.3 or (bound == "DMA" and d.small_transfers > d.transfers / 2)):
             out.append(f"DMA: {d.transfers:,} transfers of {_kib(d.bytes_per_transfer)} on average, "
                        f"{d.small_transfers:,} under {_kib(eff)}; the ~{hw.dma_fixed.value * 1e9:.0f} ns per-transfer "
                        f"cost is {d.fixed_share:.0%} of DMA-engine time: move >= {_kib(eff)} per transfer "
