@@ -1,0 +1,74 @@
+"""The declaration of an engine instruction: ``@instruction(engine=..., batched=..., gen1=...)``.
+
+A declared instruction is recorded once in :mod:`.registry` (both API namespaces, the batch and
+sync sets and the profiler derive from it). Its wrapper runs on every call: it refuses a batch
+of programs unless the instruction is ``batched``, names the running instruction for the
+diagnostics (its kernel line, found once) and tells an installed profile recorder its name,
+engine and arguments. :func:`first_generation` makes the first generation's entry point of an
+instruction whose body takes ``gen1=``. :mod:`.operands` re-exports both names.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+
+from .. import diagnostics as _diag
+from ..context import _tls  # (the running state without a call, on the per-instruction path)
+from ..errors import NotBatchable
+from . import registry as _registry
+
+
+def instruction(fn=None, *, engine=None, batched=False, sync=False, gen1=None):
+    """Declare ``fn`` as an engine instruction: ``@instruction(engine="Vector", batched=True, gen1=Gen1(...))``.
+
+    The declaration is recorded once in :mod:`.registry` (the namespaces, batch sets and the
+    profiler read it). Without ``batched`` it runs one program at a time: in a batch of grid
+    programs (:mod:`..vectorize`) it raises :class:`NotBatchable` and they run singly. A
+    ``batched`` instruction takes operands and a ``dst`` that carry the batch's leading axes
+    (:func:`write` places its values) and raises :class:`NotBatchable` itself for the cases it has
+    no batched meaning for. ``engine=None`` only for the first generation's variants of
+    :func:`first_generation`, which are not declared again."""
+    if fn is None:
+        return functools.partial(instruction, engine=engine, batched=batched, sync=sync, gen1=gen1)
+    name = fn.__name__
+
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        prog = _tls.program
+        if prog is not None and prog.nb and not batched:
+            raise NotBatchable(f"nisa.{name} runs one program at a time")
+        iw = _tls.site
+        depth = iw.depth
+        if not depth:
+            iw.op = name  # (Tensor Indirection views group their offsets by the engine)
+            if _tls.loops:  # its accesses are logged under its kernel line: found from the caller's frame
+                iw.where = _diag.where_from(sys._getframe(1))
+        iw.depth = depth + 1
+        rec = _tls.recorder if not depth else None
+        if rec is not None:  # a profile is recorded: it learns the instruction and its operands
+            rec.begin(name, engine, args, kwargs)
+        try:
+            return fn(*args, **kwargs)  # (its dst write ends the memory model's instruction slot)
+        finally:
+            iw.depth = depth
+            if not depth:
+                iw.where = iw.op = None
+            if rec is not None:
+                rec.end()
+
+    if engine is not None:
+        _registry.register(_registry.Spec(name, engine, run, batched, sync, gen1, fn.__module__))
+    return run
+
+
+def first_generation(impl, name):
+    """The first generation's entry point of instruction ``name``: ``impl`` (the instruction's body,
+    taking ``gen1=``) with the rules of the first generation's page, as an :func:`instruction`."""
+
+    def run(*args, **kwargs):
+        return impl(*args, gen1=True, **kwargs)
+
+    run.__name__ = run.__qualname__ = name  # (the instruction's name in messages and the engine logs)
+    run.__doc__ = f"The first generation's ``nisa.{name}`` (see :func:`{impl.__name__}`)."
+    return instruction(run)

@@ -1,0 +1,71 @@
+"""The running program: one SPMD program instance of a launch, and its pending deferred op.
+
+* ``Program``: its ids, the launch's shared outputs, its on-chip memory (:mod:`.memory`) and the
+  one tile whose element-wise op is deferred (:meth:`Program.defer`);
+* :func:`current`: the program running on this thread (:mod:`.context` holds it);
+* :func:`flush_pending`: compute the deferred op before anything is written.
+
+Below the tensors (:mod:`.hbm_tensors`, :mod:`.core`), which flush the pending op before a write;
+:mod:`.core` re-exports these names.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+from . import memory as _memory
+from .context import _tls
+from .errors import NKIError
+
+
+class Program:
+    """One SPMD program instance of a launch: its ids and its on-chip memory usage.
+
+    ``nb``/``bshape``: a batched program (:mod:`.vectorize`) stands for a box of
+    ``bshape`` programs of the grid; every tile it makes carries ``nb`` leading
+    batch axes. One program at a time has ``nb == 0``.
+    """
+
+    nb = 0
+    bshape = ()
+    box = None  # the grid box a batch of programs stands for (vectorize.BatchProgram)
+
+    def __init__(self, launch, pid: tuple):
+        self.launch = launch
+        self.pid = pid
+        self.shared_index = 0
+        self.sbuf_peak = 0  # live bytes per partition at the peak (set when the program ends)
+        self.psum_peak = 0
+        self.pending = None  # weakref to the tile whose op is deferred
+        self.mem = _memory.ProgramMemory(self)
+
+    def finish(self, rerun=None) -> None:
+        """The program ended: live ranges, peaks and the capacity / placement checks
+        (:func:`.memory.finish`; ``rerun()`` runs it again to name source lines in a report)."""
+        _memory.finish(self, rerun)
+
+    def defer(self, tile) -> None:
+        """Make ``tile`` the program's one pending deferred op (computing the previous one)."""
+        prev = self.pending() if self.pending is not None else None
+        if prev is not None and prev._thunk is not None:
+            prev.force()
+        self.pending = weakref.ref(tile)
+
+
+def current() -> Program:
+    """The program being simulated on this thread (error outside a kernel launch)."""
+    prog = getattr(_tls, "program", None)
+    if prog is None:
+        raise NKIError("kernel context", "this NKI call is only valid inside a running kernel "
+                       "(launch it with kernel[grid](...))")
+    return prog
+
+
+def flush_pending() -> None:
+    """Compute the running program's deferred op, if any (before anything is written)."""
+    prog = getattr(_tls, "program", None)
+    if prog is not None and prog.pending is not None:
+        tile = prog.pending()
+        prog.pending = None
+        if tile is not None and tile._thunk is not None:
+            tile.force()
