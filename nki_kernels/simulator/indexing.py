@@ -303,6 +303,19 @@ def resolve(shape, key, what="tensor") -> Index:
     return idx
 
 
+# shape -> the resolved Index of ``t[...]``: a dst= instruction's whole-tile write logs it without
+# the key parse of resolve() (Index objects are never changed once resolved)
+_WHOLE_INDEX = {}
+
+
+def _whole_index(shape, label):
+    """The resolved Index of ``t[...]`` for a tile or tensor of ``shape`` (cached in ``_WHOLE_INDEX``)."""
+    if len(_WHOLE_INDEX) >= 4096:
+        _WHOLE_INDEX.clear()
+    idx = _WHOLE_INDEX[shape] = resolve(shape, ..., label)
+    return idx
+
+
 def _resolve(shape, key, what) -> Index:
     """:func:`resolve` without the cache (``shape`` already a tuple of ints)."""
     if type(key) is tuple and len(key) == len(shape):
