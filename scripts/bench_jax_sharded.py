@@ -12,7 +12,9 @@ is sharded over a ``Mesh`` of 8 CPU devices with ``NamedSharding(mesh, P("batch"
 holds about a dozen per device, no all-gather, one all-reduce). After a warm-up
 (which also compiles), ``--repeat`` times: ``--steps`` steps chained as a training
 loop (each step's parameters feed the next), then ``block_until_ready``; the figure
-is seconds per step, median and spread (min, max) over the repeats.
+is seconds per step, median and spread (min, max) over the repeats, and
+``cores_busy``, the process's CPU seconds (all threads) per wall second while
+timing: near 1 when the shards' work is serialised (a lock, or the GIL).
 
 Why: XLA's CPU runtime runs the 8 devices' programs on separate threads, so the 8
 shards' custom-calls can run at once, unless the simulator serialises launches
@@ -98,12 +100,12 @@ def launch_lock_present():
 
 
 def seconds_per_step(step, params, state, tokens, targets, steps):
-    """Wall seconds per step of ``steps`` chained steps, ending with ``block_until_ready``."""
-    t0 = time.perf_counter()
+    """(wall, process CPU) seconds per step of ``steps`` chained steps, ending with ``block_until_ready``."""
+    t0, c0 = time.perf_counter(), time.process_time()
     for _ in range(steps):
         params, state, loss = step(params, state, tokens, targets)
     jax.block_until_ready((params, state, loss))
-    return (time.perf_counter() - t0) / steps
+    return (time.perf_counter() - t0) / steps, (time.process_time() - c0) / steps
 
 
 def spread(times):
@@ -147,11 +149,15 @@ def main(argv=None) -> int:
     if args.single:
         seconds_per_step(lib_step, params, state, tokens, targets, 2)
     compiled_versions = lib_step._cache_size() if hasattr(lib_step, "_cache_size") else None
-    times, single_times = [], []
+    times, single_times, cpu, single_cpu = [], [], [], []
     for _ in range(args.repeat):
-        times.append(seconds_per_step(lib_step, s_params, s_state, s_tokens, s_targets, args.steps))
+        wall, busy = seconds_per_step(lib_step, s_params, s_state, s_tokens, s_targets, args.steps)
+        times.append(wall)
+        cpu.append(busy)
         if args.single:  # interleaved, so both see the same load
-            single_times.append(seconds_per_step(lib_step, params, state, tokens, targets, args.steps))
+            wall, busy = seconds_per_step(lib_step, params, state, tokens, targets, args.steps)
+            single_times.append(wall)
+            single_cpu.append(busy)
 
     try:
         affinity = len(os.sched_getaffinity(0))
@@ -161,7 +167,10 @@ def main(argv=None) -> int:
         "bench": "jax_sharded", "devices": DEVICES, "batch": args.batch, "size": args.size,
         "steps": args.steps, "repeat": args.repeat,
         "sec_per_step": spread(times), "runs": times,
+        # process CPU seconds (all threads) per wall second while timing: about 1 when the step is serialised
+        "cores_busy": sum(cpu) / sum(times),
         "single_sec_per_step": spread(single_times) if single_times else None,
+        "single_cores_busy": sum(single_cpu) / sum(single_times) if single_times else None,
         "sharded_over_single": (statistics.median(times) / statistics.median(single_times)) if single_times else None,
         "max_rel_diff_vs_unsharded": diff_single, "max_rel_diff_vs_jnp": diff_plain, "tol": args.tol, "ok": ok,
         "compiled": summary, "recompiled_while_timing": (lib_step._cache_size() != compiled_versions
@@ -178,7 +187,7 @@ def main(argv=None) -> int:
     med = result["sec_per_step"]
     line = (f"sharded step ({DEVICES} devices, batch {args.batch} x {args.size} tokens): "
             f"{med['median'] * 1e3:.1f} ms/step median [{med['min'] * 1e3:.1f}, {med['max'] * 1e3:.1f}] "
-            f"over {args.repeat} x {args.steps} steps")
+            f"over {args.repeat} x {args.steps} steps, {result['cores_busy']:.2f} cores busy")
     if single_times:
         line += (f"; unsharded {statistics.median(single_times) * 1e3:.1f} ms/step, "
                  f"ratio {result['sharded_over_single']:.2f}")

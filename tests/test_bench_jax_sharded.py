@@ -15,8 +15,8 @@ SCRIPT = os.path.join(ROOT, "scripts", "bench_jax_sharded.py")
 def _run(*args):
     env = dict(os.environ)
     env.pop("XLA_FLAGS", None)  # the script sets the host device count itself
-    return subprocess.run([sys.executable, SCRIPT, *args], cwd=ROOT, env=env, capture_output=True, text=True, check=False,
-                          timeout=900)
+    return subprocess.run([sys.executable, SCRIPT, *args], cwd=ROOT, env=env, capture_output=True, text=True,
+                          check=False, timeout=900)
 
 
 def test_tiny_run_exits_zero_and_prints_one_json_line():
@@ -28,6 +28,7 @@ def test_tiny_run_exits_zero_and_prints_one_json_line():
     assert result["bench"] == "jax_sharded" and result["devices"] == 8 and result["ok"] is True
     assert (result["steps"], result["repeat"], result["size"], result["batch"]) == (2, 1, 8, 8)
     assert len(result["runs"]) == 1 and result["single_sec_per_step"] is not None
+    assert result["cores_busy"] > 0 and result["single_cores_busy"] > 0
     assert result["max_rel_diff_vs_unsharded"] <= result["tol"] and result["max_rel_diff_vs_jnp"] <= result["tol"]
     assert "0 all-gathers" in result["compiled"]  # every NKI custom-call stays on its shard
     assert os.path.isfile(os.path.join(result["nki_kernels"], "__init__.py"))  # where the code under test came from
