@@ -15,12 +15,17 @@ import weakref
 
 import numpy as np
 
+from . import indexing as _indexing
 from .buffers import hbm
 from .context import _tls
 from .errors import NKIError, NotBatchable
-from .indexing import _WHOLE_INDEX, _whole_index, compose, full_mask, resolve, resolve_batched
+from .indexing import _whole_index, compose, full_mask, resolve, resolve_batched
 from .nki_tensor import NkiTensor
 from .program import flush_pending
+
+# (bound by assignment, not import: CPython compiles ``name.get(...)`` of an imported name as a module
+# attribute lookup, which makes a bound method per call; this keeps the dict's LOAD_METHOD)
+_WHOLE_INDEX = _indexing._WHOLE_INDEX
 
 
 class _InHBM:
