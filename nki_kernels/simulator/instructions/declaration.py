@@ -26,7 +26,7 @@ def instruction(fn=None, *, engine=None, batched=False, sync=False, gen1=None):
     profiler read it). Without ``batched`` it runs one program at a time: in a batch of grid
     programs (:mod:`..vectorize`) it raises :class:`NotBatchable` and they run singly. A
     ``batched`` instruction takes operands and a ``dst`` that carry the batch's leading axes
-    (:func:`write` places its values) and raises :class:`NotBatchable` itself for the cases it has
+    (:func:`.operands.write` places its values) and raises :class:`NotBatchable` itself for the cases it has
     no batched meaning for. ``engine=None`` only for the first generation's variants of
     :func:`first_generation`, which are not declared again."""
     if fn is None:
