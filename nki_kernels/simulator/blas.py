@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import threading
 
 from . import config
 
@@ -56,21 +57,35 @@ def auto_threads() -> int:
     return max(1, usable_cpus() // workers)
 
 
+_active = 0  # launches inside launch_threads() now, in all threads
+_restore = []  # (library, its thread count before the first of them)
+_active_lock = threading.Lock()
+
+
 @contextlib.contextmanager
 def launch_threads():
-    """Run the body with NumPy's BLAS on at most ``config.blas_threads`` threads (0: unchanged)."""
+    """Run the body with NumPy's BLAS on at most ``config.blas_threads`` threads (0: unchanged).
+
+    The BLAS thread count is process-wide: the first of concurrent launches sets it, the last one
+    to finish restores it."""
+    global _active
     limit = config.blas_threads
     if limit == "auto":
         limit = auto_threads()
-    changed = []
-    if limit:
-        for lib in _blas_libraries():
-            before = lib.get_num_threads()
-            if before is not None and before > limit:
-                lib.set_num_threads(limit)
-                changed.append((lib, before))
+    with _active_lock:
+        if _active == 0 and limit:
+            for lib in _blas_libraries():
+                before = lib.get_num_threads()
+                if before is not None and before > limit:
+                    lib.set_num_threads(limit)
+                    _restore.append((lib, before))
+        _active += 1
     try:
         yield
     finally:
-        for lib, before in changed:
-            lib.set_num_threads(before)
+        with _active_lock:
+            _active -= 1
+            if _active == 0:
+                for lib, before in _restore:
+                    lib.set_num_threads(before)
+                _restore.clear()

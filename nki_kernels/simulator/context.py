@@ -1,25 +1,63 @@
-"""What is running on this thread: the simulated program, and the logical core that runs it.
+"""What is running on this thread: one explicit context object with every piece of running state.
 
 The lowest layer of the simulator's running state, importing nothing of it: the checks, the data
-model and the runtime all ask it (``core`` re-exports :func:`current_or_none` / :func:`set_current`).
-
-* ``_tls.program``: the :class:`~.core.Program` being simulated on this thread (``None`` outside
-  a kernel launch). Hot paths read it as ``getattr(_tls, "program", None)`` without a call.
-* ``_worker_tls.worker``: the :class:`~.cores.Worker` (one logical core of one rank of a
-  multi-core launch) this thread runs, once it has run one (workers run in their own threads).
+model, the instructions and the runtime all read and write the fields of :data:`_tls`, the
+:class:`RunContext` of the calling thread (``core`` re-exports :func:`current_or_none` /
+:func:`set_current`). Nothing of a running launch lives in module globals, so launches in
+different threads (XLA runs the custom-calls of a sharded program on several) run at once
+without seeing each other. Hot paths read a field as ``_tls.program`` without a call.
 """
 
 from __future__ import annotations
 
 import threading
 
-_tls = threading.local()
-_worker_tls = threading.local()
+
+class InstructionState:
+    """The running instruction of a thread: its nesting ``depth`` (an instruction calling another
+    counts once), its ``op`` name and the kernel line ``where`` it was called from, found once per
+    instruction (its accesses are logged under that line)."""
+
+    __slots__ = ("depth", "where", "op")
+
+    def __init__(self):
+        self.depth = 0
+        self.where = self.op = None
+
+
+class RunContext(threading.local):
+    """The running state of the calling thread (a ``threading.local``: each thread sees its own).
+
+    * ``program``: the :class:`~.core.Program` being simulated (``None`` outside a kernel launch);
+    * ``site``: the running instruction (:class:`InstructionState`: its name and kernel line);
+    * ``loops``: the active ``affine_range`` frames of the diagnostics, innermost last;
+    * ``state`` / ``reads_state`` / ``reads``: the diagnostics' read cache (tiles read since
+      anything that could change a read's verdict last happened);
+    * ``recorder``: the profile recorder receiving this thread's instruction and DMA hooks;
+    * ``lines``: the memory model is re-running a program to report source lines;
+    * ``worker``: the :class:`~.cores.Worker` (one logical core of a multi-core launch) this
+      thread runs, once it has run one (workers run in their own threads).
+
+    A launch's worker threads start from the launching thread's ``recorder`` (see ``cores``)."""
+
+    def __init__(self):
+        self.program = None
+        self.site = InstructionState()
+        self.loops = []
+        self.state = 0
+        self.reads_state = -1
+        self.reads = set()
+        self.recorder = None
+        self.lines = False
+        self.worker = None
+
+
+_tls = RunContext()
 
 
 def current_or_none():
     """The running program or ``None``."""
-    return getattr(_tls, "program", None)
+    return _tls.program
 
 
 def set_current(prog) -> None:

@@ -32,7 +32,7 @@ from collections import defaultdict, deque
 import numpy as np
 
 from . import diagnostics as _diag
-from .context import _worker_tls, current_or_none, set_current
+from .context import _tls, current_or_none, set_current
 from .core import Program, flush_pending
 from .errors import NKIError, NotBatchable, thread_where
 from .instructions import target as _target
@@ -156,7 +156,6 @@ class Worker:
         self.state, self.args, self.kwargs = state, args, kwargs
         self.status = "new"  # new -> running <-> blocked -> done
         self.wait = None
-        self.loops = []  # the diagnostics' affine_range frames while another worker runs
         self.result = None
         self.returned_at = None  # (file, line, function) of the kernel's return
         self.epochs = defaultdict(int)  # id of an HBM memory -> core_barriers passed on it
@@ -198,6 +197,7 @@ class Group:
         threads = [threading.Thread(target=self._main, args=(w,), daemon=True, name=f"nki {w.name}")
                    for w in self.workers]
         self.version = _target.get_nc_version()  # the target is per thread; workers simulate the caller's
+        self.recorder = _tls.recorder  # (and a profile being recorded records them too)
         for t in threads:
             t.start()
         try:
@@ -214,16 +214,14 @@ class Group:
                 if self.failure is None:
                     self.failure = e
                 self.cv.notify_all()
-            _diag.loops.clear()
             raise
         for t in threads:
             t.join()
-        _diag.loops.clear()
         if self.failure is not None:
             raise self.failure
 
     def _main(self, w) -> None:
-        _worker_tls.worker = w
+        _tls.worker, _tls.recorder = w, self.recorder
         with self.cv:
             while self.turn is not w and self.failure is None:
                 self.cv.wait()
@@ -296,8 +294,6 @@ class Group:
             _segment_end(w)
             w.wait = _Wait(ready, describe, _diag.where())
             w.status = "blocked"
-            w.loops = list(_diag.loops)
-            _diag.loops.clear()
             self._pass_turn(w)
             while self.turn is not w and self.failure is None:
                 self.cv.wait()
@@ -305,7 +301,6 @@ class Group:
                 raise _Aborted
             w.status, w.wait = "running", None
             _segment_start(w)
-            _diag.loops[:] = w.loops
 
     def _deadlock(self) -> NKIError:
         lines = []
@@ -340,7 +335,7 @@ def _frame_catcher(code, frames):
 
 def in_worker() -> bool:
     """Whether this thread runs a simulated core (its launch already holds the launch lock)."""
-    return getattr(_worker_tls, "worker", None) is not None
+    return _tls.worker is not None
 
 
 def current_worker(op: str):

@@ -7,7 +7,7 @@ Each check is a rule of :mod:`.config` (``race``, ``loop_carried``, ``uninit``;
 
 The checks in layers (each imports only the ones above it in this list):
 
-* :mod:`.source_lines`: the kernel's ``file:line`` (:func:`where`, :data:`instruction_where`);
+* :mod:`.source_lines`: the kernel's ``file:line`` (:func:`where`);
 * :mod:`.regions`: what an index selects (:class:`Region`: a box, exact elements on demand);
 * :mod:`.lnc_checks`: what the race check needs across the logical cores of a launch;
 * :mod:`.hbm_checks`: the per-launch HBM access log (races between programs, uninitialised
@@ -15,7 +15,7 @@ The checks in layers (each imports only the ones above it in this list):
 * this module: the hooks the data model and the instructions call on every access
   (:func:`on_read`, :func:`on_write`, :func:`on_view`, :func:`hbm_access` ...), the tile
   checks (uninitialised ``nl.ndarray`` tiles) and the ``affine_range`` loop-carried check, with
-  their state (:data:`loops`, ``_state``); it re-exports the names above.
+  their state (the thread's ``context._tls.loops`` / ``.state``); it re-exports the names above.
 
 Cost model of the checks (the default mode must stay cheap):
 
@@ -37,16 +37,16 @@ import sys
 import numpy as np
 
 from . import config
+from .context import _tls
 from .errors import NKIError
 # The checks' parts, re-exported: this module is the hooks' face (``_diag.where``, ``_diag.Region`` ...).
 from .hbm_checks import (LaunchLog, _check_hbm_init, _returned_output, _tensor_key,  # noqa: F401
                          launch_begin, launch_end, wants_old_values)
 from .regions import (_REGION_OF, _WHOLE, Region, _common_elements, _strided_elements,  # noqa: F401
                       _union_covers, sorted_unique)
-from .source_lines import (InstructionState, definition, fmt_where, instruction_where, where,  # noqa: F401
+from .source_lines import (definition, fmt_where, where,  # noqa: F401
                            where_from)
 
-loops = []  # active affine_range frames, innermost last
 _rule_modes = config._modes  # (config.enabled(rule) without the call, on the per-access path)
 
 
@@ -80,14 +80,14 @@ def hbm_access(tensor, access, mask, write, values, prog) -> None:
         if "uninit" not in td and not config.thorough:
             key = td.get("_dkey") or _tensor_key(tensor)
             if key not in log.tensors:
-                if loops:
+                if _tls.loops:
                     index = access.index
                     hit = _REGION_OF.get(id(index)) if mask is None else None  # (Region.of's cache hit)
                     region = hit[1] if hit is not None and hit[0] is index else Region.of(index, mask)
                     _loop_log(tensor, region, "r", hbm=True, key=key)
                 return
     log.add(tensor, access, mask, write, prog, values=values if write else None)
-    if loops:
+    if _tls.loops:
         _loop_log(tensor, Region.of(access.index, mask), "w" if write else "r", hbm=True)
 
 
@@ -112,14 +112,14 @@ class TileInfo:
 
 def _created_tag():
     # (frame, iteration) of every active loop: the innermost frame keeps it for its iteration
-    return loops[-1].tag if loops else ()
+    return _tls.loops[-1].tag if _tls.loops else ()
 
 
 def mark_uninitialised(tile) -> None:
     """An ``nl.ndarray`` SBUF/PSUM tile: nothing of it is defined until written."""
     info = tile._diag
     if info is None:
-        info = tile._diag = TileInfo(_created_tag() if loops else ())
+        info = tile._diag = TileInfo(_created_tag() if _tls.loops else ())
     info.written = False
     info.marked = 0
     info.checked = None
@@ -137,48 +137,44 @@ def on_view(parent, view, index) -> None:
     if info is not None and info.root is None and info.written is None:
         info.root, info.index = root, index  # (the TileInfo Tile() gave the new view in a loop: its tag is now's)
     else:
-        view._diag = TileInfo(_created_tag() if loops else (), None, root, index)
-    global _state
-    _state += 1  # (_changed inlined)
+        view._diag = TileInfo(_created_tag() if _tls.loops else (), None, root, index)
+    _tls.state += 1  # (_changed inlined)
 
 
 # Reads of a tile inside affine loops are checked and logged once per stretch of diagnostics
 # state: an instruction reading one tile several times (the layers of an instruction each take
 # their operands), or two instructions reading it with nothing written, created or iterated in
 # between, get the same verdict and the same log entry as the first read.
-_state = 0  # bumped by every event that can change what a read reports (see _changed)
-_reads_state = -1
-_reads = set()  # ids of the tiles read since _state last changed (a new tile changes it: no id reuse)
+# (the read cache, _tls.state / reads_state / reads: bumped by every event that can change what a read
+# reports, see _changed; tile ids read since it last changed; a new tile changes it: no id reuse)
 
 
 def _changed() -> None:
-    global _state
-    _state += 1
+    _tls.state += 1
 
 
 def on_read(tile) -> None:
     """Hook for an op reading ``tile`` as an operand."""
-    global _reads_state
-    if loops:
-        if _reads_state != _state:
-            _reads.clear()
-            _reads_state = _state
-        elif id(tile) in _reads:
+    if _tls.loops:
+        if _tls.reads_state != _tls.state:
+            _tls.reads.clear()
+            _tls.reads_state = _tls.state
+        elif id(tile) in _tls.reads:
             return  # (read again with nothing changed since: the same verdicts, the same log entry)
     info = tile._diag
     root, region = tile, None
     if info is not None:
         if info.root is not None:
             root = info.root
-        if loops and info.created and info.created is not loops[-1].tag and config.enabled("loop_carried"):
+        if _tls.loops and info.created and info.created is not _tls.loops[-1].tag and config.enabled("loop_carried"):
             _check_created(tile, info)  # (made in the running iterations of all loops: nothing to check)
     rinfo = root._diag
     if rinfo is not None and rinfo.written is not None and config.enabled("uninit"):
         region = _region_of(tile, info)
         _check_tile_init(root, rinfo, region, "reads")
-    if loops:
-        if rinfo is not None and rinfo.created is loops[-1].tag:
-            _reads.add(id(tile))  # (made in the running iteration of every loop: private, as _loop_log finds)
+    if _tls.loops:
+        if rinfo is not None and rinfo.created is _tls.loops[-1].tag:
+            _tls.reads.add(id(tile))  # (made in the running iteration of every loop: private, as _loop_log finds)
             return
         if region is None:  # (_region_of inlined, with Region.whole's cache hit)
             if info is not None and info.root is not None:
@@ -189,7 +185,7 @@ def on_read(tile) -> None:
                 if region is None:
                     region = Region.whole(shape)
         _loop_log(root, region, "r")
-        _reads.add(id(tile))
+        _tls.reads.add(id(tile))
 
 
 def _region_of(tile, info):
@@ -200,7 +196,7 @@ def _region_of(tile, info):
 
 def _check_created(tile, info):
     for fr, it in info.created:
-        if fr in loops and fr.iter != it:
+        if fr in _tls.loops and fr.iter != it:
             config.report("loop_carried", NKIError(
                 "loop_carried",
                 f"iteration {fr.iter} of the nl.affine_range loop at {fmt_where(fr.where)} reads a "
@@ -252,8 +248,8 @@ def on_write(tile, index, value=None) -> None:
     rinfo = root._diag
     if rinfo is not None and rinfo.written is not None:
         _set_written(root, rinfo, region)
-    if loops:
-        if rinfo is not None and rinfo.created is loops[-1].tag:
+    if _tls.loops:
+        if rinfo is not None and rinfo.created is _tls.loops[-1].tag:
             return  # (made in the running iteration of every loop: private to it, as _loop_log finds)
         vinfo = None if value is None or type(value) is np.ndarray else getattr(value, "_diag", None)
         kind = "a" if (vinfo is not None and vinfo.accumulated and vinfo.root is root) else "w"
@@ -319,7 +315,7 @@ def on_accumulate(tile, starts_group=False) -> None:
             _check_tile_init(root, rinfo, region, "accumulates (+=) into")
     if info is not None and info.root is not None:
         info.accumulated = True
-    if loops:
+    if _tls.loops:
         _loop_log(root, region, "a")
 
 
@@ -344,7 +340,7 @@ class _Loop:
         self.log = {}
         self.keep = {}
         self.seq = 0
-        self.outer = loops[-1].tag if loops else ()  # the enclosing loops' tag (fixed while this one runs)
+        self.outer = _tls.loops[-1].tag if _tls.loops else ()  # the enclosing loops' tag (fixed while this one runs)
         self.tag = ()  # (frame, iteration) of the enclosing loops and this one: tiles made now carry it
         self.written = set()  # keys logged with a write or an accumulation (only those are analysed)
 
@@ -352,7 +348,7 @@ class _Loop:
 def _loop_log(obj, region, kind, hbm=False, key=None):
     if _rule_modes["loop_carried"] == "off":
         return
-    frames = loops
+    frames = _tls.loops
     if hbm:
         if key is None:  # (an HBM caller may pass the _tensor_key it already has)
             key = _tensor_key(obj)
@@ -372,7 +368,7 @@ def _loop_log(obj, region, kind, hbm=False, key=None):
             if k:
                 frames = frames[k:]
         key = id(obj)
-    iw = instruction_where.state
+    iw = _tls.site
     wh = iw.where if iw.depth else None  # (a running dst= instruction's line: its accesses share it)
     read = kind == "r"
     for fr in frames:
@@ -411,8 +407,7 @@ def _loop_log(obj, region, kind, hbm=False, key=None):
         fr.seq = seq = fr.seq + 1
         ent.append([kind, n, n, region, wh, seq])
     if not read:
-        global _state
-        _state += 1  # (_changed inlined)
+        _tls.state += 1  # (_changed inlined)
 
 
 def _entries(fr, runs):
@@ -437,19 +432,18 @@ def loop_iter(r: range, kind: str):
 
 def _affine(r):
     fr = _Loop()
-    loops.append(fr)
+    _tls.loops.append(fr)
     ok = False
     try:
         fr.iters = its = r if type(r) is range else list(r)
         for fr.n, i in enumerate(its):
             fr.iter = i
             fr.tag = fr.outer + ((fr, i),)
-            global _state
-            _state += 1  # (_changed inlined)
+            _tls.state += 1  # (_changed inlined)
             yield i
         ok = True
     finally:
-        loops.remove(fr)
+        _tls.loops.remove(fr)
         _changed()
         try:
             if ok:

@@ -15,7 +15,7 @@ import operator
 
 import numpy as np
 
-from . import diagnostics as _diag
+from .context import _tls
 from .errors import NKIError
 from .layout import (
     Layout,
@@ -61,7 +61,7 @@ def indirect_group() -> int:
     """Partitions per offset group of a Tensor Indirection view: 32 for the Tensor engine
     (``nc_matmul``), 16 for the Vector / Scalar / GpSimd engines (``NkiTensor.indirect``)."""
 
-    return 32 if _diag.instruction_where.state.op == "nc_matmul" else 16
+    return 32 if _tls.site.op == "nc_matmul" else 16
 
 
 def _indirect_addresses(lay: Layout, what) -> np.ndarray:

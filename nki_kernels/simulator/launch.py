@@ -13,6 +13,7 @@ the first time such an array is seen.
 from __future__ import annotations
 
 import functools
+import contextlib
 import importlib
 import inspect
 import itertools
@@ -307,16 +308,17 @@ def run_programs(kernel: Kernel, grid: tuple, args: list, kwargs: dict, pids=Non
     ``outputs``: arrays the launch's ``shared_hbm`` allocations may use (k-th allocation, when
     shape and dtype match), so results land in caller-owned buffers without a copy. ``seed``: the
     entropy of the launch's unseeded random numbers (default: fresh)."""
-    if _cores.in_worker():  # a kernel on a simulated core launching a helper: its launch holds the lock
+    if _cores.in_worker():  # a kernel on a simulated core launching a helper: inside its launch
         return _run_programs(kernel, grid, args, kwargs, pids, outputs, seed)
-    with _one_launch_at_a_time, _blas.launch_threads():
+    with (_shadowed_launches if _config.shadow else contextlib.nullcontext()), _blas.launch_threads():
         return _run_programs(kernel, grid, args, kwargs, pids, outputs, seed)
 
 
-# Launches may come from several threads at once (XLA runs independent custom-calls
-# concurrently); the diagnostics keep per-process state (active affine_range frames),
-# so launches take turns. NumPy work inside them is mostly GIL-bound anyway.
-_one_launch_at_a_time = threading.RLock()
+# Launches from several threads run at once (XLA runs independent custom-calls concurrently):
+# everything a launch keeps is in its thread's context (context.RunContext) or its own objects.
+# Shadow mode compares a launch's warnings and prints, which Python collects process-wide
+# (warnings.catch_warnings, sys.stdout), so while it is on launches take turns.
+_shadowed_launches = threading.RLock()
 
 
 def _run_programs(kernel, grid, args, kwargs, pids, outputs, seed):
@@ -373,7 +375,8 @@ def simulate_into(outputs, kernel, grid, *arrays, **static):
         return _unwrap(result, kernel)
 
     if _shadow.wanted():
-        return _shadow.run(kernel, launch, arrays, outputs)
+        with _shadowed_launches:  # (both runs of one shadowed launch, with nothing in between)
+            return _shadow.run(kernel, launch, arrays, outputs)
     return launch(arrays, outputs)
 
 

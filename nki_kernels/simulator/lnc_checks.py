@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .context import _worker_tls
+from .context import _tls
 from .regions import Region, _common_elements
 
 
@@ -57,7 +57,7 @@ def access_stamp(prog, tensor):
 
 def before_load() -> None:
     """A DMA is about to read HBM into an on-chip tile: forget earlier accesses (see :func:`after_load`)."""
-    w = getattr(_worker_tls, "worker", None)
+    w = _tls.worker
     if w is not None:
         w.last_stamp = None
 
@@ -66,7 +66,7 @@ def after_load(dst) -> None:
     """The DMA begun with :func:`before_load` wrote ``dst``: if its HBM read was logged for the race
     check, remember which tile took the values and in which slot, so that :func:`read_discarded`
     can tell later whether the kernel ever used them."""
-    w = getattr(_worker_tls, "worker", None)
+    w = _tls.worker
     if w is None or w.last_stamp is None:
         return
     st, w.last_stamp = w.last_stamp, None

@@ -12,6 +12,7 @@ import weakref as _weakref
 
 import numpy as np
 
+from .context import _tls
 from . import diagnostics as _diag
 from . import dtypes as dt
 from . import memory as _memory
@@ -155,7 +156,7 @@ def _update_blocked(fn, cur, other) -> bool:
     op, (a, b), _, _ = other._thunk
     if not cur.flags.writeable or np.may_share_memory(cur, a) or np.may_share_memory(cur, b):
         return False
-    if other._diag is not None or _diag.loops:
+    if other._diag is not None or _tls.loops:
         _diag.on_read(other)
     m = other._mem
     if m is not None and m.last != m.mem.ic:  # (Tile.data's live-range touch, without computing it)
@@ -186,7 +187,7 @@ def _inplace(opname):
         if self.buffer is psum and opname == "add" and self._diag is not None:
             fresh = _diag.unwritten(self)
             fresh = fresh if fresh is not None and fresh.any() else None
-        if self._diag is not None or _diag.loops:
+        if self._diag is not None or _tls.loops:
             _diag.on_accumulate(self, starts_group=fresh is not None)
         cur = self.data
         if lazy is not None and cur.ndim and _update_blocked(fn, cur, lazy):

@@ -48,16 +48,15 @@ def simulate_ranks(kernel, ranks: int, *arrays, **static):
     ncores = cores_of(grid)
     group = Group(kernel, world=ranks)
     states, last = [], []
-    with _launch._one_launch_at_a_time:
-        for r in range(ranks):
-            args, kw = _launch._bind(kernel, [p[r] for p in per_rank], static)
-            state = _launch._LaunchState(kernel, grid)
-            _diag.launch_begin(state)
-            states.append(state)
-            ws = [group.add(r, c, [p for p in pids if ncores == 1 or grid.core_of(p) == c], state, args, kw)
-                  for c in range(ncores)]
-            last.append(ws[grid.core_of(pids[-1]) if ncores > 1 else 0])
-        group.run()
-        for state, w in zip(states, last):
-            _diag.launch_end(state, w.result)
+    for r in range(ranks):
+        args, kw = _launch._bind(kernel, [p[r] for p in per_rank], static)
+        state = _launch._LaunchState(kernel, grid)
+        _diag.launch_begin(state)
+        states.append(state)
+        ws = [group.add(r, c, [p for p in pids if ncores == 1 or grid.core_of(p) == c], state, args, kw)
+              for c in range(ncores)]
+        last.append(ws[grid.core_of(pids[-1]) if ncores > 1 else 0])
+    group.run()
+    for state, w in zip(states, last):
+        _diag.launch_end(state, w.result)
     return [_launch._unwrap(w.result) for w in last]

@@ -12,26 +12,25 @@ from . import memory as _memory
 from .context import _tls
 from .diagnostics import hbm_access as _hbm_access
 
-_recorder = None
-
 
 def instruction(engine: str, out) -> None:
     """Record one engine instruction producing ``out`` (and count its slot for memory live ranges)."""
-    prog = getattr(_tls, "program", None)
+    prog = _tls.program
     if prog is not None:
         m = prog.mem
         if m.last_alloc is None:  # (memory.counted's common case without the call: nothing allocated)
             m.last_result, m.ic, m.fresh = None, m.ic + 1, True
         else:
             _memory.counted(prog, True)
-    if _recorder is not None:
-        _recorder.instruction(engine, out)
+    rec = _tls.recorder
+    if rec is not None:
+        rec.instruction(engine, out)
 
 
 def dma(tensor, data, direction: str, access, mask, written=False) -> None:
     """Record one DMA transfer of ``data`` to or from HBM ``tensor`` (and log it for diagnostics).
     A write is recorded before ``tensor`` changes, or with ``written=True`` after."""
-    prog = getattr(_tls, "program", None)
+    prog = _tls.program
     _hbm_access(tensor, access, mask, direction == "write", None if written else data, prog)
     if prog is not None:
         m = prog.mem
@@ -39,11 +38,17 @@ def dma(tensor, data, direction: str, access, mask, written=False) -> None:
             m.last_result, m.ic, m.fresh = None, m.ic + 1, False
         else:
             _memory.counted(prog, False)
-    if _recorder is not None:
-        _recorder.dma(tensor, data, direction, access, mask)
+    rec = _tls.recorder
+    if rec is not None:
+        rec.dma(tensor, data, direction, access, mask)
 
 
 def set_recorder(rec) -> None:
-    """Install (or with ``None`` remove) the active recorder."""
-    global _recorder
-    _recorder = rec
+    """Install (or with ``None`` remove) the recorder of this thread's launches (a launch's core
+    workers inherit it)."""
+    _tls.recorder = rec
+
+
+def recorder():
+    """The recorder of this thread's launches, or ``None``."""
+    return _tls.recorder

@@ -1,14 +1,13 @@
 """Where the kernel is: the source line of the innermost frame outside the simulator.
 
 The checks name the kernel's ``file:line`` in their reports; an instruction's accesses share the
-line its call was made on (:data:`instruction_where`, found once per instruction).
+line its call was made on (the thread context's ``site``, found once per instruction).
 """
 
 from __future__ import annotations
 
 import os
 import sys
-import threading
 
 from .errors import _THREADING_FILE, thread_where
 
@@ -32,29 +31,6 @@ def where_from(f):
             return (fn, f.f_lineno, f.f_code.co_name)
         f = f.f_back
     return thread_where.fallback or ("<unknown>", 0, "?")  # (a core's thread: its kernel's return)
-
-
-class InstructionState:
-    """How many ``dst=`` instructions are running (operands.instruction), the outermost one's name
-    and its kernel location once looked up. The accesses of one instruction share one source line,
-    so it is found once per instruction."""
-
-    __slots__ = ("depth", "where", "op")
-
-    def __init__(self):
-        self.depth = 0
-        self.where = self.op = None
-
-
-class _InstructionWhere(threading.local):
-    """Per thread (the cores of a multi-core launch take turns in threads): its
-    :class:`InstructionState` (one thread-local lookup per use, plain attributes after it)."""
-
-    def __init__(self):
-        self.state = InstructionState()
-
-
-instruction_where = _InstructionWhere()
 
 
 def fmt_where(w) -> str:

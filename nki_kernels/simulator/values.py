@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .context import _tls
 from . import diagnostics as _diag
 from .nki_tensor import NkiTensor
 from .errors import NKIError
@@ -60,7 +61,7 @@ def _host_values(x, name: str):
 def _broadcast_view(x, shape, tile_cls):
     """Tile ``x`` broadcast to ``shape`` (size-1 dims repeat; ``nl.broadcast_to``): a ``tile_cls``
     viewing ``x``'s memory with zero strides, not a tile of its own. Reads ``x`` (its read hook)."""
-    if x._diag is not None or _diag.loops:
+    if x._diag is not None or _tls.loops:
         _diag.on_read(x)
     shape = tuple(int(s) for s in shape)
     try:

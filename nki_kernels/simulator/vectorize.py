@@ -78,7 +78,7 @@ class BatchProgram(Program):
 
 def enabled() -> bool:
     """Whether launches may run batched now."""
-    return config.vectorize and not config.thorough and _prof._recorder is None
+    return config.vectorize and not config.thorough and _prof.recorder() is None
 
 
 # ---------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .context import _tls
 from . import diagnostics as _diag
 from .dynamic_addressing import _ready, _refuse_unusable, _scalar_shift
 from .errors import NKIError, NotBatchable
@@ -110,7 +111,7 @@ def _static_view(lay: Layout, arr: np.ndarray):
     if lay.on_chip:
         view = _cls.Tile(arr, lay.root.buffer, 0, parent=lay.source)
         view._review = lambda _data, lay=lay: strided_array(lay)  # (after the root's copy-on-write copy)
-        if lay.root._diag is not None or _diag.loops:
+        if lay.root._diag is not None or _tls.loops:
             _diag.on_view(lay.root, view, _root_index(lay))
         return view
     view = _cls.HBMTensor(arr, lay.root.buffer, lay.root.name)
