@@ -1,17 +1,22 @@
-"""The simulator's data model: memories, the running program, HBM tensors and on-chip tiles.
+"""The simulator's data model: on-chip tiles, and the names of its other parts in one place.
 
-* ``Buffer``: a memory (HBM flavours, SBUF, PSUM).
-* ``Program``: the state of one SPMD program instance (its ids, the launch's
-  shared outputs, live SBUF/PSUM bytes per partition).
-* ``HBMTensor``: device memory; only reachable through ``nl.load`` / ``nl.store``
-  (``HBMTensor[...]`` gives an ``Access``).
 * ``Tile``: an SBUF/PSUM tensor whose partition dimension comes first (after
-  optional block dimensions); the operand and result of every compute op.
+  optional block dimensions); the operand and result of every compute op. Its values
+  may be deferred, its writes keep the memory model and the diagnostics informed.
+* ``par_dim``, :func:`uninitialised_tile`, :func:`read_inside`: a shape's partition
+  dimension, a new ``nl.ndarray`` tile, an operand as a masked instruction reads it.
+
+Defined below this module and re-exported here: the memories (``Buffer``, ``sbuf`` ...,
+:mod:`.buffers`), the running program (``Program``, ``current``, ``flush_pending``,
+:mod:`.program`), HBM tensors (``HBMTensor``, ``Access``, :mod:`.hbm_tensors`) and a tile's
+deferred values (``fill_sentinel``, ``OutOfBoundsRead``, :mod:`.deferred_values`).
 """
 
 from __future__ import annotations
 
 import math
+import os
+import sys
 import weakref
 
 import numpy as np
@@ -21,35 +26,31 @@ from . import config as _config
 from . import diagnostics as _diag
 from . import dtypes as dt
 from . import memory as _memory
+from . import indexing as _indexing
 from .context import _tls, current_or_none, set_current  # noqa: F401 - the running program (re-exported)
 from .nki_tensor import NkiTensor
 from .errors import NKIError, OutOfBoundsNKIError, NotBatchable
-from .indexing import compose, resolve, resolve_batched, tile_view, tile_write
+from .indexing import _whole_index, resolve, tile_view, tile_write
 from .values import _broadcast_view, _fit, _host_values as _values
 from .indexing import full_mask
+# The data model's other parts live in their own modules, below this one; their names stay
+# importable from here (``core.Program``, ``core.HBMTensor`` ...), as the simulator's modules use them.
+from .buffers import (Buffer, PMAX, PSUM_BANK_BYTES, PSUM_BYTES_PER_PARTITION,  # noqa: F401
+                      SBUF_BYTES_PER_PARTITION, hbm, private_hbm, psum, sbuf, shared_hbm)
+from .program import Program, current, flush_pending  # noqa: F401
+from .hbm_tensors import Access, HBMTensor, _InHBM  # noqa: F401
+from .deferred_values import OutOfBoundsRead, fill_sentinel
 
-PMAX = 128  # partitions of SBUF / PSUM (nl.tile_size.pmax)
-SBUF_BYTES_PER_PARTITION = 192 * 1024  # Trn1/Trn2 state buffer: 24 MiB over 128 partitions
-PSUM_BYTES_PER_PARTITION = 16 * 1024  # 8 banks x 2 KiB
-PSUM_BANK_BYTES = 2 * 1024
+# (bound by assignment, not import: CPython compiles ``name.get(...)`` of an imported name as a module
+# attribute lookup, which makes a bound method per call; this keeps the dict's LOAD_METHOD)
+_WHOLE_INDEX = _indexing._WHOLE_INDEX
 
 # PSUM bytes per partition one tensor may span. A first-generation PSUM tile fits one bank
 # (nl.tile_size.psum_fmax); the standalone API's nl.ndarray may span banks (its tile_size says
 # psum_fmax "does not represent the free-dim size per partition"), while each matmul result still
 # fits one bank. The standalone allocators raise this with psum_tensors_span_banks().
 _psum_tensor_bytes = PSUM_BANK_BYTES
-
-# shape -> the resolved Index of ``t[...]``: a dst= instruction's whole-tile write logs it without
-# the key parse of resolve() (Index objects are never changed once resolved)
-_WHOLE_INDEX = {}
-
-
-def _whole_index(shape, label):
-    """The resolved Index of ``t[...]`` for a tile or tensor of ``shape`` (cached in ``_WHOLE_INDEX``)."""
-    if len(_WHOLE_INDEX) >= 4096:
-        _WHOLE_INDEX.clear()
-    idx = _WHOLE_INDEX[shape] = resolve(shape, ..., label)
-    return idx
+_F32 = np.dtype(np.float32)
 
 
 class psum_tensors_span_banks:
@@ -62,30 +63,6 @@ class psum_tensors_span_banks:
     def __exit__(self, *exc):
         global _psum_tensor_bytes
         _psum_tensor_bytes = self.saved
-
-
-class Buffer:
-    """A memory a tensor lives in (``nl.sbuf``, ``nl.psum``, ``nl.hbm``, ``nl.shared_hbm`` ...)."""
-
-    def __init__(self, name: str, on_chip: bool):
-        self.name = name
-        self.on_chip = on_chip
-        self.tile_label = f"{name} tile"  # what error messages call a tile of this memory
-        self.region_label = f"{name} tile[...]"
-
-    def __repr__(self):
-        return f"nl.{self.name}"
-
-    def __call__(self, *args, **kwargs):
-        # `nl.sbuf.view(...)`-style allocators are not modelled; calling a buffer is an error.
-        raise NKIError("buffer", f"{self!r} is a memory location, not a callable allocator")
-
-
-sbuf = Buffer("sbuf", True)
-psum = Buffer("psum", True)
-hbm = Buffer("hbm", False)
-shared_hbm = Buffer("shared_hbm", False)
-private_hbm = Buffer("private_hbm", False)
 
 
 class par_dim:
@@ -105,221 +82,8 @@ class par_dim:
 
 
 # --------------------------------------------------------------------------
-# The running program
-# --------------------------------------------------------------------------
-class Program:
-    """One SPMD program instance of a launch: its ids and its on-chip memory usage.
-
-    ``nb``/``bshape``: a batched program (:mod:`.vectorize`) stands for a box of
-    ``bshape`` programs of the grid; every tile it makes carries ``nb`` leading
-    batch axes. One program at a time has ``nb == 0``.
-    """
-
-    nb = 0
-    bshape = ()
-    box = None  # the grid box a batch of programs stands for (vectorize.BatchProgram)
-
-    def __init__(self, launch, pid: tuple):
-        self.launch = launch
-        self.pid = pid
-        self.shared_index = 0
-        self.sbuf_peak = 0  # live bytes per partition at the peak (set when the program ends)
-        self.psum_peak = 0
-        self.pending = None  # weakref to the tile whose op is deferred
-        self.mem = _memory.ProgramMemory(self)
-
-    def finish(self, rerun=None) -> None:
-        """The program ended: live ranges, peaks and the capacity / placement checks
-        (:func:`.memory.finish`; ``rerun()`` runs it again to name source lines in a report)."""
-        _memory.finish(self, rerun)
-
-    def defer(self, tile) -> None:
-        """Make ``tile`` the program's one pending deferred op (computing the previous one)."""
-        prev = self.pending() if self.pending is not None else None
-        if prev is not None and prev._thunk is not None:
-            prev.force()
-        self.pending = weakref.ref(tile)
-
-
-_F32 = np.dtype(np.float32)
-_loops = _diag.loops  # (the active affine loops: one list, changed in place)
-
-
-def current() -> Program:
-    """The program being simulated on this thread (error outside a kernel launch)."""
-    prog = getattr(_tls, "program", None)
-    if prog is None:
-        raise NKIError("kernel context", "this NKI call is only valid inside a running kernel "
-                       "(launch it with kernel[grid](...))")
-    return prog
-
-
-def flush_pending() -> None:
-    """Compute the running program's deferred op, if any (before anything is written)."""
-    prog = getattr(_tls, "program", None)
-    if prog is not None and prog.pending is not None:
-        tile = prog.pending()
-        prog.pending = None
-        if tile is not None and tile._thunk is not None:
-            tile.force()
-
-
-# --------------------------------------------------------------------------
-# HBM tensors
-# --------------------------------------------------------------------------
-class _InHBM:
-    """Arithmetic on something in HBM is an NKI error (engines only read SBUF/PSUM), not NumPy math."""
-
-    __array_ufunc__ = None
-
-    def _no_compute(self, *_):
-        raise NKIError("compute on HBM", f"{self._label()} of shape {self.shape} lives in HBM; load it into "
-                       "SBUF with nl.load before computing on it")
-
-    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _no_compute
-    __truediv__ = __rtruediv__ = __pow__ = __neg__ = _no_compute
-
-
-class HBMTensor(_InHBM, NkiTensor):
-    """A tensor in device memory (kernel inputs and ``nl.ndarray(..., buffer=nl.shared_hbm)``)."""
-
-    is_output = False  # allocated by the launch (shared_hbm outputs), not a kernel argument
-
-    def __init__(self, data: np.ndarray, buffer=hbm, name: str = "tensor"):
-        self.data = data
-        self.buffer = buffer
-        self.name = name
-        self._borrowers = weakref.WeakSet()
-        self.written = None  # optional per-element write tracking (diagnostics)
-
-    @property
-    def shape(self):
-        """Shape of the tensor."""
-        return tuple(self.data.shape)
-
-    @property
-    def dtype(self):
-        """Element dtype (a NumPy dtype; ml_dtypes for bf16/fp8)."""
-        return self.data.dtype
-
-    @property
-    def ndim(self):
-        """Number of dimensions."""
-        return self.data.ndim
-
-    def __len__(self):
-        return self.data.shape[0]
-
-    def reshape(self, *shape_args, shape=None):
-        """A view of the same HBM memory with another shape (same number of elements);
-        ``t.reshape((a, b))``, ``t.reshape(a, b)`` and ``t.reshape(shape=(a, b))`` as documented."""
-        if shape is not None and shape_args:
-            raise TypeError("reshape: give the shape positionally or as shape=, not both")
-        # A view of the same storage (NkiTensor.reshape): never a silent copy that writes would miss.
-        return NkiTensor.reshape(self, *(shape_args if shape is None else (shape,)))
-
-    def __getitem__(self, key):
-        prog = getattr(_tls, "program", None)
-        if prog is not None and prog.nb:
-            idx = resolve_batched(self.shape, key, self.name, prog.bshape)
-            if idx is not None:
-                return Access(self, idx, prog.nb)
-        if key is Ellipsis:  # (a whole-tensor DMA operand: no key to parse)
-            # One Access per tensor (an Access is not changed once made; its index is that of the
-            # tensor's shape, checked in case the tensor's data was replaced).
-            acc = self.__dict__.get("_whole")
-            shape = self.data.shape
-            if acc is not None and acc.index.shape == shape:
-                return acc
-            idx = _WHOLE_INDEX.get(shape)
-            acc = self._whole = Access(self, idx if idx is not None else _whole_index(shape, self.name))
-            return acc
-        return Access(self, resolve(self.shape, key, self.name))
-
-    def materialize_borrowers(self):
-        """Give every tile still viewing this tensor its own copy before it is written."""
-        flush_pending()
-        for tile in list(self._borrowers):
-            tile.own()
-        self._borrowers.clear()
-
-    def __repr__(self):
-        return f"HBMTensor({self.name}, shape={self.shape}, dtype={self.dtype}, buffer={self.buffer!r})"
-
-    def _label(self):
-        return self.name
-
-
-class Access(_InHBM, NkiTensor):
-    """An indexed region of an HBM tensor, the argument of ``nl.load`` / ``nl.store``."""
-
-    def __init__(self, tensor: HBMTensor, index, nb: int = 0):
-        self.tensor = tensor
-        self.index = index
-        self.nb = nb  # leading batch axes of index.out_shape (a batch of programs' regions)
-        self.within = None  # for t[a][b]: the index b when it may leave t[a] (see local_mask)
-
-    @property
-    def shape(self):
-        """Shape of the selected region (of one program)."""
-        return tuple(self.index.out_shape[self.nb:])
-
-    @property
-    def dtype(self):
-        """Element dtype of the tensor."""
-        return self.tensor.dtype
-
-    @property
-    def buffer(self):
-        """Memory of the underlying tensor."""
-        return self.tensor.buffer
-
-    def __getitem__(self, key):
-        """A region of this region (``q[b, h][rows, cols]``), still one access of the tensor."""
-        if self.nb:
-            raise NotBatchable("an access of a batch of programs indexed again")
-        child = resolve(self.shape, key, self._label())
-        acc = Access(self.tensor, compose(self.index, child))
-        if not child.is_view:  # reaches outside this region: checked against the mask on use
-            acc.within = child
-        return acc
-
-    def local_mask(self, mask):
-        """``mask`` as a load/store of this access uses it: in the tile's axes (see
-        ``Index.adapt_mask``), checked to keep a region of a region inside the outer region."""
-        mask = self.index.adapt_mask(mask)
-        child = self.within
-        if child is not None:
-            m = full_mask(mask, child.out_shape)
-            arrays = [np.broadcast_to(a, child.out_shape) for a in child.arrays()]
-            child._check_bounds([a if m is None else a[m] for a in arrays], f"the region of {self.tensor.name}")
-        return mask
-
-    def _label(self):
-        return f"{self.tensor.name}[...]"
-
-
-# --------------------------------------------------------------------------
 # On-chip tiles
 # --------------------------------------------------------------------------
-def fill_sentinel(data, written=(), pdim=0, out=None):
-    """The deferred fill of never-written on-chip memory (see :func:`uninitialised_tile`): ``data``
-    filled with the sentinel, except the blocks in ``written`` (block indices of a block-dimension
-    tile written whole already); copied into ``out`` when the tile is computed straight into a
-    destination."""
-    fill = _memory.sentinel(data.dtype)
-    if written:
-        for b in np.ndindex(data.shape[:pdim]):
-            if b not in written:
-                data[b] = fill
-    else:
-        data[...] = fill
-    if out is None:
-        return data
-    out[...] = data
-    return out
-
-
 def uninitialised_tile(shape, dtype, buffer, pdim=0) -> "Tile":
     """A new ``nl.ndarray`` tile (not placed; one program's, or a batch's with the batch axes leading
     ``shape``). Its NaN (sentinel) fill is deferred like an element-wise op: the first read fills
@@ -334,34 +98,9 @@ def uninitialised_tile(shape, dtype, buffer, pdim=0) -> "Tile":
     return tile
 
 
-class OutOfBoundsRead:
-    """The deferred values of a tile view that reaches outside its tile. A mask is written over the
-    same index variables as the operands it guards, and Python builds the operand (``t[i_p, j * F +
-    i_f]``) before the instruction's ``mask=``, so the bounds error waits for the read: an
-    instruction whose mask hides every out-of-bounds element reads ``values`` (zero there), any
-    other read raises ``error``."""
-
-    __slots__ = ("error", "values", "inside", "_tile")
-
-    def __init__(self, error, values, inside):
-        self.error = error
-        self.values = values  # the view's values, zero where outside the tile
-        self.inside = inside  # bool, the view's shape: elements inside the tile
-        self._tile = None
-
-    def __call__(self, *args, out=None):
-        tile = self._tile() if self._tile is not None else None
-        if tile is not None and tile._thunk is None:  # (force() cleared it: every later read raises too)
-            tile._thunk = (self, (), self.values.shape, self.values.dtype)
-        raise self.error
-
-
 def _caller_outside_numpy():
     """``file:line`` of the innermost frame outside the simulator and NumPy (the host code that handed
     a tile to NumPy)."""
-    import os
-    import sys
-
     skip = (os.path.dirname(os.path.abspath(__file__)), os.path.dirname(os.path.abspath(np.__file__)))
     frame = sys._getframe(2)
     while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(skip):
@@ -446,9 +185,9 @@ class Tile(NkiTensor):
             shape = tuple(full[nb:])
         else:
             shape = full if type(full) is tuple else tuple(full)
-        if _loops:  # diagnostics state: the creating iterations (diagnostics.on_new_tile, inlined)
-            _diag._state += 1
-            self._diag = _diag.TileInfo(_loops[-1].tag)
+        if _tls.loops:  # diagnostics state: the creating iterations (diagnostics.on_new_tile, inlined)
+            _tls.state += 1
+            self._diag = _diag.TileInfo(_tls.loops[-1].tag)
         else:
             self._diag = None
         if len(shape) > pdim and shape[pdim] > PMAX:
@@ -603,7 +342,7 @@ class Tile(NkiTensor):
             col = raw.reshape(raw.shape + (1,))
             view = Tile(col, self.buffer, 0, parent=self)
             view._review = lambda d: d.reshape(d.shape + (1,))
-            if self._diag is not None or _diag.loops:
+            if self._diag is not None or _tls.loops:
                 _diag.on_view(self, view, resolve(self.shape, ..., self.buffer.tile_label))
             return view
         return None
@@ -646,7 +385,7 @@ class Tile(NkiTensor):
             b = _memory.block_index(self, key)
             if b is not None:
                 view._mem = _memory.block_rec(m, b)
-        if self._diag is not None or _diag.loops:
+        if self._diag is not None or _tls.loops:
             _diag.on_view(self, view, idx)
         return view
 
@@ -714,7 +453,7 @@ class Tile(NkiTensor):
         src = value
         wrote = None
         if isinstance(value, Tile):
-            if value._diag is not None or _diag.loops:
+            if value._diag is not None or _tls.loops:
                 _diag.on_read(value)
             src = dt.compute_view(value._raw())
             wrote = value._written
@@ -740,7 +479,7 @@ class Tile(NkiTensor):
             written.add(unfilled)
             if len(written) == self.blocks():
                 self._thunk = None  # every block written whole: nothing left to fill
-        if self._diag is not None or _diag.loops:
+        if self._diag is not None or _tls.loops:
             _diag.on_write(self, idx, value)
 
     def _set_block(self, k, value) -> bool:
@@ -766,8 +505,8 @@ class Tile(NkiTensor):
                 m = _memory.block_rec(m, (b,))
             if value._mem is not m:
                 _memory.assigned(m, value)
-        diag = self._diag is not None or _diag.loops
-        if value._diag is not None or _diag.loops:
+        diag = self._diag is not None or _tls.loops
+        if value._diag is not None or _tls.loops:
             _diag.on_read(value)
         self._written = None
         data[b] = vdata
@@ -827,7 +566,7 @@ class Tile(NkiTensor):
             data[...] = values  # (np.copyto's values, without its Python-level dispatch)
         else:
             np.copyto(data, values)
-        if self._diag is not None or _diag.loops:
+        if self._diag is not None or _tls.loops:
             idx = _WHOLE_INDEX.get(shape)
             if idx is None:
                 idx = _whole_index(shape, self.buffer.tile_label)
@@ -863,7 +602,7 @@ class Tile(NkiTensor):
                            f"into {shape} without a copy; reshape the whole tile instead") from None
         view = Tile(data, self.buffer, 0, parent=self)
         view._review = lambda d, full=self.data.shape[:self.nb] + shape: np.reshape(d, full, copy=False)
-        if self._diag is not None or _diag.loops:
+        if self._diag is not None or _tls.loops:
             _diag.on_view(self, view, resolve(self.shape, ..., self.buffer.tile_label))
         return view
 

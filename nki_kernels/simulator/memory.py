@@ -1,4 +1,4 @@
-"""On-chip memory of one program: live ranges, capacity, direct allocation (placement) and the NaN fill.
+"""On-chip memory of one program: the live-range records its tiles keep, and the NaN fill.
 
 What the hardware and compiler do (NKI Direct Allocation Developer Guide, nki.compiler.* pages):
 
@@ -23,6 +23,11 @@ once per slot, a running per-instruction working set -- O(1) per access. Live ra
 occupancy curve and conflicts are computed when the program ends (:func:`finish`). Source lines
 are not recorded on the hot path: when a problem is found the program is run again with line
 recording on, and the report names the lines.
+
+The memory model in four modules, each below the next: :mod:`.buffers` (the sizes),
+:mod:`.placement` (direct allocation, trace-once placement in loops), :mod:`.memory_report` (the
+end of a program: occupancy, peaks, capacity and placement errors) and this one (the records and
+the hooks the tiles and instructions call on the hot path), which re-exports the others' names.
 """
 
 from __future__ import annotations
@@ -31,41 +36,24 @@ import math
 
 import numpy as np
 
-from . import buffer_pool as _pool
 from . import config as _config
 from . import diagnostics as _diag
 from .dtypes import INT_SENTINEL, sentinel  # noqa: F401 - the fill values, named here too
-from .context import current_or_none, set_current
+from .context import _tls
 from .errors import NKIError
-from .instructions.target import get_nc_version
+# The memory model's other parts live in their own modules, below this one; their names stay
+# importable from here (``memory.place``, ``memory.finish`` ...), as the simulator's modules use them.
+from .buffers import (CAPACITY, NAMES, PMAX, PSUM, PSUM_BANK, PSUM_BANKS, PSUM_BYTES, SBUF,  # noqa: F401
+                      SBUF_BYTES, SBUF_PLACEABLE, SBUF_RESERVED, _SBUF_BY_VERSION, buffer_index, sbuf_bytes)
+from .placement import (AutoAlloc, Placement, _TracedLoop, _call_alloc, _check_place,  # noqa: F401
+                        _storage, _trace_key, mark_placed, place, resolve_buffer, traced_loop, view,
+                        whole_block_tensor)
+from .memory_report import (_at, _conflicts, _live_at, _mixed, _problem, _tile_lines,  # noqa: F401
+                            _with_lines, _ws_error, finish)
 
-SBUF, PSUM = 0, 1
-NAMES = ("SBUF", "PSUM")
-PMAX = 128
-SBUF_BYTES = 192 * 1024
-PSUM_BYTES = 16 * 1024
-PSUM_BANK = 2 * 1024
-PSUM_BANKS = 8
-CAPACITY = (SBUF_BYTES, PSUM_BYTES)
-# "a valid byte_addr can be any integer values from 0 (inclusive) to 192KiB-16KiB (exclusive) ...
-# 16KiB is allocated for compiler internal usage" (nki.compiler.sbuf.alloc)
-SBUF_RESERVED = 16 * 1024
-SBUF_PLACEABLE = SBUF_BYTES - SBUF_RESERVED  # NeuronCore-v2 (the page's figure)
-# SBUF per partition by NeuronCore version: 24 MiB (v2), 28 MiB (v3, Trn2), 32 MiB (v4, Trn3) over
-# 128 partitions (architecture guides); the official allocated kernels place beyond 176 KiB on Trn2.
-_SBUF_BY_VERSION = {2: 192 * 1024, 3: 224 * 1024, 4: 256 * 1024}
-
-
-def sbuf_bytes() -> int:
-    """SBUF bytes per partition of the simulated NeuronCore version."""
-
-    v = get_nc_version()
-    return _SBUF_BY_VERSION.get(int(getattr(v, "value", v)), SBUF_BYTES)
 # No instruction touches more tiles than this (operands, result, side outputs such as reduce_res=);
 # a slot with more is several instructions an op path did not count apart, and is not judged.
 MAX_INSTRUCTION_TILES = 8
-
-_lines = False  # record source lines (set while a program is re-run for a report)
 
 
 # ---------------------------------------------------------------------------
@@ -192,7 +180,7 @@ class ProgramMemory:
         if self.ws_c == c:
             self.wsum[rec.buf] += rec.nbytes
             self.ws_recs.append(rec)
-        if _lines:
+        if _tls.lines:
             rec.last_at = _diag.where()
 
 
@@ -212,7 +200,7 @@ def touch(rec) -> None:
         if n > m.rmax[b]:
             m.rmax[b] = n
         m.ws_recs.append(rec)
-        if _lines:
+        if _tls.lines:
             rec.last_at = _diag.where()
 
 
@@ -224,7 +212,7 @@ def copied(rec) -> None:
         rec.first = c
     if rec.lastc < c:
         rec.lastc = c
-        if _lines:
+        if _tls.lines:
             rec.last_at = _diag.where()
 
 
@@ -238,11 +226,6 @@ def _kernel_flags(prog):
 # ---------------------------------------------------------------------------
 # hooks from core.Tile and the ops
 # ---------------------------------------------------------------------------
-def buffer_index(buffer) -> int:
-    """``SBUF`` or ``PSUM`` for an on-chip buffer."""
-    return PSUM if buffer.name == "psum" else SBUF
-
-
 def on_alloc(tile, prog, shape, dtype):
     """A new tile (not a view) of ``shape`` and ``dtype`` in ``prog``: its record, with the single-tile
     capacity check."""
@@ -255,7 +238,7 @@ def on_alloc(tile, prog, shape, dtype):
         nbytes = dtype.itemsize
     rec = Rec(m, buf, nbytes, shape, dtype)
     m.recs.append(rec)
-    if _lines:
+    if _tls.lines:
         rec.alloc_at = _diag.where()
     per_block = nbytes // math.prod(shape[:pdim]) if pdim else nbytes
     if per_block > CAPACITY[buf] and _config.enabled("capacity"):
@@ -441,391 +424,3 @@ def _ended(m) -> None:
             m.rsum[r.buf] -= r.nbytes
             m.wsum[r.buf] += r.nbytes
     m.ic += 1
-
-
-# ---------------------------------------------------------------------------
-# direct allocation
-# ---------------------------------------------------------------------------
-class Placement:
-    """A ``buffer=`` that places each logical tile: ``func(idx, pdim_size, fdim_size)`` returns
-    ``(start_partition, byte_addr)`` (SBUF) or ``(bank, start_partition, byte_addr)`` (PSUM)."""
-
-    def __init__(self, buffer, func, what, psum_origin_only=False, all_or_nothing=True):
-        self.buffer = buffer
-        self.func = func
-        self.what = what
-        # nki.compiler's alloc / mod_alloc: "All SBUF tensors in a kernel must either all be marked as
-        # auto_alloc(), or all be allocated with alloc or mod_alloc" (sbuf.auto_alloc page). The
-        # standalone nl.ndarray(address=) has no such rule: nki-library places some tensors and lets
-        # the compiler place others in one kernel.
-        self.all_or_nothing = all_or_nothing
-        # ncc.psum.alloc / mod_alloc: "start_partition and byte_addr must both be 0" (one tile per bank)
-        self.psum_origin_only = psum_origin_only
-
-    def __repr__(self):
-        return self.what
-
-
-class AutoAlloc:
-    """``ncc.sbuf.auto_alloc()`` / ``ncc.psum.auto_alloc()``: the compiler places the tensor."""
-
-    def __init__(self, buffer):
-        self.buffer = buffer
-
-    def __repr__(self):
-        return f"{self.buffer.name}.auto_alloc()"
-
-
-def resolve_buffer(buffer, address=None):
-    """``(core buffer, Placement or None)`` for a ``buffer=`` (and standalone ``address=``) argument."""
-    if isinstance(buffer, AutoAlloc):
-        return buffer.buffer, None
-    if isinstance(buffer, Placement):
-        return buffer.buffer, buffer
-    core_buffer = getattr(buffer, "_nki_buffer", None)  # ncc.sbuf / ncc.psum used as the buffer
-    if core_buffer is not None:
-        buffer = core_buffer
-    if address is None:
-        return buffer, None
-    if not getattr(buffer, "on_chip", False):
-        raise NKIError("address", f"address={address!r} places a tensor in {buffer!r}; only SBUF and PSUM "
-                       "tensors are placed by the simulator")
-    try:
-        part, free = (int(a) for a in address)
-    except (TypeError, ValueError):
-        raise TypeError(f"nl.ndarray: address must be a (partition_offset, free_offset) pair of ints, "
-                        f"got {address!r}") from None
-    if buffer.name == "psum":
-        return buffer, Placement(buffer, lambda idx, pdim_size, fdim_size: (free // PSUM_BANK, part, free % PSUM_BANK),
-                                 f"address={address!r}", all_or_nothing=False)
-    return buffer, Placement(buffer, lambda idx, pdim_size, fdim_size: (part, free), f"address={address!r}",
-                             all_or_nothing=False)
-
-
-def _storage(m, buf):
-    s = m.storage[buf]
-    if s is None:
-        n = sbuf_bytes() if buf == 0 else CAPACITY[buf]
-        # 0xFF bytes are NaN in every float format (and -1 in ints): never-written placed memory poisons.
-        # (24 MiB of SBUF per core and launch: a pooled buffer, already mapped, fills 10x faster.)
-        s = _pool.empty((PMAX, n), np.uint8)
-        s.fill(0xFF if _config.nan_fill else 0)
-        m.storage[buf] = s
-    return s
-
-
-def _check_place(buf, loc, pdim_size, fbytes, what, psum_origin_only=False):
-    if buf == PSUM:
-        if len(loc) != 3:
-            raise NKIError("placement", f"{what}: a PSUM allocation function returns (bank_id, start_partition, "
-                           f"byte_addr), got {loc!r}")
-        bank, part, addr = (int(v) for v in loc)
-        if not 0 <= bank < PSUM_BANKS:
-            raise NKIError("placement", f"{what}: PSUM bank {bank} is not one of the {PSUM_BANKS} banks (0..7)")
-        if psum_origin_only and (part or addr):
-            raise NKIError("placement", f"{what}: returned (bank_id, start_partition, byte_addr) = {loc!r} for a "
-                           f"PSUM tile of {pdim_size} partitions x {fbytes} B; start_partition and byte_addr must "
-                           "both be 0 (nki.compiler.psum.alloc: one physical tile per PSUM bank, from partition 0)")
-        if addr < 0 or addr + fbytes > PSUM_BANK:
-            raise NKIError("placement", f"{what}: a PSUM tile of {fbytes} B/partition at byte {addr} of bank "
-                           f"{bank} crosses the {PSUM_BANK} B bank (a PSUM tile cannot span banks)")
-        lo = bank * PSUM_BANK + addr
-    else:
-        if len(loc) != 2:
-            raise NKIError("placement", f"{what}: an SBUF allocation function returns (start_partition, "
-                           f"byte_addr), got {loc!r}")
-        part, addr = (int(v) for v in loc)
-        limit = sbuf_bytes() - SBUF_RESERVED
-        if addr < 0 or addr + fbytes > limit:
-            raise NKIError("placement", f"{what}: an SBUF tile of {fbytes} B/partition at byte_addr {addr} does "
-                           f"not fit below {limit} B (the NeuronCore's {sbuf_bytes() // 1024} KiB per partition "
-                           "less the 16 KiB the compiler reserves)")
-        lo = addr
-    # ISA rules on the start partition (nki.compiler.sbuf.alloc)
-    ok = (part == 0 if pdim_size > 64 else part in (0, 64) if pdim_size > 32 else part in (0, 32, 64, 96))
-    if not ok or part + pdim_size > PMAX:
-        raise NKIError("placement", f"{what}: start partition {part} is not allowed for a tile of {pdim_size} "
-                       "partitions (over 64: 0; 33..64: 0 or 64; up to 32: 0, 32, 64 or 96)")
-    return part, lo
-
-
-def view(m, buf, part, lo, pdim_size, fshape, dtype):
-    """The ``(pdim_size,) + fshape`` array of ``dtype`` at partition ``part``, byte ``lo`` of the storage."""
-    s = _storage(m, buf)
-    dtype = np.dtype(dtype)
-    fbytes = int(np.prod(fshape, dtype=np.int64)) * dtype.itemsize
-    return s[part:part + pdim_size, lo:lo + fbytes].view(dtype).reshape((pdim_size,) + tuple(fshape))
-
-
-def place(shape, pdim, dtype, placement, prog):
-    """Storage for a placed tensor: ``((data, (partition, byte)), None)`` for a tensor without block
-    dimensions (``data`` views the program's byte storage), ``(None, blocks)`` with block index ->
-    ``(partition, byte)`` for a block-dimension tensor.
-
-    Inside an ``affine_range`` / ``sequential_range`` body the placement is the one the compiler
-    traced (:func:`traced_loop`): made the first time, reused by later iterations."""
-    m = prog.mem
-    buf = buffer_index(placement.buffer)
-    if placement.all_or_nothing:
-        m.placed[buf] = True
-    dtype = np.dtype(dtype)
-    bshape, pdim_size, fshape = shape[:pdim], shape[pdim], shape[pdim + 1:]
-    fbytes = int(np.prod(fshape, dtype=np.int64)) * dtype.itemsize
-    key = _trace_key(m)
-    hit = m.traced.get(key) if key is not None else None
-    if hit is not None and hit[0] == (buf, tuple(shape), pdim, dtype):
-        blocks = hit[1]
-    elif not pdim:
-        loc = _call_alloc(placement.func, (), pdim_size, fbytes)
-        blocks = {(): _check_place(buf, loc, pdim_size, fbytes, placement.what, placement.psum_origin_only)}
-    else:
-        blocks = {}
-        for idx in np.ndindex(*bshape):
-            loc = _call_alloc(placement.func, tuple(idx), pdim_size, fbytes)
-            blocks[tuple(idx)] = _check_place(buf, loc, pdim_size, fbytes, f"{placement.what} block {tuple(idx)}",
-                                              placement.psum_origin_only)
-    if key is not None and hit is None:
-        m.traced[key] = ((buf, tuple(shape), pdim, dtype), blocks)
-    if not pdim:
-        part, lo = blocks[()]
-        return (view(m, buf, part, lo, pdim_size, fshape, dtype), (part, lo)), None
-    return None, blocks
-
-
-# ---------------------------------------------------------------------------
-# trace-once placement in non-unrolled loops
-# ---------------------------------------------------------------------------
-class _TracedLoop:
-    """One entry of an ``affine_range`` / ``sequential_range`` loop: ``key`` names it in the
-    compiler's trace; ``counts`` numbers what the current iteration met (nested loop entries under
-    ``None``, allocation call sites under their source location)."""
-
-    __slots__ = ("key", "counts")
-
-    def __init__(self, key):
-        self.key = key
-        self.counts = {}
-
-
-def traced_loop(iterations):
-    """Iterate ``iterations`` (an ``affine_range`` / ``sequential_range``) as one traced loop.
-
-    The compiler traces such a body once ("Unlike affine_range or sequential_range, Neuron compiler
-    will fully unroll the loop [static_range] during NKI kernel tracing", nki.language.static_range),
-    so Python run in the body -- an allocation function, ``base_addr=cur_addr`` with ``cur_addr +=
-    ...`` -- is evaluated once and every iteration uses the same physical tiles (the Direct
-    Allocation guide's ``mod_alloc`` declared inside ``nl.affine_range(4)``: "t[i] are dead after
-    iteration, thus no error"). The simulator runs the body per iteration; this frame lets
-    :func:`place` give later iterations the placement the first one made. A loop nested in a traced
-    loop is named by its parent and its rank among the loops the parent's iteration entered, so a
-    ``static_range`` (unrolled: no frame) inside a traced body keeps one placement per unrolled copy."""
-    prog = current_or_none()
-    if prog is None or not prog.mem.traces_loops:
-        yield from iterations
-        return
-    stack = prog.mem.loops
-    if stack:
-        parent = stack[-1]
-        n = parent.counts.get(None, 0)
-        parent.counts[None] = n + 1
-        key = (parent.key, n)
-    else:
-        prog.mem.entries += 1
-        key = (prog.mem.entries,)
-    fr = _TracedLoop(key)
-    stack.append(fr)
-    try:
-        for i in iterations:
-            if fr.counts:  # (an iteration that met nothing leaves the dict empty: no new one)
-                fr.counts = {}
-            yield i
-    finally:
-        stack.remove(fr)
-
-
-def _trace_key(m):
-    """The trace key of a placement made now (loop, source line, rank at that line in the loop's
-    current iteration), or None outside traced loops."""
-    if not m.loops:
-        return None
-    fr = m.loops[-1]
-    site = _diag.where(2)[:2]
-    n = fr.counts.get(site, 0)
-    fr.counts[site] = n + 1
-    return fr.key, site, n
-
-
-def _call_alloc(func, idx, pdim_size, fdim_size):
-    """``func(idx, pdim_size, fdim_size)``, by the documented keywords when its signature takes them
-    (a ``functools.partial`` binding a leading parameter by keyword, as the official allocated
-    attention kernel passes), else positionally."""
-    import inspect
-
-    try:
-        inspect.signature(func).bind(idx=idx, pdim_size=pdim_size, fdim_size=fdim_size)
-    except (TypeError, ValueError):
-        return func(idx, pdim_size, fdim_size)
-    return func(idx=idx, pdim_size=pdim_size, fdim_size=fdim_size)
-
-
-def mark_placed(rec, part, lo, pdim_size):
-    """Record where ``rec``'s tile lives."""
-    rec.place = (part, pdim_size, lo, lo + rec.nbytes)
-    if rec.last < 0 and rec.lastc < 0:
-        # A placed tensor is live from its first use, not from its declaration: nki-library's modular
-        # allocator declares every physical tile of a buffer up front, several at the same bytes, and
-        # uses them one after another (the Direct Allocation guide's lifetime is write to last read).
-        rec.first = None
-
-
-# ---------------------------------------------------------------------------
-# end of a program: live ranges, occupancy, conflicts
-# ---------------------------------------------------------------------------
-def finish(prog, rerun=None) -> None:
-    """Analyse ``prog``'s records: occupancy curve and peaks, then report instructions that cannot
-    fit, conflicting placements and mixed allocation. ``rerun()`` runs the program again (with
-    source lines recorded) to name lines in a report."""
-    m = prog.mem
-    m.close(m.ic + 1)
-    # (Rec.elided() and Rec.end() inlined: one pass over every tile of the program)
-    live = [r for r in m.recs if r.first is not None and r.blocks is None
-            and not (r.moved >= 0 and r.last <= r.moved and r.lastc <= r.moved)]
-    roots = [r for r in m.recs if r.blocks is not None and r.last >= 0]  # whole block tensors used at once
-    n = m.ic + 2
-    curve = np.zeros((2, n + 1), np.int64)
-    spans = live + roots
-    if spans:
-        # per tile: memory, bytes, first slot, slot after its last
-        cols = np.array([(r.buf, r.nbytes, r.first, max(r.last, r.lastc, r.first) + 1) for r in spans], np.int64)
-        np.add.at(curve, (cols[:, 0], cols[:, 2]), cols[:, 1])
-        np.subtract.at(curve, (cols[:, 0], cols[:, 3]), cols[:, 1])
-    curve = np.cumsum(curve, axis=1)[:, :n]
-    m.curve = curve
-    for b in (SBUF, PSUM):
-        m.peak[b] = int(curve[b].max()) if n else 0
-        m.peak_at[b] = int(curve[b].argmax()) if n else 0
-    prog.sbuf_peak, prog.psum_peak = m.peak
-    problem = _problem(m, live)
-    m.recs = []  # (records and the program reference each other: let refcounting free them)
-    if problem is None or not _config.enabled("capacity"):
-        return
-    if rerun is not None and not _lines:
-        detail = _with_lines(prog, rerun)
-        if detail is not None:
-            problem = detail
-    _config.report("capacity", problem)
-
-
-def _problem(m, live):
-    if m.ws_bad is not None:
-        return _ws_error(m, live)
-    conflict = _conflicts(live)
-    if conflict is not None:
-        return conflict
-    return _mixed(m, live)
-
-
-def _at(w):
-    return _diag.fmt_where(w) if w is not None else "?"
-
-
-def _live_at(live, c, buf):
-    return sorted((r for r in live if r.buf == buf and r.first <= c <= r.end()), key=lambda r: -r.nbytes)
-
-
-def _tile_lines(recs, limit=12):
-    rows = [f"  {r.describe()}: allocated at {_at(r.alloc_at or (r.root.alloc_at if r.root else None))}, "
-            f"last used at {_at(r.last_at)}" for r in recs[:limit]]
-    if len(recs) > limit:
-        rows.append(f"  ... and {len(recs) - limit} more")
-    return "\n".join(rows)
-
-
-def _ws_error(m, live):
-    c, need, buf, recs = m.ws_bad
-    where = next((r.last_at for r in recs if r.last_at is not None), None)
-    live_here = _live_at(live, c, buf)
-    peak = m.peak[buf]
-    return NKIError(
-        f"{NAMES[buf]} capacity",
-        f"instruction #{c} of program {m.prog.pid} needs {need} B per partition of {NAMES[buf]} at once "
-        f"(its operands and result), over the {CAPACITY[buf]} B a partition has "
-        f"({'8 banks x 2 KiB' if buf == PSUM else '192 KiB'}); no allocation or spill can make it fit. "
-        f"Tiles of the instruction:\n{_tile_lines(recs)}\n"
-        f"{sum(r.nbytes for r in live_here)} B/partition live there (peak {peak} at instruction "
-        f"#{m.peak_at[buf]}):\n{_tile_lines(live_here)}",
-        where=_at(where) if where is not None else None)
-
-
-def _conflicts(live):
-    placed = sorted((r for r in live if r.place is not None), key=lambda r: r.first)
-    active = []
-    for r in placed:
-        active = [a for a in active if a.end() >= r.first]
-        for a in active:
-            if a.buf != r.buf or a.root is not None and a.root is r.root and a.key == r.key:
-                continue
-            pa, na, lo_a, hi_a = a.place
-            pr, nr, lo_r, hi_r = r.place
-            if pa < pr + nr and pr < pa + na and lo_a < hi_r and lo_r < hi_a:
-                return NKIError(
-                    "allocation conflict",
-                    f"two placed {NAMES[r.buf]} tiles share bytes while both are live: {a.describe()} at "
-                    f"partitions {pa}..{pa + na - 1}, bytes {lo_a}..{hi_a - 1} (live from instruction #{a.first} "
-                    f"to #{a.end()}, allocated at {_at(a.alloc_at or (a.root.alloc_at if a.root else None))}, "
-                    f"last used at {_at(a.last_at)}) and {r.describe()} at partitions {pr}..{pr + nr - 1}, bytes "
-                    f"{lo_r}..{hi_r - 1} (first written at instruction #{r.first}, "
-                    f"{_at(r.alloc_at or (r.root.alloc_at if r.root else None))}). Writing the second overwrites "
-                    "the first on hardware (NKI Direct Allocation guide, 'Lifetime Conflicts'): give them "
-                    "different addresses or more physical tiles (num_free_tiles / num_bank_tiles)")
-        active.append(r)
-    return None
-
-
-def _mixed(m, live):
-    for b in (SBUF, PSUM):
-        if not m.placed[b]:
-            continue
-        auto = [r for r in live if r.buf == b and r.place is None]
-        if auto:
-            r = auto[0]
-            return NKIError(
-                "allocation mixing",
-                f"this kernel places {NAMES[b]} tensors with direct allocation, but {r.describe()} (allocated "
-                f"at {_at(r.alloc_at)}) is allocated automatically. All {NAMES[b]} tensors of a kernel are "
-                "either auto_alloc() or placed (nki.compiler.sbuf/psum.auto_alloc); an instruction's result "
-                "must be assigned into a placed tensor (t[...] = nl.load(...)), not kept as a new tile "
-                f"({len(auto)} such tile(s))")
-    return None
-
-
-def _with_lines(prog, rerun):
-    """Run the program again recording source lines; the first problem it finds, with lines."""
-    global _lines
-    again = type(prog)(prog.launch, prog.pid)  # (a fresh core.Program: this module sits below core)
-    outer = current_or_none()
-    _lines = True
-    try:
-        set_current(again)
-        with _config.override(race="off", loop_carried="off", uninit="off", operand="off", capacity="off"):
-            rerun()
-        m = again.mem
-        m.close(m.ic + 1)
-        live = [r for r in m.recs if r.first is not None and r.blocks is None and not r.elided()]
-        again.mem.peak = prog.mem.peak
-        again.mem.peak_at = prog.mem.peak_at
-        return _problem(m, live)
-    except Exception:  # noqa: BLE001 - the report without lines is still right
-        return None
-    finally:
-        _lines = False
-        set_current(outer)
-
-
-# ---------------------------------------------------------------------------
-# placed block tensors
-# ---------------------------------------------------------------------------
-def whole_block_tensor(*_):
-    """Reading a placed block-dimension tensor as a whole (its blocks live at unrelated addresses)."""
-    raise NKIError("placement", "a block-dimension tensor with direct allocation is read or written one "
-                   "block at a time (t[i, ...]); its blocks live at the addresses the allocation gives them")

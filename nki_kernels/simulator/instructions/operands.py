@@ -1,7 +1,8 @@
 """Operands and destinations of the instructions: the checks and the write every instruction shares.
 
 * :func:`instruction` marks a function as one engine instruction (one program at
-  a time: a vectorised batch of programs falls back to running them singly);
+  a time: a vectorised batch of programs falls back to running them singly;
+  defined in :mod:`.declaration`);
 * :func:`check_dst` / :func:`tile_operand`: a destination or an operand is a tile
   in an allowed memory (an :class:`NKIError` naming the rule otherwise);
 * :func:`write`: round computed values to ``dst.dtype`` and write them into
@@ -12,90 +13,35 @@
 * :func:`alu` / :func:`reducer`: the NumPy function behind an operator given as
   ``op=`` (``nl.*`` and ``np.*`` names of the "Supported Math Operators" table,
   ``nl.max`` / ``np.max`` / ``np.min`` / ``np.sum`` as reductions and
-  ``nl.copy`` / ``np.copy`` as the identity).
+  ``nl.copy`` / ``np.copy`` as the identity; defined in :mod:`.operators`).
 """
 
 from __future__ import annotations
 
-import functools
 import math
-import sys
 import weakref
 
 import numpy as np
 
 from .. import core
-from . import registry as _registry
+from ..context import _tls  # (the running state without a call, on the per-instruction path)
 from ..access_pattern import position_in_root
 from .. import diagnostics as _diag
 from .. import memory as _memory
-from .. import op_functions as _op_functions
 from .. import recording as _prof
 from .. import dtypes as dt
 from ..core import Access, HBMTensor, Tile, psum, sbuf
 from ..errors import NKIError, NotBatchable
 from ..index_expr import Mask
 from ..indexing import Index, _full_mask
+# The declaration of an instruction and the operator tables live in their own modules; their names
+# stay importable from here, where the instructions import them with the operand checks.
+from .declaration import first_generation, instruction  # noqa: F401
+from .operators import (BITVEC, _ALU, _NL_REDUCTIONS, _NUMPY_ALIASES, _REDUCERS, _alu,  # noqa: F401
+                        _identity, alu, bitvec_on_integers, identity_of, is_bitvec, reducer)
 
 ON_CHIP = (sbuf, psum)
 _F32 = np.dtype(np.float32)
-_tls = core._tls  # (core.current_or_none() without the call, on the per-instruction path)
-
-
-def instruction(fn=None, *, engine=None, batched=False, sync=False, gen1=None):
-    """Declare ``fn`` as an engine instruction: ``@instruction(engine="Vector", batched=True, gen1=Gen1(...))``.
-
-    The declaration is recorded once in :mod:`.registry` (the namespaces, batch sets and the
-    profiler read it). Without ``batched`` it runs one program at a time: in a batch of grid
-    programs (:mod:`..vectorize`) it raises :class:`NotBatchable` and they run singly. A
-    ``batched`` instruction takes operands and a ``dst`` that carry the batch's leading axes
-    (:func:`write` places its values) and raises :class:`NotBatchable` itself for the cases it has
-    no batched meaning for. ``engine=None`` only for the first generation's variants of
-    :func:`first_generation`, which are not declared again."""
-    if fn is None:
-        return functools.partial(instruction, engine=engine, batched=batched, sync=sync, gen1=gen1)
-    name = fn.__name__
-    tls, iw_local = core._tls, _diag.instruction_where
-
-    @functools.wraps(fn)
-    def run(*args, **kwargs):
-        prog = getattr(tls, "program", None)
-        if prog is not None and prog.nb and not batched:
-            raise NotBatchable(f"nisa.{name} runs one program at a time")
-        iw = iw_local.state
-        depth = iw.depth
-        if not depth:
-            iw.op = name  # (Tensor Indirection views group their offsets by the engine)
-            if _diag.loops:  # its accesses are logged under its kernel line: found from the caller's frame
-                iw.where = _diag.where_from(sys._getframe(1))
-        iw.depth = depth + 1
-        rec = _prof._recorder if not depth else None
-        if rec is not None:  # a profile is recorded: it learns the instruction and its operands
-            rec.begin(name, engine, args, kwargs)
-        try:
-            return fn(*args, **kwargs)  # (its dst write ends the memory model's instruction slot)
-        finally:
-            iw.depth = depth
-            if not depth:
-                iw.where = iw.op = None
-            if rec is not None:
-                rec.end()
-
-    if engine is not None:
-        _registry.register(_registry.Spec(name, engine, run, batched, sync, gen1, fn.__module__))
-    return run
-
-
-def first_generation(impl, name):
-    """The first generation's entry point of instruction ``name``: ``impl`` (the instruction's body,
-    taking ``gen1=``) with the rules of the first generation's page, as an :func:`instruction`."""
-
-    def run(*args, **kwargs):
-        return impl(*args, gen1=True, **kwargs)
-
-    run.__name__ = run.__qualname__ = name  # (the instruction's name in messages and the engine logs)
-    run.__doc__ = f"The first generation's ``nisa.{name}`` (see :func:`{impl.__name__}`)."
-    return instruction(run)
 
 
 class lazy_text(tuple):
@@ -116,7 +62,7 @@ def names(buffers):
 
 def mark_read(tile):
     """Tell the diagnostics (uninitialised reads, loop-carried dependencies) that an op reads ``tile``."""
-    if tile._diag is not None or _diag.loops:
+    if tile._diag is not None or _tls.loops:
         _diag.on_read(tile)
 
 
@@ -524,7 +470,7 @@ def borrow(dst, tensor, a) -> bool:
 def _wrote_whole(dst, data, m, prog, values):
     """The diagnostics and memory-slot bookkeeping of an instruction that wrote all of the plain tile
     ``dst`` (array ``data``, record ``m``) with ``values``."""
-    if dst._diag is not None or _diag.loops:
+    if dst._diag is not None or _tls.loops:
         shape = dst.shape if dst.nb else data.shape  # (a batch's tile: its programs' shape)
         idx = core._WHOLE_INDEX.get(shape)
         _diag.on_write(dst, idx if idx is not None else core._whole_index(shape, dst.buffer.tile_label), values)
@@ -617,100 +563,6 @@ def new_tile(shape, dtype, buffer=sbuf):
     """A zero-filled result tile of a first-generation functional instruction (masked-off
     elements of a result stay zero, as the first generation's ops leave them)."""
     return Tile(np.zeros(tuple(int(s) for s in shape), dt.as_dtype(dtype)), buffer)
-
-
-# ---------------------------------------------------------------------------
-# operators
-# ---------------------------------------------------------------------------
-def _identity(x):
-    return np.array(x, copy=True)
-
-
-# NumPy reductions and copies the "Supported Math Operators" / activation tables list as
-# operator identifiers: as an ALU operator a reduction is its pairwise form.
-_NUMPY_ALIASES = {np.max: np.maximum, np.amax: np.maximum, np.min: np.minimum, np.amin: np.minimum,
-                  np.sum: np.add, np.prod: np.multiply, np.copy: _identity}
-_NL_REDUCTIONS = {"max": np.maximum, "min": np.minimum, "sum": np.add, "prod": np.multiply}
-
-
-_ALU = {}  # operator identifier -> its NumPy function (identifiers are module-level functions)
-
-
-def alu(op):
-    """The NumPy function behind an operator identifier (``nl.add``, ``np.add``, ``nl.max``,
-    ``np.max``, ``np.sum``, ``nl.copy``, ``np.copy``, ``nl.exp`` ...)."""
-    if isinstance(op, Tile):  # (not a key: Tile overloads ==)
-        return _alu(op)
-    try:
-        fn = _ALU.get(op)
-    except TypeError:  # an unhashable operator object: looked up every time
-        return _alu(op)
-    if fn is None:
-        fn = _alu(op)
-        if len(_ALU) < 1024:
-            _ALU[op] = fn
-    return fn
-
-
-def _alu(op):
-    if op is None:
-        raise NKIError("op", "an operator is required here (nl.add, nl.maximum, ...)")
-    try:
-        alias = _NUMPY_ALIASES.get(op)
-    except TypeError:
-        alias = None
-    if alias is not None:
-        return alias
-    name = getattr(op, "__name__", None)
-    mod = getattr(op, "__module__", "") or ""
-    if name in _NL_REDUCTIONS and "nki_kernels" in mod:
-        return _NL_REDUCTIONS[name]
-    if name in ("copy", "identity", "bypass") and "nki_kernels" in mod:
-        return _identity
-    return _op_functions.np_function(op)
-
-
-# The bitvec operators of the "Supported Math Operators" table (by their NumPy functions): they treat
-# elements as bit patterns, so the instructions that take them need integer tiles.
-BITVEC = frozenset({np.bitwise_and, np.bitwise_or, np.bitwise_xor, np.invert, np.left_shift, np.right_shift})
-
-
-def is_bitvec(op) -> bool:
-    """Whether operator ``op`` (``nl.bitwise_and``, ``np.left_shift`` ...) is a bitvec operator."""
-    return op is not None and alu(op) in BITVEC
-
-
-def bitvec_on_integers(op, opname, *tiles):
-    """The pages' rule for bitvec operators (tensor_scalar, tensor_tensor, tensor_reduce): "the
-    input/output data types must be integer types" (elements are bit patterns, never cast). ``tiles``
-    are ``(what, tile)`` pairs; scalars are skipped."""
-    for what, t in tiles:
-        if isinstance(t, Tile) and t.dtype.kind not in "iu":
-            raise NKIError("bitvec dtype", f"nisa.{opname}: op {getattr(op, '__name__', op)} is a bitvec operator "
-                           f"but {what} (shape {t.shape}) has dtype {t.dtype}; with bitvec operators the input/output "
-                           "data types must be integer types")
-
-
-_REDUCERS = {np.add: np.sum, np.maximum: np.max, np.minimum: np.min, np.multiply: np.prod}
-
-
-def reducer(op):
-    """``f(values, axis=..., keepdims=...)`` reducing with operator ``op`` (``nl.add``, ``np.max`` ...)."""
-    fn = alu(op)
-    if fn in _REDUCERS:
-        return _REDUCERS[fn]
-    if getattr(fn, "__name__", None) == "average" and "nki_kernels" in (getattr(fn, "__module__", "") or ""):
-        return fn  # nl.average: a reduction operator only (the mean), no pairwise form
-    if isinstance(fn, np.ufunc) and fn.nin == 2:
-        return fn.reduce
-    raise NKIError("op", f"{op!r} cannot be used as a reduction operator (use nl.add, nl.maximum, nl.minimum, "
-                   "np.sum, np.max, ...)")
-
-
-def identity_of(op):
-    """The reduction identity of ``op`` (0 for add, 1 for multiply, -inf for max, +inf for min)."""
-    fn = alu(op if op is not None else np.add)
-    return {np.multiply: 1.0, np.maximum: -np.inf, np.minimum: np.inf}.get(fn, 0.0)
 
 
 def engine_name(eng):
