@@ -118,7 +118,11 @@ def _rec_operand(rec, box=None):
         part, n, lo, hi = rec.place
         return (space, ("placed", space), ((part, part + n), (lo, hi)))
     if rec.root is not None:  # a block of a block-dimension tensor: that block of its tensor
-        return (space, rec.root, tuple((int(b), int(b) + 1) for b in rec.key))
+        # (as a 2-D box, flat block index x everything: the scheduler's unrolled overlap test)
+        flat = 0
+        for b, n in zip(rec.key, rec.root.shape):
+            flat = flat * int(n) + int(b)
+        return (space, rec.root, ((flat, flat + 1), (0, 1)))
     return (space, rec, None if rec.blocks is not None else box)
 
 
