@@ -19,24 +19,26 @@
 from __future__ import annotations
 
 import math
-import weakref
 
 import numpy as np
 
 from .. import core
 from ..context import _tls  # (the running state without a call, on the per-instruction path)
-from ..access_pattern import position_in_root
 from .. import diagnostics as _diag
 from .. import memory as _memory
+from .. import psum_record as _psum_record
 from .. import recording as _prof
 from .. import dtypes as dt
 from ..core import Access, HBMTensor, Tile, psum, sbuf
 from ..errors import NKIError, NotBatchable
 from ..index_expr import Mask
-from ..indexing import Index, _full_mask
+from ..indexing import _full_mask
 # The declaration of an instruction and the operator tables live in their own modules; their names
 # stay importable from here, where the instructions import them with the operand checks.
 from .declaration import first_generation, instruction  # noqa: F401
+# The record of which PSUM elements hold a value lives below the data model (the one write path marks it).
+from ..psum_record import (_WHOLE_VIEWS_MAX, _all_written, _index_of, _offset_in_root, _psum_written,  # noqa: F401
+                           _region_key, _region_mask, _view_written, _written_mask, psum_state, root_of)
 from .operators import (BITVEC, _ALU, _NL_REDUCTIONS, _NUMPY_ALIASES, _REDUCERS, _alu,  # noqa: F401
                         _identity, alu, bitvec_on_integers, identity_of, is_bitvec, reducer)
 
@@ -152,83 +154,6 @@ def same_rows(op, a, an, b, bn):
 # ---------------------------------------------------------------------------
 # writing a destination
 # ---------------------------------------------------------------------------
-# Per PSUM tile (by id: Tile overloads ==): [weakref, which elements hold a value, all of them do:
-# True, False (not known), or None (not all, and nothing marked since that was found), the views
-# found whole (see _region_key)], for nc_matmul's accumulate=None inference. Elements are only ever
-# marked (a write never unwrites), so "all" -- of the tile or of a view -- stays true once found.
-# Entries go when the tile does.
-_psum_written = {}
-_WHOLE_VIEWS_MAX = 256  # views remembered per tile (a loop's views of one PSUM tile are a few)
-
-
-def _written_mask(root, create=False):
-    ent = _psum_written.get(id(root))
-    if ent is not None and ent[0]() is root:
-        return ent[1]
-    if not create:
-        return None
-    key = id(root)
-    mask = np.zeros(root.shape, dtype=bool)
-    _psum_written[key] = [weakref.ref(root, lambda _, k=key: _psum_written.pop(k, None)), mask, False, set()]
-    return mask
-
-
-def _all_written(root) -> bool:
-    """Whether every element of PSUM tile ``root`` holds a value (the mask's all() pass runs once per
-    change of the mask until it does, then never again)."""
-    ent = _psum_written.get(id(root))
-    if ent is None or ent[0]() is not root:
-        return False
-    if ent[2] is False:
-        ent[2] = True if ent[1].all() else None
-    return bool(ent[2])
-
-
-def _region_key(root, dst):
-    """A view ``dst`` of PSUM tile ``root`` by its place in the root: ``(offset, shape, strides)`` in
-    the root's elements (``None`` when it is not a strided view of it)."""
-    raw = dst._raw()
-    pos = position_in_root(raw, root)
-    return None if pos is None else (pos[0], raw.shape, pos[1])
-
-
-def _index_of(root, dst):
-    """The Index that made ``dst`` as ``root[...]`` (``None`` for any other view): the same Index
-    object selects the same elements of the root every time (resolved Indexes are shared by the
-    loop iterations that slice alike, and never changed)."""
-    if dst._parent is not root:
-        return None
-    idx = getattr(dst._review, "__self__", None)
-    return idx if type(idx) is Index else None
-
-
-def _view_written(root, dst) -> bool:
-    """Whether every element of ``dst``, a view of PSUM tile ``root``, holds a value. A view found
-    whole is remembered by its place, so a loop accumulating into ``psum[0:128, 0:T]`` reads the
-    mask once, not at every matmul."""
-    ent = _psum_written.get(id(root))
-    if ent is None or ent[0]() is not root:
-        return False
-    if ent[2]:
-        return True
-    idx = _index_of(root, dst)
-    if idx is not None and idx in ent[3]:
-        return True
-    key = _region_key(root, dst)
-    if key is None:
-        return bool(psum_state(dst).all())
-    if key in ent[3]:
-        return True
-    if not np.ndarray(key[1], dtype=bool, buffer=ent[1], offset=key[0], strides=key[2]).all():
-        return False
-    if len(ent[3]) >= _WHOLE_VIEWS_MAX:
-        ent[3].clear()
-    ent[3].add(key)
-    if idx is not None:
-        ent[3].add(idx)
-    return True
-
-
 class scratch:
     """``with scratch():`` computes without registering new tiles with the program: intermediates
     that only live until they are copied into ``dst`` have no hardware buffer and must not count
@@ -266,31 +191,6 @@ def fit_dst(dst, values, op, what="result"):
         return np.reshape(values, dshape)
     raise NKIError("dst shape", f"nisa.{op}: dst has shape {dshape} but the {what} has shape {vshape}; dst "
                    "needs the same partition size and the same number of elements per partition")
-
-
-def root_of(tile):
-    """The allocated tile a view belongs to."""
-    while tile._parent is not None:
-        tile = tile._parent
-    return tile
-
-
-def _offset_in_root(view, root):
-    """Element offset of ``view``'s first element in ``root`` (``None`` if not a view of it)."""
-    pos = position_in_root(view._raw(), root)
-    return None if pos is None else pos[0]
-
-
-def _region_mask(mask, root, dst):
-    """The part of a root-shaped bool ``mask`` that the view ``dst`` covers (``None`` if unknown)."""
-    if dst is root:
-        return mask
-    raw = dst._raw()
-    pos = position_in_root(raw, root)  # (a placed root's partitions are not adjacent in memory)
-    if pos is None:
-        return None
-    # (a bool mask: element strides are byte strides; ndarray() checks the view stays inside the mask)
-    return np.ndarray(raw.shape, dtype=bool, buffer=mask, offset=pos[0], strides=pos[1])
 
 
 def partition_range(tile):
@@ -352,18 +252,7 @@ def write(dst, values, op, what="result", mask=None, add=False):
     if prog is not None and dst._mem is not None:  # the instruction wrote dst: one memory slot
         _memory.wrote_dst(dst._mem, prog)
     if root.buffer is psum and not add:  # (an add writes only elements that hold a value already)
-        ent = _psum_written.get(id(root))
-        if ent is not None and ent[0]() is root and (ent[2] or (keep is None and dst is not root and ent[3] and (
-                _index_of(root, dst) in ent[3] or _region_key(root, dst) in ent[3]))):
-            return  # (every element written holds a value already)
-        written = _written_mask(root, create=True)
-        region = _region_mask(written, root, dst)
-        if region is None or (region is written and keep is None):
-            written[...] = True
-            _psum_written[id(root)][2] = True
-        else:
-            region[...] = True if keep is None else (region | np.broadcast_to(keep, region.shape))
-            _psum_written[id(root)][2] = False  # (not all before: perhaps now)
+        _psum_record.mark(root, dst, keep)
 
 
 def _write_batched(dst, vals, op, what, mask, add):
@@ -385,8 +274,7 @@ def _write_batched(dst, vals, op, what, mask, add):
         core.flush_pending()
     dst.write_whole(vals if vals.dtype == dst.dtype else dt.cast(vals, dst.dtype))
     if root.buffer is psum:
-        _written_mask(root, create=True)[...] = True
-        _psum_written[id(root)][2] = True
+        _psum_record.mark_all(root)
 
 
 def compute_into(dst, fn, a, b, dtype, engine, op):
@@ -476,16 +364,6 @@ def _wrote_whole(dst, data, m, prog, values):
         _diag.on_write(dst, idx if idx is not None else core._whole_index(shape, dst.buffer.tile_label), values)
     if prog is not None and m is not None:  # the instruction wrote dst: one memory slot
         _memory.wrote_dst(m, prog)
-
-
-def psum_state(dst):
-    """Bool array in ``dst``'s shape: which of its PSUM elements already hold a value."""
-    root = root_of(dst)
-    written = _written_mask(root)
-    if written is None:
-        return np.zeros(dst.shape, dtype=bool)
-    region = _region_mask(written, root, dst)
-    return np.broadcast_to(bool(written.any()), dst.shape) if region is None else region
 
 
 def psum_accumulate(dst, values, accumulate, op):
