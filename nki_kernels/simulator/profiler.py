@@ -118,12 +118,23 @@ def _rec_operand(rec, box=None):
         part, n, lo, hi = rec.place
         return (space, ("placed", space), ((part, part + n), (lo, hi)))
     if rec.root is not None:  # a block of a block-dimension tensor: that block of its tensor
-        # (as a 2-D box, flat block index x everything: the scheduler's unrolled overlap test)
         flat = 0
         for b, n in zip(rec.key, rec.root.shape):
             flat = flat * int(n) + int(b)
-        return (space, rec.root, ((flat, flat + 1), (0, 1)))
-    return (space, rec, None if rec.blocks is not None else box)
+        return (space, rec.root, ("block", flat))
+    return (space, rec, ("blocks",) if rec.blocks is not None else box)
+
+
+def _nblocks(rec) -> int:
+    """Blocks of a block-dimension tensor's record (its block axes: those of a block used so far, else
+    the axes before the partition axis of its shape)."""
+    key = next(iter(rec.blocks), None) if rec.blocks else None
+    nb = len(key) if key is not None else 0
+    if key is None:
+        shape = tuple(rec.shape)
+        lead = [i for i, n in enumerate(shape[:-1]) if n <= 128]
+        nb = max(lead, key=lambda i: (shape[i], -i)) if lead else 0
+    return math.prod(int(n) for n in rec.shape[:nb]) if nb else 1
 
 
 def _tile_operand(tile):
@@ -605,23 +616,30 @@ class Recorder:
         return sched.result(), slots, alloc
 
     @staticmethod
-    def _key(o, alloc, region, units, role):
+    def _keys(o, alloc, region, units, role):
+        """The timing model's buffer keys of operand ``o``. Each block of a block-dimension tensor is
+        a buffer of its own (its blocks are disjoint: the scheduler then checks one entry, not every
+        block's), so the whole tensor is all of its blocks."""
         space, unit, box = o
         if space == "hbm" or isinstance(unit, tuple):
-            return (space, unit, box)
+            return ((space, unit, box),)
         ident = region.get(id(unit))
         if ident is None:
             nbytes = int(getattr(unit, "nbytes", 0) or 0)
             ident = region[id(unit)] = alloc.take(space, nbytes, role)
             units[id(unit)] = unit
-        return (space, ident, box)
+        if type(box) is tuple and box and box[0] == "block":
+            return ((space, (ident, box[1]), None),)
+        if box == ("blocks",):
+            return tuple((space, (ident, b), None) for b in range(_nblocks(unit)))
+        return ((space, ident, box),)
 
     def _instr(self, ev, alloc, region, units):
         """The timing model's :class:`Instr` of a recorded event."""
-        key = self._key
+        keys = self._keys
         role = (ev.kind, ev.label, ev.info.get("tensor"))  # (the allocation site a loop body repeats)
-        reads = tuple(key(o, alloc, region, units, role) for o in ev.reads)
-        writes = tuple(key(o, alloc, region, units, role) for o in ev.writes)
+        reads = tuple(k for o in ev.reads for k in keys(o, alloc, region, units, role))
+        writes = tuple(k for o in ev.writes for k in keys(o, alloc, region, units, role))
         info = ev.info
         pid = ev.prog.pid if ev.prog is not None else ()
         if ev.kind == "d":
