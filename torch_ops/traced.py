@@ -39,7 +39,6 @@ def _find_kernel(module: str, qualname: str):
     return obj
 
 
-@torch._dynamo.assume_constant_result
 def launch_payload(module: str, qualname: str, grid: tuple, static_items: tuple, specs: tuple) -> tuple:
     """``(payload, is_tuple)`` for a launch described by plain constants (run by Dynamo at trace time)."""
     kernel = _find_kernel(module, qualname)
@@ -49,6 +48,13 @@ def launch_payload(module: str, qualname: str, grid: tuple, static_items: tuple,
     single = isinstance(out, ShapeDtype)
     results = [(tuple(r.shape), r.dtype) for r in ((out,) if single else out)]
     return encode_payload(kernel, grid, static, operands, results), not single
+
+
+# What ``torch._dynamo.assume_constant_result`` does (torch 2.9 and 2.13: it sets this attribute and
+# returns the function), without importing torch._dynamo when torch_ops is imported: that import
+# doubles torch_ops' import time, and Dynamo is loaded anyway by the time it reads the mark.
+# tests/test_torch_traced.py compiles through it, so a torch that changed the mark fails there.
+launch_payload._dynamo_marked_constant = True
 
 
 def traced_launch(kernel, grid: tuple, tensors, static: dict):
