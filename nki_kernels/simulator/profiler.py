@@ -653,7 +653,7 @@ class Recorder:
         shape = info.get("shape") or (1,)
         dtype_out = info.get("dtype_out")
         read_recs = info.get("read_recs", [])
-        dtype_in = max((r.dtype for r in read_recs), key=lambda d: np.dtype(d).itemsize, default=dtype_out)
+        dtype_in = max((r.dtype for r in read_recs), key=_itemsize, default=dtype_out)
         label = ev.label
         name, op = label, ""
         parts = _partitions(shape)
@@ -694,7 +694,7 @@ class Recorder:
         geo = [_tile_geometry(t) for t in ins + outs]
         parts = max((g[0] for g in geo), default=128)
         free = max((g[1] for g in geo), default=1)
-        dtype_in = max((t.dtype for t in ins), key=lambda d: np.dtype(d).itemsize, default=None)
+        dtype_in = max((t.dtype for t in ins), key=_itemsize, default=None)
         dtype_out = outs[0].dtype if outs else ev.info.get("dtype_out")
         kw = {}
         if ev.engine == "Tensor" and name in ("nc_matmul", "nc_matmul_mx") and "stationary" in tiles:
@@ -717,13 +717,23 @@ def _add_hbm(ev, hop, direction):
         side.append(hop)
 
 
+_DNAMES = {}
+
+
+def _itemsize(dtype) -> int:
+    return getattr(dtype, "itemsize", None) or np.dtype(dtype).itemsize
+
+
+
 def _dname(dtype) -> str:
-    if dtype is None:
-        return "float32"
-    try:
-        return np.dtype(dtype).name
-    except TypeError:
-        return str(dtype)
+    name = _DNAMES.get(dtype)  # (once per dtype: np.dtype() on every instruction costs)
+    if name is None:
+        try:
+            name = np.dtype(dtype).name if dtype is not None else "float32"
+        except TypeError:
+            name = str(dtype)
+        _DNAMES[dtype] = name
+    return name
 
 
 def _op_name(op) -> str:

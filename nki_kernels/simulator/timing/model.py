@@ -115,7 +115,7 @@ class Operand:
         return (self.space, self.ident, self.box)
 
 
-@dataclass(frozen=True)
+@dataclass(eq=False, slots=True)  # (not frozen: a frozen dataclass's __init__ costs ~3x, once per instruction)
 class Instr:
     """One instruction (event) in program order. Fields (defaults suit a full-width BF16 tile):
 
