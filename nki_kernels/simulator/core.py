@@ -24,14 +24,15 @@ import numpy as np
 from . import buffer_pool as _pool
 from . import config as _config
 from . import diagnostics as _diag
-from . import dtypes as dt
 from . import memory as _memory
 from . import indexing as _indexing
 from .context import _tls, current_or_none, set_current  # noqa: F401 - the running program (re-exported)
 from .nki_tensor import NkiTensor
 from .errors import NKIError, OutOfBoundsNKIError, NotBatchable
-from .indexing import _whole_index, resolve, tile_view, tile_write
-from .values import _broadcast_view, _fit, _host_values as _values
+from .indexing import resolve, tile_view
+from .values import _broadcast_view
+# The one write into a tile (assignments and instructions alike) lives below this module.
+from .tile_writes import write, wrote_whole  # noqa: F401 - (re-exported)
 from .indexing import full_mask
 # The data model's other parts live in their own modules, below this one; their names stay
 # importable from here (``core.Program``, ``core.HBMTensor`` ...), as the simulator's modules use them.
@@ -437,50 +438,7 @@ class Tile(NkiTensor):
             col = self._as_column(key)  # a view of the now-private data
             col[key] = value
             return
-        unfilled = self._unfilled_block(key, value)
-        if unfilled is None:
-            self.own()
-        else:
-            flush_pending()  # (own() would fill the blocks this assignment and later ones write whole)
-        idx = resolve(self.shape, key, self.buffer.tile_label)
-        m = self._mem
-        if m is not None:
-            if m.blocks is not None:
-                b = _memory.block_index(self, key)
-                m = _memory.block_rec(m, b) if b is not None else m
-            if getattr(value, "_mem", None) is not m:  # (not `t[i] = t[i]` after `t[i] += x`)
-                _memory.assigned(m, value)
-        src = value
-        wrote = None
-        if isinstance(value, Tile):
-            if value._diag is not None or _tls.loops:
-                _diag.on_read(value)
-            src = dt.compute_view(value._raw())
-            wrote = value._written
-        data = self._raw() if unfilled is None else self._data
-        self._written = None
-        if wrote is not None and wrote.size == math.prod(idx.out_shape) and not self.nb:
-            # An instruction under mask= writes only the elements its mask selects: the rest of the
-            # destination keeps its values (not the zeros the functional result holds there).
-            vals = _fit(_values(src, "value"), idx.out_shape, "tile assignment", self.buffer.region_label)
-            idx.write(data, dt.cast(np.broadcast_to(vals, idx.out_shape), data.dtype),
-                      np.reshape(wrote, idx.out_shape), what=self.buffer.tile_label)
-        elif wrote is not None and self.nb:
-            raise NotBatchable("a masked instruction's result assigned in a batch of programs")
-        elif self.nb:
-            full = data.shape[:self.nb] + idx.out_shape
-            vals = _fit(_values(src, "value"), full, "tile assignment", self.buffer.region_label)
-            tile_write(idx, data, dt.cast(vals, data.dtype), self.nb)
-        else:
-            vals = _fit(_values(src, "value"), idx.out_shape, "tile assignment", self.buffer.region_label)
-            idx.write(data, dt.cast(vals, data.dtype), what=self.buffer.tile_label)
-        if unfilled is not None:
-            written = self._thunk[1][1]
-            written.add(unfilled)
-            if len(written) == self.blocks():
-                self._thunk = None  # every block written whole: nothing left to fill
-        if self._diag is not None or _tls.loops:
-            _diag.on_write(self, idx, value)
+        write(self, value, key=key)
 
     def _set_block(self, k, value) -> bool:
         """``self[k] = value`` (:meth:`__setitem__`) for block ``k`` of a one-block-dimension fp32 tile
@@ -505,9 +463,8 @@ class Tile(NkiTensor):
                 m = _memory.block_rec(m, (b,))
             if value._mem is not m:
                 _memory.assigned(m, value)
-        diag = self._diag is not None or _tls.loops
-        if value._diag is not None or _tls.loops:
-            _diag.on_read(value)
+        diag = self._diag is not None or _tls.loops  # (before the write: a fill completed below drops no state)
+        _diag.read(value)
         self._written = None
         data[b] = vdata
         if thunk is not None:
@@ -532,45 +489,6 @@ class Tile(NkiTensor):
                                          for k in parts[self.pdim:]):
             return None
         return _memory.block_index(self, key)
-
-    def write_whole(self, values: np.ndarray, add: bool = False) -> None:
-        """``self[...] = values`` for an array already of this tile's shape and dtype (the
-        destination write of a ``dst=`` instruction), with the bookkeeping of :meth:`__setitem__`
-        but no key to resolve. ``add=True`` adds ``values`` in place instead (fp32 tiles only: the
-        same bits as computing ``self + values`` and writing that). The caller (operands.write) has
-        computed the program's pending deferred op."""
-        m = self._mem
-        thunk = self._thunk
-        shape = self._data.shape if thunk is None else thunk[2]  # (self.shape without the call, as nb == 0 here)
-        if self.nb or (m is not None and m.tiles is not None) or values.shape != shape:
-            if add:
-                values = dt.compute_view(self._raw()) + values
-            self[...] = values  # batched, or a placed block tensor (an error there): the general path
-            return
-        if thunk is not None and thunk[0] is fill_sentinel and not add and self._parent is None:
-            self._thunk = thunk = None  # the whole tile is written: its deferred fill would be overwritten
-        data = self._data
-        if thunk is not None or not data.flags.writeable:
-            self.own()
-            data = self._data  # (own() computed a deferred value, or made a private copy)
-        # (else own() has nothing to do: its caller, operands.write, computed the pending op already)
-        if m is not None:
-            if type(values) is np.ndarray:  # (no tile a last instruction produced: what assigned() finds)
-                _memory.copied(m)
-            else:
-                _memory.assigned(m, values)
-        self._written = None
-        if add:
-            np.add(data, values, out=data)
-        elif values.dtype == data.dtype:
-            data[...] = values  # (np.copyto's values, without its Python-level dispatch)
-        else:
-            np.copyto(data, values)
-        if self._diag is not None or _tls.loops:
-            idx = _WHOLE_INDEX.get(shape)
-            if idx is None:
-                idx = _whole_index(shape, self.buffer.tile_label)
-            _diag.on_write(self, idx, values)
 
     def broadcast_to(self, shape):
         """This tile broadcast to ``shape`` (size-1 dims repeat); same as ``nl.broadcast_to``."""

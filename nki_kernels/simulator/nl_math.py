@@ -15,7 +15,6 @@ import functools as _functools
 
 import numpy as np
 
-from .context import _tls
 from . import diagnostics as _diag
 from . import dtypes as dt
 from . import recording as _prof
@@ -107,8 +106,7 @@ def _make_unary(name, fn):
     def op(x, dtype=None, *, mask=None):
         if lazy_ok and dtype is None and mask is None and type(x) is Tile:
             # A tile's own dtype out (most uses): _deferred's tile without the general layers.
-            if x._diag is not None or _tls.loops:
-                _diag.on_read(x)
+            _diag.read(x)
             a = x.data
             d = a.dtype
             if (type(a) is np.ndarray and a.ndim and d not in dt._LOW_FLOATS
@@ -153,11 +151,9 @@ def _make_binary(name, fn):
         if lazy_ok and dtype is None and mask is None and type(x) is Tile and type(y) is Tile:
             # Two tiles of one dtype and shape (most ops of a kernel): _deferred's tile without the
             # general layers (_values, _out_dtype, NumPy's promotion); the same hooks in the same order.
-            if x._diag is not None or _tls.loops:
-                _diag.on_read(x)
+            _diag.read(x)
             a = x.data
-            if y._diag is not None or _tls.loops:
-                _diag.on_read(y)
+            _diag.read(y)
             b = y.data
             d = a.dtype
             if (type(a) is np.ndarray and type(b) is np.ndarray and b.dtype == d and a.shape == b.shape
@@ -168,8 +164,7 @@ def _make_binary(name, fn):
             a, b = dt.compute_view(a), dt.compute_view(b)
         elif lazy_ok and dtype is None and mask is None and type(x) is Tile and type(y) is float:
             # An fp32 tile and a Python float (an fp32 scalar): fp32 out, as promotion gives.
-            if x._diag is not None or _tls.loops:
-                _diag.on_read(x)
+            _diag.read(x)
             a = x.data
             if type(a) is np.ndarray and a.dtype == dt.float32 and a.ndim:
                 _prof.instruction("Vector", a)

@@ -156,8 +156,7 @@ def _update_blocked(fn, cur, other) -> bool:
     op, (a, b), _, _ = other._thunk
     if not cur.flags.writeable or np.may_share_memory(cur, a) or np.may_share_memory(cur, b):
         return False
-    if other._diag is not None or _tls.loops:
-        _diag.on_read(other)
+    _diag.read(other)
     m = other._mem
     if m is not None and m.last != m.mem.ic:  # (Tile.data's live-range touch, without computing it)
         _memory.touch(m)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from .context import _tls
 from . import diagnostics as _diag
 from . import dtypes as dt
 from . import recording as _prof
@@ -35,8 +34,7 @@ class tile_size:
 def _values(x, name: str):
     """The array an engine reads for operand ``x`` (fp32 for low-precision tiles)."""
     if isinstance(x, Tile):
-        if x._diag is not None or _tls.loops:
-            _diag.on_read(x)
+        _diag.read(x)
         return dt.compute_view(x.data)
     return _host_values(x, name)
 
@@ -105,8 +103,7 @@ def _need_tile(x, name, op):
     if not isinstance(x, Tile):
         _values(x, name)  # raises the HBM / type error
         raise NKIError("operand type", f"{op}: operand {name} must be a tile, got {type(x).__name__}")
-    if x._diag is not None or _tls.loops:
-        _diag.on_read(x)
+    _diag.read(x)
     return x
 
 

@@ -8,6 +8,8 @@ only by their attributes (``data``, ``nb``, ``buffer``, ``_diag``) and are given
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .context import _tls
@@ -61,8 +63,7 @@ def _host_values(x, name: str):
 def _broadcast_view(x, shape, tile_cls):
     """Tile ``x`` broadcast to ``shape`` (size-1 dims repeat; ``nl.broadcast_to``): a ``tile_cls``
     viewing ``x``'s memory with zero strides, not a tile of its own. Reads ``x`` (its read hook)."""
-    if x._diag is not None or _tls.loops:
-        _diag.on_read(x)
+    _diag.read(x)
     shape = tuple(int(s) for s in shape)
     try:
         data = np.broadcast_to(_partition_first(x.data, len(shape), x.nb), x.data.shape[:x.nb] + shape)
@@ -70,3 +71,29 @@ def _broadcast_view(x, shape, tile_cls):
         raise NKIError("broadcast", f"cannot broadcast a tile of shape {x.shape} to {shape} "
                        "(only size-1 dims broadcast)") from None
     return tile_cls(data, x.buffer, parent=x)
+
+
+def per_partition(shape) -> int:
+    """Elements per partition of a tile shape (partition axis first)."""
+    return math.prod(shape[1:]) if len(shape) > 1 else 1
+
+
+def fit_dst(dst, values, op, what="result"):
+    """``values`` in ``dst``'s shape: equal shapes, or the same partition size and elements per partition.
+    In a batch of programs, values with the batch's leading axes keep them."""
+    vshape = values.shape if type(values) is np.ndarray else tuple(np.shape(values))
+    dshape = tuple(dst.shape)
+    if vshape == dshape:
+        return values
+    nb = dst.nb
+    if nb and len(vshape) > nb and vshape[:nb] == _tls.program.bshape:
+        inner = vshape[nb:]
+        if inner == dshape:
+            return values
+        if inner and dshape and inner[0] == dshape[0] and per_partition(inner) == per_partition(dshape):
+            return np.reshape(values, vshape[:nb] + dshape)
+        vshape = inner
+    if vshape and dshape and vshape[0] == dshape[0] and per_partition(vshape) == per_partition(dshape):
+        return np.reshape(values, dshape)
+    raise NKIError("dst shape", f"nisa.{op}: dst has shape {dshape} but the {what} has shape {vshape}; dst "
+                   "needs the same partition size and the same number of elements per partition")

@@ -15,7 +15,7 @@ from .. import dtypes as _dt
 from .. import memory as _memory
 from ..core import PMAX as _PMAX, Tile as _Tile
 from ..core import psum as _psum, sbuf as _sbuf
-from ..context import _tls, current_or_none as _current_or_none
+from ..context import current_or_none as _current_or_none
 from ..core import read_inside as _read_inside
 from ..errors import NKIError as _NKIError
 from ..errors import NotBatchable as _NotBatchable
@@ -37,8 +37,7 @@ def _tile(x, name, op, buffers=(_sbuf, _psum), mask=None):
         allowed = " or ".join(b.name.upper() for b in buffers)
         raise _NKIError("operand memory", f"nisa.{op}: {name} (shape {x.shape}) is in {x.buffer.name.upper()}; "
                        f"this operand must be in {allowed}")
-    if x._diag is not None or _tls.loops:
-        _diag.on_read(x)
+    _diag.read(x)
     return x
 
 

@@ -5,9 +5,10 @@
   defined in :mod:`.declaration`);
 * :func:`check_dst` / :func:`tile_operand`: a destination or an operand is a tile
   in an allowed memory (an :class:`NKIError` naming the rule otherwise);
-* :func:`write`: round computed values to ``dst.dtype`` and write them into
-  ``dst`` (a tile or a view of one), leaving elements that ``mask`` excludes
-  unmodified, as the reference pages state for ``dst=`` instructions;
+* :func:`write`: the one write into a tile (:func:`.core.write`, re-exported): round
+  computed values to ``dst.dtype`` and write them into ``dst`` (a tile or a view of
+  one), leaving elements that ``mask`` excludes unmodified, as the reference pages
+  state for ``dst=`` instructions;
 * :func:`partition_range`: where a tile view starts in its partitions (the
   quadrant rules of cross-partition instructions need it);
 * :func:`alu` / :func:`reducer`: the NumPy function behind an operator given as
@@ -18,7 +19,6 @@
 
 from __future__ import annotations
 
-import math
 
 import numpy as np
 
@@ -26,17 +26,17 @@ from .. import core
 from ..context import _tls  # (the running state without a call, on the per-instruction path)
 from .. import diagnostics as _diag
 from .. import memory as _memory
-from .. import psum_record as _psum_record
-from .. import recording as _prof
 from .. import dtypes as dt
 from ..core import Access, HBMTensor, Tile, psum, sbuf
+# The one write into a tile, which every instruction's dst= write takes (its fast branch included).
+from ..core import write  # noqa: F401
 from ..errors import NKIError, NotBatchable
 from ..index_expr import Mask
-from ..indexing import _full_mask
 # The declaration of an instruction and the operator tables live in their own modules; their names
 # stay importable from here, where the instructions import them with the operand checks.
 from .declaration import first_generation, instruction  # noqa: F401
 # The record of which PSUM elements hold a value lives below the data model (the one write path marks it).
+from ..values import fit_dst, per_partition  # noqa: F401 - (the one write path fits with them)
 from ..psum_record import (_WHOLE_VIEWS_MAX, _all_written, _index_of, _offset_in_root, _psum_written,  # noqa: F401
                            _region_key, _region_mask, _view_written, _written_mask, psum_state, root_of)
 from .operators import (BITVEC, _ALU, _NL_REDUCTIONS, _NUMPY_ALIASES, _REDUCERS, _alu,  # noqa: F401
@@ -62,10 +62,9 @@ def names(buffers):
     return " or ".join(b.name.upper() for b in buffers)
 
 
-def mark_read(tile):
-    """Tell the diagnostics (uninitialised reads, loop-carried dependencies) that an op reads ``tile``."""
-    if tile._diag is not None or _tls.loops:
-        _diag.on_read(tile)
+# Tell the diagnostics (uninitialised reads, loop-carried dependencies) that an op reads a tile: the
+# one read hook itself, under the name the instructions know (an alias: no call of its own).
+mark_read = _diag.read
 
 
 def tile_operand(x, name, op, buffers=ON_CHIP):
@@ -106,11 +105,6 @@ def no_gpsimd_psum(eng, op, *tiles):
             if isinstance(t, Tile) and t.buffer is psum:
                 raise NKIError("operand memory", f"nisa.{op}: engine=GpSimd cannot access PSUM (a tile of shape "
                                f"{t.shape} is in PSUM); use the Vector or Scalar engine")
-
-
-def per_partition(shape) -> int:
-    """Elements per partition of a tile shape (partition axis first)."""
-    return math.prod(shape[1:]) if len(shape) > 1 else 1
 
 
 def rows(values, parts, nb=0):
@@ -172,27 +166,6 @@ class scratch:
         return False
 
 
-def fit_dst(dst, values, op, what="result"):
-    """``values`` in ``dst``'s shape: equal shapes, or the same partition size and elements per partition.
-    In a batch of programs, values with the batch's leading axes keep them."""
-    vshape = values.shape if type(values) is np.ndarray else tuple(np.shape(values))
-    dshape = tuple(dst.shape)
-    if vshape == dshape:
-        return values
-    nb = dst.nb
-    if nb and len(vshape) > nb and vshape[:nb] == _tls.program.bshape:
-        inner = vshape[nb:]
-        if inner == dshape:
-            return values
-        if inner and dshape and inner[0] == dshape[0] and per_partition(inner) == per_partition(dshape):
-            return np.reshape(values, vshape[:nb] + dshape)
-        vshape = inner
-    if vshape and dshape and vshape[0] == dshape[0] and per_partition(vshape) == per_partition(dshape):
-        return np.reshape(values, dshape)
-    raise NKIError("dst shape", f"nisa.{op}: dst has shape {dshape} but the {what} has shape {vshape}; dst "
-                   "needs the same partition size and the same number of elements per partition")
-
-
 def partition_range(tile):
     """``(start, count)``: the partitions of its allocation that a tile (or a view of one) covers."""
     root = root_of(tile)
@@ -211,118 +184,11 @@ def partition_range(tile):
     return start, count
 
 
-def write(dst, values, op, what="result", mask=None, add=False):
-    """Round ``values`` to ``dst.dtype`` and write them into ``dst`` (a tile or a view of one).
-
-    ``mask`` (a first-generation predicate, or a bool array in ``dst``'s shape)
-    leaves the elements it excludes unmodified. ``add=True`` (no mask; see
-    :func:`write_accumulating`) adds the values to what ``dst`` holds, in place.
-    """
-    vals = values if type(values) is np.ndarray else np.asarray(values)
-    if mask is None and not add and _into(dst, None, vals, None, None):  # (a plain SBUF tile written whole)
-        return
-    if dst.nb:
-        _write_batched(dst, vals, op, what, mask, add)
-        return
-    if dst._thunk is None:  # (dst.shape / dst.dtype without the property calls: nb is 0 here)
-        dshape, ddtype = dst._data.shape, dst._data.dtype
-    else:
-        dshape, ddtype = dst.shape, dst.dtype
-    if vals.shape != dshape:
-        vals = fit_dst(dst, vals, op, what)
-    root = dst if dst._parent is None else root_of(dst._parent)
-    prog = getattr(_tls, "program", None)
-    if prog is not None and prog.pending is not None:
-        core.flush_pending()  # a deferred op may still read the memory about to be written
-    if dst is not root and getattr(dst, "_layout", None) is None:  # (dynamic views write through their layout)
-        data = dst._raw()
-        if not data.flags.writeable and dst._review is not None:
-            dst.own()  # a view of a tile viewing HBM copy-on-write: the tile takes its copy, the view follows
-            data = dst._raw()
-        if not data.flags.writeable or not np.may_share_memory(data, root._raw()):
-            raise NKIError("dst view", f"nisa.{op}: dst (shape {dst.shape}) is a copy, not a view, of a "
-                           f"{root.buffer.name} tile {root.shape}; write to a basic-slice view of the tile "
-                           "(e.g. t[0:128, 0:512]) or to the tile itself")
-    keep = None if mask is None else (mask if isinstance(mask, np.ndarray) and mask.dtype == bool
-                                      else _full_mask(mask, tuple(dst.shape)))
-    new = vals if vals.dtype == ddtype else dt.cast(vals, ddtype)
-    if keep is not None:
-        new = np.where(np.broadcast_to(keep, new.shape), new, dst.data)
-    dst.write_whole(new, add)
-    if prog is not None and dst._mem is not None:  # the instruction wrote dst: one memory slot
-        _memory.wrote_dst(dst._mem, prog)
-    if root.buffer is psum and not add:  # (an add writes only elements that hold a value already)
-        _psum_record.mark(root, dst, keep)
-
-
-def _write_batched(dst, vals, op, what, mask, add):
-    """:func:`write` in a batch of programs: ``vals`` carry ``dst``'s batch axes (or none, the same
-    values for each program). A mask, an in-place add, and a PSUM destination other than a whole
-    tile (whose written-elements record is per program) have no batched form here."""
-    if mask is not None or add:
-        raise NotBatchable(f"nisa.{op}: a masked or accumulating write in a batch of programs")
-    root = root_of(dst)
-    if root.buffer is psum and dst is not root:
-        raise NotBatchable(f"nisa.{op}: a write into a view of a PSUM tile in a batch of programs")
-    vals = fit_dst(dst, vals, op, what)
-    if dst is not root and getattr(dst, "_layout", None) is None:
-        data = dst._raw()
-        if not data.flags.writeable or not np.may_share_memory(data, root._raw()):
-            raise NotBatchable(f"nisa.{op}: dst is not a writeable view of its tile in a batch of programs")
-    prog = getattr(_tls, "program", None)
-    if prog is not None and prog.pending is not None:
-        core.flush_pending()
-    dst.write_whole(vals if vals.dtype == dst.dtype else dt.cast(vals, dst.dtype))
-    if root.buffer is psum:
-        _psum_record.mark_all(root)
-
-
 def compute_into(dst, fn, a, b, dtype, engine, op):
     """``write(dst, dt.cast(fn(a, b), dtype), op)`` with the ``engine`` instruction counted once its
-    values exist.
-
-    A NumPy ufunc on fp32 arrays of an fp32 SBUF tile's shape computes straight into the tile's
-    own memory (:func:`_into`): the same bits as computing a result and copying it in, without the
-    temporary and the copy (``dst`` aliasing an operand is fine: ufuncs buffer overlapping inputs).
-    Anything else takes :func:`write`.
-    """
-    if not (dtype is _F32 and type(fn) is np.ufunc and type(b) is np.ndarray and b.dtype is _F32
-            and _into(dst, fn, a, b, engine)):  # (dtype objects compared by identity: a non-native fp32 falls back)
-        vals = dt.cast(fn(a, b), dtype)
-        _prof.instruction(engine, vals)
-        write(dst, vals, op)
-
-
-def _into(dst, fn, a, b, engine) -> bool:
-    """Write all of ``dst`` straight into its own array and do the bookkeeping of :func:`write`, when
-    ``dst`` is a plain SBUF tile (not a view, a dynamic view, a placed block tensor, a deferred value
-    or a tile viewing HBM) and ``a`` is an array of its shape: ``fn(a, b, out=...)`` (fp32 tile and
-    operands; the ``engine`` instruction is counted after it), or for ``fn=None`` a copy of ``a`` (of
-    the tile's dtype). Returns False, having done nothing, otherwise."""
-    data = dst._data
-    m = dst._mem
-    thunk = dst._thunk
-    if not (type(dst) is Tile and dst._parent is None and dst.buffer is sbuf and not dst.nb
-            and (thunk is None or thunk[0] is core.fill_sentinel) and (m is None or m.tiles is None)
-            and type(a) is np.ndarray and a.shape == data.shape
-            and (a.dtype is data.dtype if fn is None else (a.dtype is _F32 and data.dtype is _F32
-                                                           and b.shape == a.shape))
-            and data.flags.writeable):
-        return False
-    dst._thunk = None  # the whole tile is written: its deferred NaN fill would be overwritten
-    prog = getattr(_tls, "program", None)
-    if prog is not None and prog.pending is not None:
-        core.flush_pending()  # a deferred op may still read the memory about to be written
-    if fn is None:
-        data[...] = a
-    else:
-        fn(a, b, out=data)
-        _prof.instruction(engine, data)
-    dst._written = None
-    if m is not None:
-        _memory.copied(m)
-    _wrote_whole(dst, data, m, prog, data)
-    return True
+    values exist: a NumPy ufunc on fp32 operands of an fp32 SBUF tile's shape computes straight into
+    the tile (the one write path's fast branch, :func:`.core.write`)."""
+    write(dst, a, op, compute=(fn, b, dtype, engine))
 
 
 def borrow(dst, tensor, a) -> bool:
@@ -351,19 +217,8 @@ def borrow(dst, tensor, a) -> bool:
     dst._written = None
     if m is not None:
         _memory.copied(m)
-    _wrote_whole(dst, view, m, prog, view)
+    core.wrote_whole(dst, view, m, prog, view)
     return True
-
-
-def _wrote_whole(dst, data, m, prog, values):
-    """The diagnostics and memory-slot bookkeeping of an instruction that wrote all of the plain tile
-    ``dst`` (array ``data``, record ``m``) with ``values``."""
-    if dst._diag is not None or _tls.loops:
-        shape = dst.shape if dst.nb else data.shape  # (a batch's tile: its programs' shape)
-        idx = core._WHOLE_INDEX.get(shape)
-        _diag.on_write(dst, idx if idx is not None else core._whole_index(shape, dst.buffer.tile_label), values)
-    if prog is not None and m is not None:  # the instruction wrote dst: one memory slot
-        _memory.wrote_dst(m, prog)
 
 
 def psum_accumulate(dst, values, accumulate, op):
@@ -433,7 +288,7 @@ def _add_in_place(dst, vals) -> bool:
         _memory.copied(m)
     dst._written = None
     np.add(data, vals, out=data)
-    _wrote_whole(dst, data, m, prog, vals)
+    core.wrote_whole(dst, data, m, prog, vals)
     return True
 
 
