@@ -34,7 +34,8 @@ unsharded step, for the sharded / single ratio within one process.
 Output: a human line, then one JSON line (``{"bench": "jax_sharded", ...}``).
 NumPy's BLAS runs one thread unless ``OPENBLAS_NUM_THREADS`` is set (as in
 ``train_decoder_jax.py``: the simulator's matmuls are small), so the parallelism
-measured is XLA's device threads.
+measured is XLA's device threads. ``JAX_PLATFORMS`` defaults to ``cpu``: the 8
+devices are host devices even on a machine with a GPU.
 """
 
 from __future__ import annotations
@@ -74,6 +75,7 @@ if __name__ == "__main__":
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
                                f" --xla_force_host_platform_device_count={DEVICES}").strip()
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")  # XLA's CPU runtime, also where a GPU is present
     # Appended, not prepended: a PYTHONPATH naming another checkout's packages wins.
     sys.path.append(ROOT)
 sys.path.insert(0, HERE)
