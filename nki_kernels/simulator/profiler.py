@@ -410,7 +410,10 @@ class Recorder:
             self._push(st, ev)
             return
         else:
-            label = _gen1_name()
+            # (nl.load / nl.store call the hook themselves: their own frame names them, no walk)
+            label = sys._getframe(2).f_code.co_name
+            if label.startswith("_") or label in ("load_batched", "store_batched"):
+                label = _gen1_name()
             ev = _Event("d", "DMA", "dma_transpose" if "transpose" in label else "dma_copy", label,
                         st.prog if st else None, slot, info)
         _add_hbm(ev, hop, direction)
