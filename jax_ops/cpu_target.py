@@ -16,9 +16,11 @@ need a C handler and attributes instead of the opaque string.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import logging
+import os
 import math
 import sys
 import threading
@@ -38,6 +40,13 @@ _SIGNATURE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.POINTER(ctypes.c_voi
                               ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p)
 
 _lock = threading.Lock()
+# XLA runs the custom-calls of a sharded CPU program on several threads at once. The simulator runs
+# concurrent launches correctly, but its work is Python under the GIL: on a 16-core host an 8-device
+# sharded training step took 1.2-1.4x longer with its shards' launches running at once than taking
+# turns (scripts/bench_jax_sharded.py), so the CPU target lets them take turns unless
+# NKI_OPS_CPU_CALLS_AT_ONCE=1.
+_one_call_at_a_time = (contextlib.nullcontext() if os.environ.get("NKI_OPS_CPU_CALLS_AT_ONCE", "") == "1"
+                       else threading.Lock())
 _registered = False
 _last_error: BaseException | None = None
 _calls = 0
@@ -165,7 +174,8 @@ def _target(out_ptr, in_ptrs, opaque, opaque_len, status):
     _calls += 1
     try:
         payload = cc.decode_payload(ctypes.string_at(opaque, opaque_len))
-        execute(payload, out_ptr, in_ptrs)
+        with _one_call_at_a_time:
+            execute(payload, out_ptr, in_ptrs)
     except BaseException as exc:  # noqa: BLE001 - everything goes back to XLA as a failure
         _last_error = exc
         msg = f"{type(exc).__name__}: {exc}"
