@@ -39,6 +39,7 @@ import json
 import math
 import os
 import sys
+import threading
 
 import numpy as np
 
@@ -321,7 +322,9 @@ class Recorder:
         self.hw = core(version if version is not None else int(getattr(get_nc_version(), "value", 3)))
         self.sbuf_spare = sbuf_spare
         self.states = {}  # id(program) -> _ProgState, in launch order
-        self.current = None  # [name, engine, args, kwargs, used] of the declared instruction running now
+        # [name, engine, args, kwargs, used, program] of the declared instruction running now, per thread
+        # (a launch's core workers share its recorder)
+        self._local = threading.local()
         self.merged = 0  # `psum += nc_matmul(...)` additions folded into their matmul
         self.orphans = []  # events outside any program (nothing to order them by but time)
 
@@ -331,12 +334,13 @@ class Recorder:
         arguments; the engine hooks it calls belong to it until :meth:`end`."""
         # (the program is kept: a standalone instruction computes through its functional form with no
         # program current, so the memory model does not count those inner hooks)
-        self.current = [name, engine, args, kwargs, False, current_or_none()]
+        self._local.cur = [name, engine, args, kwargs, False, current_or_none()]
 
     def end(self) -> None:
         """The instruction begun last has returned (one that called no hook, e.g. an SBUF-to-SBUF
         ``dma_copy``, is recorded here from its arguments)."""
-        cur, self.current = self.current, None
+        cur = getattr(self._local, "cur", None)
+        self._local.cur = None
         if cur is None or cur[4] or cur[1] is None:
             return
         name, engine = cur[0], cur[1]
@@ -354,7 +358,7 @@ class Recorder:
         engine = engine if engine in COMPUTE else "GpSimd"  # (Sync and unknown engines: GpSimd's default cost)
         st, slot = self._state()
         shape = tuple(np.shape(out)) if not hasattr(out, "shape") else tuple(out.shape)
-        cur = self.current
+        cur = getattr(self._local, "cur", None)
         if cur is not None and not cur[4] and cur[1] is not None:
             cur[4] = True
             name = cur[0]
@@ -389,7 +393,7 @@ class Recorder:
             self.r.hbm_read_bytes += nbytes
         else:
             self.r.hbm_write_bytes += nbytes
-        cur = self.current
+        cur = getattr(self._local, "cur", None)
         if cur is not None and cur[1] is None:
             cur = None
         hop = ("hbm", (tensor.name, id(tensor)), _hbm_box(access))
@@ -427,8 +431,9 @@ class Recorder:
         has not: the slot is the next one)."""
         p = current_or_none()
         counted = p is not None
-        if p is None and self.current is not None:
-            p = self.current[5]
+        cur = getattr(self._local, "cur", None) if p is None else None
+        if cur is not None:
+            p = cur[5]
         if p is None:
             return None, 0
         st = self.states.get(id(p))
