@@ -780,6 +780,34 @@ def test_grid_with_several_programs_per_core_synchronises_its_cores():
         config.vectorize = saved
 
 
+def test_sendrecv_compute_with_several_programs_per_core_runs_them_as_cores():
+    """kernel[nl.spmd_dim(nl.nc(2), 2)] whose only synchronising call is sendrecv_compute: the cores
+    meet (each program adds its peer's tile), also when vectorising is on; the set of synchronising
+    names is the registry's declaration (a literal list here missed sendrecv_compute)."""
+
+    @nki.jit
+    def k(x):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        i = nl.program_id(0)
+        core = i // 2
+        a = nl.ndarray((128, 8), dtype=x.dtype, buffer=nl.sbuf)
+        b = nl.ndarray((128, 8), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=a, src=x[i])
+        nisa.sendrecv_compute(src=a, dst=b, send_to_rank=1 - core, recv_from_rank=1 - core, reduce_op=nl.add)
+        nisa.dma_copy(dst=out[i], src=b)
+        return out
+
+    x = rng.standard_normal((4, 128, 8)).astype(np.float32)
+    want = x + x[[2, 3, 0, 1]]  # program j of one core meets program j of the other
+    saved = config.vectorize
+    try:
+        for on in (True, False):
+            config.vectorize = on
+            np.testing.assert_allclose(k[nl1.spmd_dim(nl1.nc(2), 2)](x), want, rtol=1e-6)
+    finally:
+        config.vectorize = saved
+
+
 # ---------------------------------------------------------------------------
 # nisa.sendrecv_compute: exchange and reduce
 # ---------------------------------------------------------------------------

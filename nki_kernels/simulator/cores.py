@@ -33,6 +33,7 @@ import numpy as np
 
 from . import diagnostics as _diag
 from .context import _tls, current_or_none, set_current
+from .instructions import registry as _registry
 from .core import Program, flush_pending
 from .errors import NKIError, NotBatchable, thread_where
 from .instructions import target as _target
@@ -108,9 +109,17 @@ def cores_of(grid) -> int:
     return getattr(grid, "cores", 1)
 
 
-_SYNC_NAMES = frozenset({"sendrecv", "core_barrier", "all_reduce", "all_gather", "reduce_scatter", "all_to_all",
-                         "collective_permute", "collective_permute_implicit", "collective_permute_implicit_reduce",
-                         "all_gather_v", "all_to_all_v"})
+# nki.collectives' functions meet across ranks too; the instructions that synchronise cores are
+# declared so in the registry (registry.sync_names(): sendrecv, sendrecv_compute, core_barrier).
+_COLLECTIVE_NAMES = frozenset({"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "collective_permute",
+                               "collective_permute_implicit", "collective_permute_implicit_reduce",
+                               "all_gather_v", "all_to_all_v"})
+
+
+def sync_names() -> frozenset:
+    """Names whose call in a kernel makes its cores meet: the synchronising instructions (as
+    declared) and the collectives."""
+    return _registry.sync_names() | _COLLECTIVE_NAMES
 
 
 def _names_used(code) -> set:
@@ -131,7 +140,7 @@ def runs_on_cores(grid, vectorise: bool, kernel=None) -> bool:
     if int(np.prod(grid)) == n or not vectorise:
         return True
     func = getattr(kernel, "func", None)
-    return func is not None and bool(_names_used(func.__code__) & _SYNC_NAMES)
+    return func is not None and bool(_names_used(func.__code__) & sync_names())
 
 
 # ---------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from ..errors import NKIError
 from ..lnc_checks import memory_id
 from ..op_functions import np_function as _np_function
 from ..transfers import store as _store
+from . import registry as _registry
 from . import target as _target
 
 
@@ -253,3 +254,11 @@ def core_barrier(data, cores, engine=None, name=None):
     if tensor is not None:
         w.epochs[memory_id(tensor)] += 1
     return None
+
+
+# Declared as the instructions that synchronise the cores of a launch (a kernel naming one runs its
+# cores as cooperating workers, never vectorised); they keep their own operand checks and run outside
+# the instruction wrapper, whose batch guard they do not need.
+for _fn in (sendrecv, sendrecv_compute, core_barrier):
+    _registry.register(_registry.Spec(_fn.__name__, "Sync", _fn, sync=True, module=__name__))
+
