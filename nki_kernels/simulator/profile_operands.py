@@ -1,0 +1,146 @@
+"""How the profiler's recorder names the operands of an instruction: a tile, a view of a tile, a
+block of a block-dimension tensor, a directly placed tile, or an HBM access, as ``(space, unit, box)``.
+
+``unit`` is what the allocator stand-in (:mod:`.profile_allocator`) gives a region: the memory model's
+record of an allocation (a block of a block-dimension tensor: its tensor's record), or a tuple for
+bytes that need no region (directly placed tiles, HBM tensors). ``box`` narrows the operand to the
+partitions and bytes (an on-chip view) or the element ranges (an HBM access) it touches, so that the
+timing model orders only instructions whose operands overlap. The shapes' partition and free sizes
+(the cost rules' inputs) are read here too.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .core import Access
+
+
+def _space(buf_index) -> str:
+    return "psum" if buf_index == 1 else "sbuf"
+
+
+def _root(tile):
+    while tile._parent is not None:
+        tile = tile._parent
+    return tile
+
+
+def _view_box(view, root):
+    """``((partition_lo, partition_hi), (byte_lo, byte_hi))`` that ``view`` covers in the partitions of
+    ``root`` (a plain, row-major tile whose axis 0 is the partition axis), or ``None`` (all of it) when
+    the view is not a simple strided view of it."""
+    try:
+        v, r = view._raw(), root._raw()
+    except Exception:  # (a view reaching outside its tile: its reads raise later, not here)
+        return None
+    if root.pdim or r.ndim < 1 or not r.flags.c_contiguous or v.ndim < 1 or r.size == 0 or v.size == 0:
+        return None
+    if any(s < 0 for s in v.strides):
+        return None
+    rlo = r.__array_interface__["data"][0]
+    vlo = v.__array_interface__["data"][0]
+    ps = r.strides[0]
+    off = vlo - rlo
+    if off < 0 or off >= r.nbytes or ps <= 0:
+        return None
+    p0, b0 = divmod(off, ps)
+    extent = sum((n - 1) * s for n, s in zip(v.shape[1:], v.strides[1:])) + v.itemsize
+    p1 = p0 + ((v.shape[0] - 1) * v.strides[0]) // ps + 1 if v.strides[0] else p0 + 1
+    if b0 + extent > ps:  # (a view reaching over a partition's end: say all of the partitions' bytes)
+        return ((p0, max(p1, p0 + 1)), (0, ps))
+    return ((p0, max(p1, p0 + 1)), (b0, b0 + extent))
+
+
+def _rec_operand(rec, box=None):
+    """The operand ``(space, unit, box)`` of a memory-model record (see :class:`_Allocator`)."""
+    space = _space(rec.buf)
+    if rec.place is not None:  # direct allocation: the bytes themselves
+        part, n, lo, hi = rec.place
+        return (space, ("placed", space), ((part, part + n), (lo, hi)))
+    if rec.root is not None:  # a block of a block-dimension tensor: that block of its tensor
+        flat = 0
+        for b, n in zip(rec.key, rec.root.shape):
+            flat = flat * int(n) + int(b)
+        return (space, rec.root, ("block", flat))
+    return (space, rec, ("blocks",) if rec.blocks is not None else box)
+
+
+def _nblocks(rec) -> int:
+    """Blocks of a block-dimension tensor's record (its block axes: those of a block used so far, else
+    the axes before the partition axis of its shape)."""
+    key = next(iter(rec.blocks), None) if rec.blocks else None
+    nb = len(key) if key is not None else 0
+    if key is None:
+        shape = tuple(rec.shape)
+        lead = [i for i, n in enumerate(shape[:-1]) if n <= 128]
+        nb = max(lead, key=lambda i: (shape[i], -i)) if lead else 0
+    return math.prod(int(n) for n in rec.shape[:nb]) if nb else 1
+
+
+def _tile_operand(tile):
+    """The operand of a tile argument of a declared instruction (a view: its partitions and bytes)."""
+    rec = tile._mem
+    root = _root(tile)
+    if rec is None:  # (a tile made outside any program: known by its root object)
+        return ("psum" if tile.buffer.name == "psum" else "sbuf", ("tile", id(root)), None)
+    box = None
+    if tile is not root and rec is root._mem and rec.place is None and rec.root is None:
+        box = _view_box(tile, root)
+    return _rec_operand(rec, box)
+
+
+def _hbm_box(access):
+    """Element ranges per dimension that an HBM access touches (its bounding box), or ``None``."""
+    idx = getattr(access, "index", None)
+    basic = getattr(idx, "basic", None)
+    if basic is None or idx.perm is not None:
+        return None
+    shape = access.tensor.shape
+    out = []
+    for i, n in enumerate(shape):
+        k = basic[i] if i < len(basic) else slice(None)
+        if isinstance(k, slice):
+            a, b, s = k.indices(n)
+            if s < 0:
+                a, b = b + 1, a + 1
+            out.append((a, max(a, b)))
+        elif isinstance(k, (int, np.integer)):
+            k = int(k) + n if int(k) < 0 else int(k)
+            out.append((k, k + 1))
+        else:
+            return None
+    return tuple(out)
+
+
+def _hbm_operand(x):
+    """``("hbm", tensor, box)`` of an HBM tensor or access, and the tensor."""
+    t = x.tensor if isinstance(x, Access) else x
+    box = _hbm_box(x) if isinstance(x, Access) else None
+    return ("hbm", (t.name, id(t)), box), t
+
+
+def _partitions(shape) -> int:
+    """Partition-axis size of a result without a declared partition axis: axis 0, or for a block
+    tensor's result (three or more axes) the largest leading axis of at most 128 (its partition axis)."""
+    if not shape:
+        return 1
+    if len(shape) <= 2:
+        return max(1, int(shape[0]))
+    lead = [int(s) for s in shape[:-1] if s <= 128]
+    return max(lead) if lead else max(1, int(shape[0]))
+
+
+def _per_partition(shape, pdim=None) -> int:
+    n = math.prod(int(s) for s in shape) if shape else 1
+    p = int(shape[pdim]) if pdim is not None and len(shape) > pdim else _partitions(shape)
+    return max(1, n // max(1, p))
+
+
+def _tile_geometry(tile):
+    """``(partitions, elements per partition)`` of a tile (its block axes in the free size)."""
+    shape = tuple(tile.shape)
+    pdim = tile.pdim if tile.pdim < len(shape) else 0
+    return (int(shape[pdim]) if shape else 1), _per_partition(shape, pdim)
