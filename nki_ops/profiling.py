@@ -170,8 +170,9 @@ def plot_memory(report, path) -> str:
 
 
 def write_profile(report, out, name=None) -> list:
-    """Write ``report`` as ``NAME.report.txt``, ``.report.json``, ``.trace.json`` and ``.memory.png``
-    into the git-ignored folder ``out``; returns the paths written."""
+    """Write ``report`` as ``NAME.report.txt``, ``.report.json``, ``.trace.json`` (one track per engine
+    and DMA queue), ``.timeline.png`` (the estimated schedule) and ``.memory.png`` into the
+    git-ignored folder ``out``; returns the paths written."""
     out = ignored_folder(out)
     name = name or report.kernel.rpartition(".")[2]
     base = os.path.join(out, name)
@@ -180,7 +181,7 @@ def write_profile(report, out, name=None) -> list:
     with open(base + ".report.json", "w") as f:
         json.dump(report.as_dict(), f, indent=1, default=str)
     return [base + ".report.txt", base + ".report.json", report.write_trace(base + ".trace.json"),
-            plot_memory(report, base + ".memory.png")]
+            report.plot_timeline(base + ".timeline.png"), plot_memory(report, base + ".memory.png")]
 
 
 def profile_to_folder(kernel_spec: str, arg_specs, out="nki-profile", grid=None, static=(), seed=0) -> list:

@@ -151,13 +151,15 @@ def test_profile_writes_report_trace_and_picture_into_an_ignored_folder(project)
     assert r.returncode == 0, r.stderr[-3000:]
     out = project / "prof"
     assert {p.name for p in out.iterdir()} == {".gitignore", "add_kernel.report.txt", "add_kernel.report.json",
-                                               "add_kernel.trace.json", "add_kernel.memory.png"}
+                                               "add_kernel.trace.json", "add_kernel.timeline.png",
+                                               "add_kernel.memory.png"}
     assert (out / ".gitignore").read_text().strip().endswith("*")
     report = json.loads((out / "add_kernel.report.json").read_text())
     assert report["hbm_read_bytes"] == 2 * 128 * 512 * 4 and report["instructions"]["DMA"] == 3
     assert "HBM traffic ratio" in (out / "add_kernel.report.txt").read_text()
     assert "traceEvents" in json.loads((out / "add_kernel.trace.json").read_text())
     assert (out / "add_kernel.memory.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (out / "add_kernel.timeline.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # git itself ignores the folder inside a repository
     subprocess.run(["git", "init", "-q"], cwd=project, check=True)
     status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=project,
