@@ -29,13 +29,12 @@ from . import blas as _blas
 from . import config as _config
 from . import cores as _cores
 from . import diagnostics as _diag
-from . import memory as _memory
 from . import shadow as _shadow
 from . import spmd_reduce as _spmd
 from . import vectorize as _vec
 from . import dtypes as dt
-from .core import Access, HBMTensor, Program, Tile, set_current, current_or_none, shared_hbm
-from .errors import NKIError, NotBatchable
+from .core import Access, HBMTensor, Program, Tile, set_current, current_or_none
+from .errors import NKIError
 
 ShapeDtype = namedtuple("ShapeDtype", ["shape", "dtype"])
 
@@ -243,46 +242,6 @@ class _LaunchState:
         self.batched = 0  # programs that ran inside vectorised batches
         self.preallocated = ()  # arrays the caller offers as the shared_hbm outputs, in allocation order
         self.wrote_inputs = False  # some program stored into a kernel argument (in-place kernel)
-
-
-def allocate_hbm(shape, dtype, buffer, fill, name):
-    """Allocate an HBM tensor; inside a launch, shared_hbm tensors are shared by all programs."""
-    prog = current_or_none()
-    if prog is not None and buffer is shared_hbm:
-        launch = prog.launch
-        i = prog.shared_index
-        prog.shared_index += 1
-        if i < len(launch.shared):
-            t = launch.shared[i]
-            if t.shape != tuple(shape) or t.dtype != dtype:
-                raise NKIError("shared_hbm", f"program {prog.pid} allocates shared_hbm tensor #{i} as "
-                               f"{tuple(shape)} {dtype}, other programs as {t.shape} {t.dtype}")
-            return t
-        pre = launch.preallocated[i] if i < len(launch.preallocated) else None
-        if pre is not None and pre.shape == tuple(shape) and pre.dtype == dtype and pre.flags.writeable:
-            data = pre
-            if fill is not None:
-                data[...] = fill
-        elif fill is None and _config.get("uninit") == "error":
-            # The NaN fill is a full-size write the kernel overwrites: while reading a never-stored
-            # element is the `uninit` error, no kernel can see what is there, and the launch's end
-            # fills what a returned output leaves unwritten (diagnostics._returned_output; the JAX
-            # custom-call's XLA buffers are filled the same way).
-            data = np.empty(shape, dtype)
-        else:
-            data = _memory.uninitialised(shape, dtype) if fill is None else np.full(shape, fill, dtype)
-        t = HBMTensor(data, buffer, name or f"out{i}")
-        t.is_output = True
-        t.uninit = fill is None  # loads of never-stored elements are the `uninit` diagnostic
-        launch.shared.append(t)
-        return t
-    if prog is not None and prog.nb:
-        raise NotBatchable(f"per-program {buffer!r} tensor")
-    data = _memory.uninitialised(shape, dtype) if fill is None else np.full(shape, fill, dtype)
-    t = HBMTensor(data, buffer, name or "hbm")
-    t.is_output = True
-    t.uninit = fill is None
-    return t
 
 
 def _unwrap(result, kernel=None):
