@@ -24,7 +24,11 @@ the steps should get faster in that order.
 Usage::
 
     python scripts/timing_kernels.py [--shape M K N] [--styles ...] [--overhead] [--attention]
-        [--json PATH] [--out DIR]
+        [--json PATH] [--out DIR] [--plot PNG] [--from-json PATH]
+
+``--plot PNG`` draws the matmul rows as a bar chart: estimated ms per style on each NeuronCore
+version beside the published trn1 time. ``--from-json PATH`` reads a previous ``--json`` file instead
+of profiling again (for ``--plot``).
 """
 
 from __future__ import annotations
@@ -252,6 +256,41 @@ def run_attention(S=2048, d=128, versions=VERSIONS):
     return rows
 
 
+def plot_styles(result, path):
+    """Bar chart of ``result["matmul"]`` (as :func:`main` builds or ``--json`` wrote it): estimated ms per
+    style and NeuronCore version beside the tutorial's published trn1 ms (log scale), PNG at ``path``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    styles = [s for s in STYLES if s in result["matmul"]]
+    series = [(f"estimate, NeuronCore-v{v}", [result["matmul"][s]["versions"].get(v, result["matmul"][s]["versions"]
+                                                                                   .get(str(v)))["ms"] for s in styles])
+              for v in VERSIONS]
+    series.append(("published, trn1", [PUBLISHED_TRN1_MS[s] for s in styles]))
+    M, K, N = result["shape"]
+    fig, ax = plt.subplots(figsize=(8, 3.6), dpi=100)
+    width = 0.8 / len(series)
+    colors = ("#4c72b0", "#55a868", "#8172b2", "#444444")
+    for i, ((label, ms), color) in enumerate(zip(series, colors)):
+        xs = [j + (i - (len(series) - 1) / 2) * width for j in range(len(styles))]
+        bars = ax.bar(xs, ms, width, label=label, color=color, hatch="//" if label.startswith("published") else None,
+                      edgecolor="white" if label.startswith("published") else None)
+        for x, y in zip(xs, ms):
+            ax.text(x, y * 1.04, f"{y:.1f}", ha="center", va="bottom", fontsize=7)
+    ax.set_yscale("log")
+    ax.set_ylim(top=max(max(ms) for _, ms in series) * 2)
+    ax.set_xticks(range(len(styles)), styles)
+    ax.set_ylabel("ms (log scale)")
+    ax.set_title(f"matmul tutorial styles, lhsT [{K},{M}] x rhs [{K},{N}] bf16: profile() estimate vs published trn1",
+                 fontsize=9)
+    ax.legend(fontsize=8, ncol=2, loc="upper right")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
 def main(argv=None) -> int:
     """Print the matmul ladder per NeuronCore version (and the attention ladder with ``--attention``)."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -263,7 +302,15 @@ def main(argv=None) -> int:
     ap.add_argument("--no-matmul", action="store_true")
     ap.add_argument("--json", help="write the figures as JSON")
     ap.add_argument("--out", help="directory for a PNG timeline per kernel and version")
+    ap.add_argument("--plot", help="PNG bar chart of the matmul styles' estimates per version vs published trn1")
+    ap.add_argument("--from-json", help="read a previous --json result instead of profiling (for --plot)")
     args = ap.parse_args(argv)
+    if args.from_json:
+        with open(args.from_json) as f:
+            result = json.load(f)
+        if args.plot:
+            plot_styles(result, args.plot)
+        return 0
     M, K, N = args.shape
     result = {"shape": [M, K, N], "matmul": {}, "attention": None}
     if not args.no_matmul:
@@ -303,6 +350,8 @@ def main(argv=None) -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)
+    if args.plot and result["matmul"]:
+        plot_styles(result, args.plot)
     return 0
 
 
