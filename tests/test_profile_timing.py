@@ -7,7 +7,7 @@ read from the model's tables):
   Vector 1.12 GHz, Scalar 1.4 GHz, GpSimd 1.4 GHz.
 * nki.isa cost sections: nc_matmul ``max(min(64, N_stationary), N_moving)`` Tensor cycles, "roughly 4x"
   for fp32 inputs; activation ``max(64, N)``; tensor_tensor ``2N`` for two SBUF inputs (not BF16);
-  reciprocal ``8N``; ``N`` is the elements per partition (a block dimension is free size, not
+  reciprocal ``8N``; tensor_reduce ``max(64, N)`` (fp32); ``N`` is the elements per partition (a block dimension is free size, not
   partitions); 100 cycles of static overhead for an instruction that waited on another engine.
 * DMA overview / bandwidth guide: 16 DMA engines, 8 partitions each, 17 B/ns per engine on trn1,
   ~1300 ns per transfer: a [128, F] transfer is 16 transfers of ``128 F b / 16`` bytes, complete
@@ -223,6 +223,63 @@ def test_block_dimension_tile_is_costed_per_partition(kernel):
     assert rep.instructions["Scalar"] == 1
     # 128 partitions x (4 x 64) elements per partition: 256 cycles, not 4 x 128 x 64
     assert rep.busy_s["Scalar"] == pytest.approx((4 * 64 + STATIC) / SCALAR_HZ)
+
+
+# -- views: an op reading part of a tile costs what it reads (issue 31) --------------------------------------
+
+def _reduce_kernel(api, view):
+    """One fp32 max-reduce of a [128, 128] operand: a view (columns 512:640) of a loaded [128, 4096]
+    tile, or a loaded [128, 128] tile; ``api`` the call that reduces."""
+
+    @nki.jit
+    def k(x):
+        out = nl.ndarray((128, 1), dtype=nl.float32, buffer=nl.shared_hbm)
+        t = nl.load(x)
+        if view == "slice":
+            v = t[:, 512:640]
+        elif view == "arange":
+            v = t[nl.arange(128)[:, None], 512 + nl.arange(128)[None, :]]
+        else:
+            v = t
+        if api == "nisa":
+            r = nisa.tensor_reduce(np.max, data=v, axis=(1,), dtype=nl.float32, keepdims=True)
+        else:
+            r = nl.max(v, axis=(1,), keepdims=True)
+        nl.store(out, value=r)
+        return out
+
+    @nki2.jit
+    def k2(x):  # the standalone API's declared instruction (dst=)
+        out = nl2.ndarray((128, 1), dtype=nl2.float32, buffer=nl2.shared_hbm)
+        t = nl2.ndarray(x.shape, dtype=nl2.float32, buffer=nl2.sbuf)
+        nisa2.dma_copy(dst=t, src=x)
+        r = nl2.ndarray((128, 1), dtype=nl2.float32, buffer=nl2.sbuf)
+        nisa2.tensor_reduce(dst=r, op=np.maximum, data=t[:, 512:640] if view == "slice" else t, axis=1,
+                            keepdims=True)
+        nisa2.dma_copy(dst=out, src=r)
+        return out
+
+    return k2 if api == "standalone" else k
+
+
+@pytest.mark.parametrize("api,view", [("nisa", "slice"), ("nisa", "arange"), ("nl", "slice"),
+                                      ("standalone", "slice")])
+def test_op_on_a_view_costs_the_elements_it_reads(api, view):
+    big = np.arange(128 * 4096, dtype=np.float32).reshape(128, 4096) % 977
+    rep = profile(_reduce_kernel(api, view), big, version=2)
+    np.testing.assert_array_equal(np.asarray(rep.outputs).reshape(128, 1), big[:, 512:640].max(1, keepdims=True))
+    small = np.ascontiguousarray(big[:, 512:640])
+    ref = profile(_reduce_kernel(api, "tile"), small, version=2)
+    np.testing.assert_array_equal(np.asarray(ref.outputs).reshape(128, 1), small.max(1, keepdims=True))
+    # one Vector instruction each; it waited for its load on the DMA queues: N = 128 elements per
+    # partition, max(64, 128) + the static overhead, as for the [128, 128] tile (not N = 4096)
+    for r in (rep, ref):
+        assert r.instructions["Vector"] == 1
+        assert r.busy_s["Vector"] == pytest.approx((max(64, 128) + STATIC) / VECTOR_HZ)
+    assert rep.busy_s["Vector"] == pytest.approx(ref.busy_s["Vector"])
+    # its dependency is the view's partitions and bytes in its tile, columns 512:640 of fp32
+    red = next(e for e in rep.timing.events if e.engine == "Vector")
+    assert any(k[0] == "sbuf" and k[2] == ((0, 128), (512 * 4, 640 * 4)) for k in red.reads)
 
 
 # -- the allocator stand-in: reuse makes WAR -----------------------------------------------------------------

@@ -7,6 +7,10 @@ bytes that need no region (directly placed tiles, HBM tensors). ``box`` narrows 
 partitions and bytes (an on-chip view) or the element ranges (an HBM access) it touches, so that the
 timing model orders only instructions whose operands overlap. The shapes' partition and free sizes
 (the cost rules' inputs) are read here too.
+
+A first-generation op's reads are the records the memory model saw it touch; the tiles it was
+given (:func:`_view_reads`) narrow each record to the views of it the op read: their boxes for the
+dependencies and their elements per partition for the cost (:func:`_read_operands`).
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import math
 
 import numpy as np
 
-from .core import Access
+from .core import Access, Tile
 
 
 def _space(buf_index) -> str:
@@ -32,6 +36,8 @@ def _view_box(view, root):
     """``((partition_lo, partition_hi), (byte_lo, byte_hi))`` that ``view`` covers in the partitions of
     ``root`` (a plain, row-major tile whose axis 0 is the partition axis), or ``None`` (all of it) when
     the view is not a simple strided view of it."""
+    if view._thunk is not None or root._thunk is not None:  # (never compute a deferred value here)
+        return None
     try:
         v, r = view._raw(), root._raw()
     except Exception:  # (a view reaching outside its tile: its reads raise later, not here)
@@ -90,6 +96,57 @@ def _tile_operand(tile):
     if tile is not root and rec is root._mem and rec.place is None and rec.root is None:
         box = _view_box(tile, root)
     return _rec_operand(rec, box)
+
+
+def _arg_tiles(values, out):
+    """Append the tiles among ``values`` (an op's arguments; lists and tuples of tiles too) to ``out``."""
+    for v in values:
+        if isinstance(v, Tile):
+            out.append(v)
+        elif isinstance(v, (list, tuple)):
+            out.extend(x for x in v if isinstance(x, Tile))
+    return out
+
+
+def _view_reads(tiles):
+    """``[(record, operand, elements per partition)]`` of the tiles a first-generation op was given:
+    a view its operand (box in its root) and size, a whole tile ``(record, None, 0)``."""
+    out = []
+    for t in tiles:
+        rec = t._mem
+        if rec is None:
+            continue
+        if t._parent is None or t._thunk is not None:
+            out.append((rec, None, 0))
+        else:
+            out.append((rec, _tile_operand(t), _tile_geometry(t)[1]))
+    return out
+
+
+def _rec_elems(rec) -> int:
+    """Elements per partition of a memory-model record (its whole tile)."""
+    return max(1, rec.nbytes // max(1, np.dtype(rec.dtype).itemsize))
+
+
+def _read_operands(recs, views):
+    """``(operands, records, elements per partition)`` that a first-generation op read: per record the
+    memory model saw it read, each distinct view of it among ``views`` (:func:`_view_reads`), or the
+    whole record when the op was given the tile itself or no view of it."""
+    ops, out_recs, elems = [], [], []
+    for r in recs:
+        mine = [v for v in views if v[0] is r]
+        if not mine or any(v[1] is None for v in mine):
+            mine = ((r, _rec_operand(r), _rec_elems(r)),)
+        first = len(ops)
+        for _, op, n in mine:
+            if op in ops[first:]:  # (the same region twice, e.g. nl.multiply(v, v): one operand)
+                i = ops.index(op, first)
+                elems[i] = max(elems[i], n)
+                continue
+            ops.append(op)
+            out_recs.append(r)
+            elems.append(n)
+    return ops, out_recs, elems
 
 
 def _hbm_box(access):

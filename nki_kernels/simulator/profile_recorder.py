@@ -8,7 +8,10 @@ How the running simulator feeds the model
   (:meth:`Recorder.begin` / :meth:`Recorder.end`), so its operands, destination and engine are
   known exactly. A first-generation functional op (``nl.add``, ``nl.load`` ...) only reports its
   engine and result; its operands are the tiles the memory model saw it read in the instruction's
-  slot (``ProgramMemory.ws_recs``: reads before the hook, the result written after it).
+  slot (``ProgramMemory.ws_recs``: reads before the hook, the result written after it), each
+  narrowed to the views of it that the op was given (its arguments, or the calling frames' in the
+  simulator: ``t[:, j * 128:(j + 1) * 128]`` of a [128, 4096] tile is 128 elements per partition
+  for the cost and its partitions and bytes for the dependencies, not the whole tile).
 * ``psum[...] += nisa.nc_matmul(...)`` is one Tensor instruction that accumulates into the PSUM
   tile (the memory model marks the matmul's result as moved into the accumulator): the ``+=`` is
   merged into the matmul, not counted again.
@@ -43,14 +46,17 @@ from .instructions.registry import REGISTRY
 from .instructions.target import get_nc_version
 from .profile_allocator import SBUF_SPARE, _Allocator
 from .profile_operands import (
+    _arg_tiles,
     _hbm_box,
     _hbm_operand,
     _nblocks,
     _partitions,
     _per_partition,
+    _read_operands,
     _rec_operand,
     _tile_geometry,
     _tile_operand,
+    _view_reads,
 )
 from .profile_report import ENGINES
 from .timing import Instr, Scheduler, core
@@ -76,21 +82,36 @@ _MEMSET = {"zeros", "memset", "ones", "full", "ndarray"}
 def _gen1_name():
     """The first-generation API function (``add``, ``load`` ...) whose hook is running: the outermost
     frame inside the simulator package (a generated op's own name from its closure)."""
-    f = sys._getframe(3)
+    return _gen1_call(sys._getframe(3), None)[0]
+
+
+def _gen1_call(f, tiles):
+    """``(name, tiles)`` of the first-generation API call whose hook runs in frame ``f`` (the hook's
+    caller): its name as :func:`_gen1_name` gives it and, unless ``tiles`` is ``None``, the tiles among
+    the arguments of the simulator's frames up to that call appended to ``tiles`` (the operands, as
+    the kernel gave them: views included)."""
     name = None
     for _ in range(10):
         if f is None or not f.f_code.co_filename.startswith(_SIM_DIR):
             break
-        co = f.f_code.co_name
-        if co in ("op", "iop"):
+        code = f.f_code
+        co = code.co_name
+        if co in ("op", "iop") or tiles is not None:
             loc = f.f_locals
-            co = loc.get("name") or loc.get("opname") or co
-            if co == "iop":
-                co = "iadd"
+            if co in ("op", "iop"):
+                co = loc.get("name") or loc.get("opname") or co
+                if co == "iop":
+                    co = "iadd"
+            if tiles is not None:
+                n = code.co_argcount + code.co_kwonlyargcount
+                n += bool(code.co_flags & inspect.CO_VARARGS) + bool(code.co_flags & inspect.CO_VARKEYWORDS)
+                for a in code.co_varnames[:n]:
+                    v = loc.get(a)
+                    _arg_tiles(v.values() if isinstance(v, dict) else (v,), tiles)
         if not co.startswith(("_", "<")):
             name = co
         f = f.f_back
-    return name or "instr"
+    return name or "instr", tiles
 
 
 
@@ -180,11 +201,14 @@ class Recorder:
         else:
             # a first-generation op: its operands come from the memory model (a functional form of a
             # declared instruction, begun without an engine, names itself; its arguments hold no dst)
-            label = cur[0] if cur is not None and cur[1] is None else _gen1_name()
             if st is not None and engine == "Tensor" and self._merge_accumulate(st, slot):
                 return
+            if cur is not None and cur[1] is None:
+                label, tiles = cur[0], _arg_tiles(list(cur[2]) + list(cur[3].values()), [])
+            else:
+                label, tiles = _gen1_call(sys._getframe(2), [])
             ev = _Event("c", engine, label, label, st.prog if st else None, slot,
-                        {"shape": shape, "dtype_out": getattr(out, "dtype", None)})
+                        {"shape": shape, "dtype_out": getattr(out, "dtype", None), "views": _view_reads(tiles)})
             # an element-wise op that defers its values (nl_math: counted where it is issued) may be
             # computed straight into HBM by a store that then reads no tile: remember it for that store
             ev.info["deferred"] = sys._getframe(2).f_code.co_name in ("_deferred", "op")
@@ -227,6 +251,8 @@ class Recorder:
             label = sys._getframe(2).f_code.co_name
             if label.startswith("_") or label in ("load_batched", "store_batched"):
                 label = _gen1_name()
+            if direction == "write":  # (what a store reads: the views of tiles it was given)
+                info["views"] = _view_reads(_gen1_call(sys._getframe(2), [])[1])
             ev = _Event("d", "DMA", "dma_transpose" if "transpose" in label else "dma_copy", label,
                         st.prog if st else None, slot, info)
         _add_hbm(ev, hop, direction)
@@ -345,7 +371,7 @@ class Recorder:
             if ev.info["direction"] == "read":
                 ev.writes.extend(_rec_operand(r) for r in onchip)
             else:
-                reads = [_rec_operand(r) for r in lst[:n0]]
+                reads = _read_operands(lst[:n0], ev.info.pop("views", ()))[0]
                 if not reads and st is not None and st.deferred is not None:
                     reads = [st.deferred]  # a deferred value computed straight into HBM by this store
                 ev.reads.extend(reads)
@@ -355,12 +381,13 @@ class Recorder:
             if ev.info.get("accumulate"):
                 # `acc += matmul`: the accumulator is in the list after the hook, read and written
                 writes = [r for r in lst[n0:] if r.moved < 0 and r not in reads]
-            ev.reads.extend(_rec_operand(r) for r in reads)
+            ops, read_recs, elems = _read_operands(reads, ev.info.pop("views", ()))
+            ev.reads.extend(ops)
             if writes:
                 ev.writes.extend(_rec_operand(r) for r in writes)
             elif reads:  # no new tile: an in-place update (`t += x`, `t[...] = op(t, ...)`) of its first operand
-                ev.writes.append(ev.reads[0])
-            ev.info["read_recs"] = reads
+                ev.writes.append(_rec_operand(reads[0]))
+            ev.info["read_recs"], ev.info["read_elems"] = read_recs, elems
             if ev.info.get("deferred") and writes and st is not None:
                 st.deferred = ev.writes[0]
 
@@ -470,6 +497,7 @@ class Recorder:
         shape = info.get("shape") or (1,)
         dtype_out = info.get("dtype_out")
         read_recs = info.get("read_recs", [])
+        elems = info.get("read_elems", [])  # (per read operand: elements per partition of what it read)
         dtype_in = max((r.dtype for r in read_recs), key=_itemsize, default=dtype_out)
         label = ev.label
         name, op = label, ""
@@ -487,10 +515,10 @@ class Recorder:
                 name = "nc_transpose"
         elif label in _REDUCE:
             name, op = "tensor_reduce", _REDUCE[label]
-            free = max([free] + [max(1, r.nbytes // max(1, np.dtype(r.dtype).itemsize)) for r in read_recs])
+            free = max([free] + elems)
         elif label in _TT_OPS and ev.engine == "Vector":
             # a [P, 1] column operand is a per-partition scalar: tensor_scalar streams one tile
-            tiles = [r for r in read_recs if r.nbytes > np.dtype(r.dtype).itemsize]
+            tiles = [r for r, n in zip(read_recs, elems) if n > 1]
             name, op = ("tensor_tensor" if len(tiles) >= 2 else "tensor_scalar"), label
             read_recs = tiles or read_recs
         elif label in _COPY and ev.engine != "GpSimd":
