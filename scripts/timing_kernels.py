@@ -34,7 +34,7 @@ of profiling again (for ``--plot``).
 from __future__ import annotations
 
 import argparse
-import itertools
+import importlib.util
 import json
 import os
 import sys
@@ -51,19 +51,25 @@ import numpy as np  # noqa: E402
 from nki_kernels.simulator import profile  # noqa: E402
 from nki_kernels.simulator.instructions.target import use as _use_target  # noqa: E402
 
-PUBLISHED_TRN1_MS = {"tiled": 51.80, "hoist_load": 42.96, "block_free": 22.07, "fully_optimized": 6.97}
-STYLES = tuple(PUBLISHED_TRN1_MS)
 VERSIONS = (2, 3, 4)
 
 
-def _bench_kernels():
-    """``scripts/bench_kernels.py`` loaded by path (scripts/ is no package)."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("bench_kernels", os.path.join(_HERE, "bench_kernels.py"))
+def _script(name):
+    """``scripts/<name>.py`` loaded by path (scripts/ is no package)."""
+    spec = importlib.util.spec_from_file_location(name, os.path.join(_HERE, name + ".py"))
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+def _bench_kernels():
+    """``scripts/bench_kernels.py``, whose kernels these are."""
+    return _script("bench_kernels")
+
+
+# The published figures and the pair count are the hand-built ladder's (one copy of each).
+_ladder = _script("timing_ladder")
+PUBLISHED_TRN1_MS, STYLES, pairs_in_order = _ladder.PUBLISHED_TRN1_MS, _ladder.STYLES, _ladder.pairs_in_order
 
 
 def matmul_styles(M=4096, K=8192, N=8192):
@@ -74,15 +80,6 @@ def matmul_styles(M=4096, K=8192, N=8192):
     return {"tiled": (bk.mm1_tiled, {}), "hoist_load": (bk.mm1_hoisted, {}),
             "block_free": (bk.mm1_block_free, {"bm": min(2, tm), "bn": min(2, tn)}),
             "fully_optimized": (bk.mm1_optimised, {"bm": min(16, tm), "bn": min(2, tn), "bk": min(8, tk)})}
-
-
-def pairs_in_order(times: dict, reference: dict) -> tuple:
-    """How many pairs of ``reference``'s keys ``times`` orders like ``reference`` (and how many pairs)."""
-    ok = total = 0
-    for a, b in itertools.combinations(reference, 2):
-        total += 1
-        ok += (times[a] < times[b]) == (reference[a] < reference[b])
-    return ok, total
 
 
 def inputs(M, K, N, seed=0):
@@ -275,7 +272,7 @@ def plot_styles(result, path):
     colors = ("#4c72b0", "#55a868", "#8172b2", "#444444")
     for i, ((label, ms), color) in enumerate(zip(series, colors)):
         xs = [j + (i - (len(series) - 1) / 2) * width for j in range(len(styles))]
-        bars = ax.bar(xs, ms, width, label=label, color=color, hatch="//" if label.startswith("published") else None,
+        ax.bar(xs, ms, width, label=label, color=color, hatch="//" if label.startswith("published") else None,
                       edgecolor="white" if label.startswith("published") else None)
         for x, y in zip(xs, ms):
             ax.text(x, y * 1.04, f"{y:.1f}", ha="center", va="bottom", fontsize=7)
