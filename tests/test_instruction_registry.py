@@ -1,7 +1,10 @@
-"""The instruction registry: an instruction declared once appears in both namespaces, batches, is profiled once.
+"""The instruction registry: an instruction declared once appears in both namespaces, batches, is profiled once,
+and is costed by the timing model as it declares.
 
 A toy instruction (``dst = 2 * data + 1``, not an NKI instruction) is declared in this file with
-one decorator and nothing else; the checks compare its results with NumPy.
+one decorator and nothing else; the checks compare its results with NumPy, and its schedule with
+the cost it declares (``7 N`` Vector cycles, a made-up figure: what is checked is that the model
+reads the declaration).
 """
 
 import numpy as np
@@ -13,6 +16,7 @@ from nki_kernels.simulator import recording as _prof
 from nki_kernels.simulator.instructions import registry
 from nki_kernels.simulator.instructions.operands import check_dst, instruction, tile_operand, write
 from nki_kernels.simulator.instructions.registry import Gen1
+from nki_kernels.simulator.timing import Instr, costs, simulate
 from nki_kernels.simulator.launch import _bind, _unwrap, normalize_grid, run_programs
 
 install()
@@ -22,6 +26,11 @@ import neuronxcc.nki.language as nl1  # noqa: E402
 import nki  # noqa: E402
 import nki.isa as nisa  # noqa: E402
 import nki.language as nl  # noqa: E402
+
+
+def toy_cost(ins, hw):
+    """The toy's declared cost: 7 cycles per element per partition (made up for the test)."""
+    return 7 * ins.free_elems
 
 
 def toy_affine(dst, data, name=None):
@@ -38,7 +47,7 @@ def _declare_toy():
     """Declare the toy for this module's tests (one decorator, nothing else); withdrawn afterwards, so
     the namespaces are as documented for every other test (a declaration at import would reach them:
     collection imports every test module first)."""
-    instruction(engine="Vector", batched=True, gen1=Gen1(like="data", batched=True))(toy_affine)
+    instruction(engine="Vector", cost=toy_cost, batched=True, gen1=Gen1(like="data", batched=True))(toy_affine)
     yield
     registry.withdraw("toy_affine")
     assert not hasattr(nisa, "toy_affine") and not hasattr(nisa1, "toy_affine")
@@ -46,7 +55,7 @@ def _declare_toy():
 
 def test_declared_once_is_in_both_namespaces():
     spec = registry.REGISTRY["toy_affine"]
-    assert spec.engine == "Vector" and spec.batched and spec.module == __name__
+    assert spec.engine == "Vector" and spec.batched and spec.module == __name__ and spec.cost is toy_cost
     assert nisa.toy_affine is spec.run  # the standalone nki.isa
     assert callable(nisa1.toy_affine) and nisa1.toy_affine is not spec.run  # the first generation's functional form
     assert "toy_affine" in registry.batch_safe("standalone") and "toy_affine" in registry.batch_safe("gen1")
@@ -133,3 +142,36 @@ def test_toy_is_profiled_once_per_call(kernel):
     report = sim_profile(kernel, a, grid=(3,))
     assert report.instructions["Vector"] == 3  # one toy_affine per program, nothing counted twice
     np.testing.assert_array_equal(report.outputs, a * 2 + 1)
+
+
+def test_every_instruction_declares_its_cost():
+    # (the timing model would otherwise give it its engine's default without saying so)
+    assert registry.without_cost() == []
+    for name, spec in registry.REGISTRY.items():
+        assert callable(spec.cost), name
+        if spec.engine == "DMA":  # a DMA's cost is its split into transfers on the DMA engines
+            assert spec.cost is costs.dma_transfers, name
+        if spec.sync:  # the model times one core: a wait for another core is not scheduled
+            assert spec.cost is costs.not_scheduled, name
+
+
+def test_the_model_reads_the_declared_cost():
+    # one toy instruction of 512 elements per partition on trn1's Vector engine (1.12 GHz, architecture
+    # guide): 7 * 512 cycles as declared, no dependency so no static overhead
+    r = simulate([Instr("toy_affine", "Vector", free_elems=512)], version=2)
+    assert r.busy_s["Vector"] == pytest.approx(7 * 512 / 1.12e9)
+    assert r.default_costed == {}
+    # an undeclared name: the documented Vector default max(64, N) cycles, and it is counted
+    r = simulate([Instr("not_an_instruction", "Vector", free_elems=512)], version=2)
+    assert r.busy_s["Vector"] == pytest.approx(512 / 1.12e9)
+    assert r.default_costed == {"not_an_instruction": 1}
+
+
+@pytest.mark.parametrize("kernel", [standalone_kernel, gen1_kernel], ids=["standalone", "gen1"])
+def test_profile_costs_the_toy_as_declared(kernel):
+    a = np.ones((128, 32), np.float32)
+    report = sim_profile(kernel, a, grid=(1,), version=2)
+    # one toy over 32 elements per partition, after its load (another engine: + the documented 100-cycle
+    # static overhead): (7 * 32 + 100) cycles at 1.12 GHz
+    assert report.busy_s["Vector"] == pytest.approx((7 * 32 + 100) / 1.12e9)
+    assert report.timing.default_costed == {}

@@ -1,4 +1,4 @@
-"""The declaration of an engine instruction: ``@instruction(engine=..., batched=..., gen1=...)``.
+"""The declaration of an engine instruction: ``@instruction(engine=..., cost=..., batched=..., gen1=...)``.
 
 A declared instruction is recorded once in :mod:`.registry` (both API namespaces, the batch and
 sync sets and the profiler derive from it). Its wrapper runs on every call: it refuses a batch
@@ -19,8 +19,13 @@ from ..errors import NotBatchable
 from . import registry as _registry
 
 
-def instruction(fn=None, *, engine=None, batched=False, sync=False, gen1=None):
-    """Declare ``fn`` as an engine instruction: ``@instruction(engine="Vector", batched=True, gen1=Gen1(...))``.
+def instruction(fn=None, *, engine=None, cost=None, batched=False, sync=False, gen1=None):
+    """Declare ``fn`` as an engine instruction: ``@instruction(engine="Vector", cost=costs.tensor_tensor,
+    batched=True, gen1=Gen1(...))``.
+
+    ``cost`` is its cost in cycles of its engine, a function ``(instr, hw) -> cycles`` of
+    :mod:`..timing.costs` (DMA: :func:`..timing.costs.dma_transfers`); the timing model reads it from
+    the declaration.
 
     The declaration is recorded once in :mod:`.registry` (the namespaces, batch sets and the
     profiler read it). Without ``batched`` it runs one program at a time: in a batch of grid
@@ -30,7 +35,7 @@ def instruction(fn=None, *, engine=None, batched=False, sync=False, gen1=None):
     no batched meaning for. ``engine=None`` only for the first generation's variants of
     :func:`first_generation`, which are not declared again."""
     if fn is None:
-        return functools.partial(instruction, engine=engine, batched=batched, sync=sync, gen1=gen1)
+        return functools.partial(instruction, engine=engine, cost=cost, batched=batched, sync=sync, gen1=gen1)
     name = fn.__name__
 
     @functools.wraps(fn)
@@ -58,7 +63,7 @@ def instruction(fn=None, *, engine=None, batched=False, sync=False, gen1=None):
                 rec.end()
 
     if engine is not None:
-        _registry.register(_registry.Spec(name, engine, run, batched, sync, gen1, fn.__module__))
+        _registry.register(_registry.Spec(name, engine, run, batched, sync, gen1, fn.__module__, cost=cost))
     return run
 
 

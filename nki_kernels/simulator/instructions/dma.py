@@ -23,6 +23,7 @@ from .target import oob_mode as _oob_mode
 from .. import diagnostics as _diag
 from .. import access_pattern as ap
 from ..indexing import Index
+from ..timing import costs as _costs  # (each instruction's cost, declared with it)
 
 
 def read(src, op, name="src"):
@@ -129,7 +130,7 @@ def _log_atomic_write(t, acc, mask, vals, what):
             log.repeats.setdefault(key, set()).add(len(ent[2]) - 1)
 
 
-@instruction(engine="DMA", batched=True)
+@instruction(engine="DMA", cost=_costs.dma_transfers, batched=True)
 def dma_copy(dst, src, priority=None, oob_mode=_oob_mode.error, dge_mode=_dge_mode.unknown, engine=_engine.unknown,
              name=None, *, dst_rmw_op=None, unique_indices=True):
     """Copy ``src`` to ``dst`` with a DMA engine: each is an HBM tensor/region or an SBUF tile (PSUM is
@@ -177,7 +178,7 @@ def dma_copy(dst, src, priority=None, oob_mode=_oob_mode.error, dge_mode=_dge_mo
     _cores.after_load(dst)
 
 
-@instruction(engine="DMA")
+@instruction(engine="DMA", cost=_costs.dma_transfers)
 def dma_compute(dst, srcs, reduce_op, scales=None, unique_indices=True, oob_mode=None, name=None):
     """``dst = reduce_op(srcs[0] * scales[0], srcs[1] * scales[1], ...)`` inside the DMA engines (fp32,
     rounded to dst's dtype). Sources and dst are in HBM or SBUF with the same element count;
@@ -242,7 +243,7 @@ def _transpose_rules(dst, src, axes, dge_mode):
                            f"requires {rule}")
 
 
-@instruction(engine="DMA", batched=True)
+@instruction(engine="DMA", cost=_costs.dma_transfers, batched=True)
 def dma_transpose(dst, src, axes=None, priority=None, dge_mode=_dge_mode.unknown, oob_mode=_oob_mode.error, name=None):
     """Transpose ``src`` (HBM or SBUF) into ``dst`` (SBUF) through DMA: 2-D swaps the axes, 3-D
     reverses them, 4-D permutes ``[3, 1, 2, 0]`` (``axes``, when given, is one of these); src and dst

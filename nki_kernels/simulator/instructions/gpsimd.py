@@ -12,6 +12,7 @@ from .. import dtypes as dt
 from .. import recording as _prof
 from ..core import sbuf
 from ..errors import NKIError
+from ..timing import costs as _costs  # (each instruction's cost, declared with it)
 from .registry import Gen1
 from . import functional as _functional  # the computing forms both generations share
 from .operands import check_dst, instruction, per_partition, rows, tile_operand, write
@@ -46,7 +47,7 @@ def _bounds(seq):
     return lo, hi
 
 
-@instruction(engine="GpSimd")
+@instruction(engine="GpSimd", cost=_costs.gpsimd_default)
 def sequence_bounds(dst, segment_ids, name=None):
     """For each element of ``segment_ids`` ([1, n], float32/int32) the bounds of its segment:
     ``dst[0, 0, i]`` the start index, ``dst[0, 1, i]`` the end index (one past the last element);
@@ -73,7 +74,7 @@ def sequence_bounds(dst, segment_ids, name=None):
     write(d, out.reshape(d.shape), op)
 
 
-@instruction(engine="GpSimd")
+@instruction(engine="GpSimd", cost=_costs.gpsimd_default)
 def nc_n_gather(dst, data, indices, name=None):
     """``dst[p, j] = data[p].flatten()[indices[p, j]]`` within each partition (GpSimd engine); data,
     indices (uint32) and dst in SBUF, dst with data's dtype, all with the same partitions.
@@ -102,7 +103,7 @@ def nc_n_gather(dst, data, indices, name=None):
     write(d, out.reshape(d.shape), op)
 
 
-@instruction(engine="GpSimd")
+@instruction(engine="GpSimd", cost=_costs.gpsimd_default)
 def nonzero_with_count(dst, src, index_offset=0, padding_val=-1, name=None):
     """Per GpSimd core (partitions 0, 16, ..., 112 only): the positions (plus ``index_offset``) of the
     nonzero elements of that partition of ``src``, then ``padding_val``, then the count, into
@@ -135,7 +136,7 @@ def nonzero_with_count(dst, src, index_offset=0, padding_val=-1, name=None):
 SNAKE = 16  # partitions of one top-k group (its "snake" layout)
 
 
-@instruction(engine="GpSimd")
+@instruction(engine="GpSimd", cost=_costs.gpsimd_default)
 def topk(val_dst, idx_dst, src, n, sorted=False, name=None):  # noqa: A002 - the documented parameter name
     """The ``k`` largest of the first ``n`` values of each 16-partition group of ``src`` (bf16, SBUF) and
     their indices, GpSimd engine. A group's values are read in snake order (element ``e`` at
@@ -189,7 +190,7 @@ def _pattern_values(pattern, offset, channel_multiplier, parts):
     return vals
 
 
-@instruction(engine="GpSimd", batched=True, gen1=Gen1(batched=True))
+@instruction(engine="GpSimd", cost=_costs.gpsimd_start, batched=True, gen1=Gen1(batched=True))
 def iota(dst, pattern, offset=0, channel_multiplier=0, name=None):
     """Fill SBUF ``dst`` with ``offset + p * channel_multiplier + sum(i_k * step_k)`` (GpSimd engine).
 
@@ -216,7 +217,7 @@ def iota(dst, pattern, offset=0, channel_multiplier=0, name=None):
     write(d, vals.astype(np.int32), "iota")
 
 
-@instruction(engine="GpSimd")
+@instruction(engine="GpSimd", cost=_costs.gpsimd_start)
 def affine_select(dst, pattern, offset=0, channel_multiplier=0, on_true_tile=None, on_false_value=None,
                   cmp_op=np.equal, name=None):
     """``dst = where(cmp_op(offset + p * channel_multiplier + pattern, 0), on_true_tile, on_false_value)``
@@ -239,7 +240,7 @@ def affine_select(dst, pattern, offset=0, channel_multiplier=0, on_true_tile=Non
     write(d, out, "affine_select")
 
 
-@instruction(engine="GpSimd", gen1=Gen1(batched=True))
+@instruction(engine="GpSimd", cost=_costs.gpsimd_default, gen1=Gen1(batched=True))
 def tensor_partition_reduce(dst, op, data, name=None):
     """Reduce ``data`` across its partitions with ``op`` into a one-partition ``dst`` (GpSimd: SBUF only)."""
 
@@ -256,7 +257,7 @@ _ELEMS_PER_IDX = (1, 2, 4, 8, 16, 32)  # the page's num_elem_per_idx values
 MAX_INDICES_PER_CORE = 4096
 
 
-@instruction(engine="GpSimd")
+@instruction(engine="GpSimd", cost=_costs.gpsimd_default)
 def local_gather(dst, src_buffer, index, num_elem_per_idx=1, num_valid_indices=None, name=None):
     """Gather within each GpSimd core's 16 partitions (GpSimd engine, SBUF only).
 

@@ -19,6 +19,7 @@ from ..cores import current_worker
 from ..errors import NKIError
 from ..lnc_checks import memory_id
 from ..op_functions import np_function as _np_function
+from ..timing import costs as _costs  # (each instruction's cost, declared with it)
 from ..transfers import store as _store
 from . import registry as _registry
 from . import target as _target
@@ -260,5 +261,5 @@ def core_barrier(data, cores, engine=None, name=None):
 # cores as cooperating workers, never vectorised); they keep their own operand checks and run outside
 # the instruction wrapper, whose batch guard they do not need.
 for _fn in (sendrecv, sendrecv_compute, core_barrier):
-    _registry.register(_registry.Spec(_fn.__name__, "Sync", _fn, sync=True, module=__name__))
+    _registry.register(_registry.Spec(_fn.__name__, "Sync", _fn, sync=True, module=__name__, cost=_costs.not_scheduled))
 

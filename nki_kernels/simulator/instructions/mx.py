@@ -31,6 +31,7 @@ from .. import dtypes as dt
 from .. import recording as _prof
 from ..core import psum, sbuf
 from ..errors import NKIError
+from ..timing import costs as _costs  # (each instruction's cost, declared with it)
 from .operands import check_dst, instruction, per_partition, psum_accumulate, rows, tile_operand, write
 from .target import nc_version, require
 
@@ -80,7 +81,7 @@ def _exponent_field(x):
     return ((np.abs(x).astype(np.float32).view(np.uint32) >> 23) & 0xFF).astype(np.int32)
 
 
-@instruction(engine="Vector")
+@instruction(engine="Vector", cost=_costs.engine_default)
 def quantize_mx(dst, src, dst_scale, name=None):
     """Quantize a float16/bfloat16 SBUF tile ``src`` [P, F] (P a multiple of 32, <= 128; F a multiple
     of 4) to MXFP8: ``dst`` [P, F / 4] in ``float8_e4m3fn_x4`` / ``float8_e5m2_x4``, ``dst_scale``
@@ -150,7 +151,7 @@ def _scales(t, name, K, free, op):
     return np.repeat(np.exp2(biased - _F32_BIAS), GROUP_PARTITIONS, axis=0)
 
 
-@instruction(engine="Tensor")
+@instruction(engine="Tensor", cost=_costs.matmul)
 def nc_matmul_mx(dst, stationary, moving, stationary_scale, moving_scale, tile_position=None, tile_size=None,
                  accumulate=None, name=None):
     """``dst[m, n] = sum_{k, q} S[k, m, q] * s_S[k // 8, m] * M[k, n, q] * s_M[k // 8, n]`` on the Tensor

@@ -5,7 +5,7 @@ An instruction is one destination-style function in an engine module of
 :func:`nki_kernels.simulator.instructions.operands.instruction`, which wraps it (op site,
 batch guard) and records a :class:`Spec` here::
 
-    @instruction(engine="Vector", batched=True, gen1=Gen1(like="data", batched=True))
+    @instruction(engine="Vector", cost=costs.copy_like, batched=True, gen1=Gen1(like="data", batched=True))
     def tensor_double(dst, data):
         ...
 
@@ -18,15 +18,22 @@ From that one declaration:
 * :func:`batch_safe` gives each namespace's instructions that run a batch of grid programs at once;
 * :func:`sync_names` gives the instructions that synchronise logical cores (a kernel naming one
   runs its cores as cooperating workers);
-* ``spec.engine`` is the engine the profiler records (an ``engine=`` argument may override it).
+* ``spec.engine`` is the engine the profiler records (an ``engine=`` argument may override it);
+* ``spec.cost`` is its cost in cycles of its engine, a function of :mod:`..timing.costs`
+  (``(instr, hw) -> cycles``; DMA: its split into transfers) that the timing model reads from here
+  (:func:`..timing.costs.read_declarations`). Every instruction declares one; one whose page gives
+  no figure names its engine's documented default, ``costs.engine_default``, on purpose.
 
-This module is pure data (no simulator imports): it sits below every layer that reads it.
+This module is pure data; its only simulator import is the timing layer's cost table (below it),
+so it sits below every layer that reads it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Callable, Optional
+
+from ..timing import costs as _costs
 
 ENGINES = ("Tensor", "Vector", "Scalar", "GpSimd", "DMA", "Sync")
 
@@ -44,8 +51,11 @@ class Gen1:
 @dataclass
 class Spec:
     """One instruction: its name, engine, the wrapped destination-style entry point ``run``, whether
-    ``run`` batches, whether it synchronises cores, and its first-generation form (``None``: the
-    instruction is not in the first generation's namespace unless the front end defines it)."""
+    ``run`` batches, whether it synchronises cores, its first-generation form (``None``: the
+    instruction is not in the first generation's namespace unless the front end defines it) and its
+    ``cost`` (a :mod:`..timing.costs` function of the timing model's event and the NeuronCore's facts,
+    in cycles of its engine; ``None`` only for a declaration that gives none, which
+    ``tests/test_instruction_registry.py`` refuses for the simulator's own instructions)."""
 
     name: str
     engine: str
@@ -55,9 +65,12 @@ class Spec:
     gen1: Optional[Gen1] = None
     module: str = ""
     published: list = field(default_factory=list)
+    cost: Optional[Callable] = None
 
 
 REGISTRY: dict = {}
+# the timing model reads each instruction's declared cost from this table (it cannot import it)
+_costs.read_declarations(REGISTRY)
 _namespaces: list = []  # (namespace dict, kind, derive) of publish()
 
 
@@ -120,3 +133,9 @@ def engine_of(name: str, default: str = "Vector") -> str:
     """The declared engine of instruction ``name`` (``default`` for a name not declared)."""
     spec = REGISTRY.get(name)
     return spec.engine if spec is not None else default
+
+
+def without_cost() -> list:
+    """Names of the declared instructions that declare no cost (the timing model would give them their
+    engine's default without saying so)."""
+    return sorted(n for n, s in REGISTRY.items() if s.cost is None)

@@ -17,6 +17,7 @@ from .. import dtypes as dt
 from .. import recording as _prof
 from ..core import Tile, sbuf
 from ..errors import NKIError
+from ..timing import costs as _costs  # (each instruction's cost, declared with it)
 from .operands import (check_dst, column, engine_name, instruction, no_gpsimd_psum, per_partition, rows,
                        tile_operand, write)
 from .target import engine as _engine
@@ -91,7 +92,7 @@ def _lane_engine(engine, op, *tiles, default="Vector"):
     return eng
 
 
-@instruction(engine="Vector")
+@instruction(engine="Vector", cost=_costs.engine_default)
 def rand_set_state(src_seeds, engine=_engine.gpsimd, name=None):
     """Seed the PRNG of each compute lane from the matching partition of ``src_seeds`` (uint32, 6
     values per lane on GpSimd, 24 on Vector). NeuronCore-v3+ (Vector: v4+)."""
@@ -112,7 +113,7 @@ def rand_set_state(src_seeds, engine=_engine.gpsimd, name=None):
     state[:s.shape[0]] = rows(s.data, s.shape[0])[:, :6]
 
 
-@instruction(engine="Vector")
+@instruction(engine="Vector", cost=_costs.engine_default)
 def rand_get_state(dst, engine=_engine.gpsimd, name=None):
     """Write the PRNG state of each lane into the matching partition of ``dst`` (uint32, 6 values per
     lane on GpSimd, 24 on Vector)."""
@@ -136,7 +137,7 @@ def rand_get_state(dst, engine=_engine.gpsimd, name=None):
     write(d, out.reshape(d.shape), op)
 
 
-@instruction(engine="Vector")
+@instruction(engine="Vector", cost=_costs.engine_default)
 def set_rng_seed(src_seeds, name=None):
     """Seed the Vector engine's PRNG from the single 32-bit value in ``src_seeds`` ([1, 1], SBUF or PSUM):
     the same seed gives the same numbers from ``nisa.rng`` / ``rand2`` / ``dropout``."""
@@ -148,7 +149,7 @@ def set_rng_seed(src_seeds, name=None):
     _states()["Vector"] = _seeded(seed)
 
 
-@instruction(engine="Vector")
+@instruction(engine="Vector", cost=_costs.engine_default)
 def rng(dst, engine=_engine.vector, name=None):
     """Fill ``dst`` with raw 32-bit XORWOW values of each lane's generator, converted to ``dst.dtype``."""
 
@@ -172,7 +173,7 @@ def uniform(parts, n, eng="Vector"):
     return (_draw(_state(eng), parts, n) >> np.uint32(8)).astype(np.float32) * np.float32(2.0 ** -24)
 
 
-@instruction(engine="Vector")
+@instruction(engine="Vector", cost=_costs.engine_default)
 def rand2(dst, min, max, name=None):  # noqa: A002 - the documented parameter names
     """Uniform fp32 random numbers in ``[min, max]`` (scalars or [P, 1] tiles) into ``dst`` (Vector
     engine, XORWOW; NeuronCore-v4+)."""
@@ -189,7 +190,7 @@ def rand2(dst, min, max, name=None):  # noqa: A002 - the documented parameter na
     write(d, out.reshape(d.shape), op)
 
 
-@instruction(engine="Vector")
+@instruction(engine="Vector", cost=_costs.engine_default)
 def dropout(dst, data, prob, name=None):
     """Zero each element of ``data`` with drop probability ``prob`` (a scalar or a [P, 1] tile of
     per-partition probabilities; 1.0 drops all, 0.0 keeps all), Vector engine's generator."""

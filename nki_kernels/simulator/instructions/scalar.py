@@ -9,6 +9,7 @@ from .. import dtypes as dt
 from .. import recording as _prof
 from ..core import Tile
 from ..errors import NKIError, NotBatchable
+from ..timing import costs as _costs  # (each instruction's cost, declared with it)
 from .registry import Gen1
 from . import functional as _functional  # the computing forms both generations share
 from .operands import (alu, check_dst, column, engine_name, instruction, no_gpsimd_psum, one_per_partition,
@@ -35,7 +36,7 @@ _PAIRS = {("multiply", "add"), ("multiply", "subtract"), ("multiply", _IDENTITY)
           ("subtract", _IDENTITY), (_IDENTITY, _IDENTITY)}
 
 
-@instruction(engine="Scalar")
+@instruction(engine="Scalar", cost=_costs.activation)
 def activate2(dst, op, data, imm0, imm1, op0, op1, relu_param=0.0, reverse0=False, reverse1=False, reduce_op=None,
               reduce_res=None, reduce_cmd=_reduce_cmd.idle, engine=_engine.scalar, name=None):
     """``dst = op((data op0 imm0) op1 imm1)`` (``imm0 op0 data`` with ``reverse0``, ``imm1 op1 x`` with
@@ -85,7 +86,7 @@ def activate2(dst, op, data, imm0, imm1, op0, op1, relu_param=0.0, reverse0=Fals
 _DEFAULT_CMD = object()
 
 
-@instruction(engine="Scalar", batched=True, gen1=Gen1(batched=True))
+@instruction(engine="Scalar", cost=_costs.activation, batched=True, gen1=Gen1(batched=True))
 def activation(dst, op, data, bias=None, scale=1.0, reduce_op=None, reduce_res=None, reduce_cmd=_DEFAULT_CMD,
                engine=_engine.scalar, name=None):
     """``dst = op(data * scale + bias)`` on the Scalar engine (or GpSimd, NeuronCore-v4+), with an
@@ -148,7 +149,7 @@ def _identity_op(op):
     return np.copy if getattr(op, "__name__", None) in ("copy", "bypass") else op
 
 
-@instruction(engine="Scalar", gen1=Gen1(batched=True))
+@instruction(engine="Scalar", cost=_costs.activation_reduce, gen1=Gen1(batched=True))
 def activation_reduce(dst, op, data, reduce_op, reduce_res, bias=None, scale=1.0, name=None):
     """``activation`` plus a free-axis sum of its result into ``reduce_res`` (registers reset first)."""
     activation(dst, op, data, bias=bias, scale=scale, reduce_op=reduce_op, reduce_res=reduce_res,

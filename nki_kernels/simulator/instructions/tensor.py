@@ -13,6 +13,7 @@ from .. import recording as _prof
 from ..access_pattern import layout_of
 from ..core import PSUM_BANK_BYTES, Tile, psum, sbuf
 from ..errors import NKIError, NotBatchable
+from ..timing import costs as _costs  # (each instruction's cost, declared with it)
 from .registry import Gen1
 from . import functional as _functional  # the computing forms both generations share
 from .operands import check_dst, engine_name, fit_dst, instruction, lazy_text, scratch, write, write_accumulating
@@ -69,7 +70,7 @@ def _unit_free_axes_dropped(t):
     return t
 
 
-@instruction(engine="Tensor", batched=True, gen1=Gen1(batched=True))
+@instruction(engine="Tensor", cost=_costs.matmul, batched=True, gen1=Gen1(batched=True))
 def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_onezero=False, is_transpose=False,
               accumulate=None, tile_position=(), tile_size=(), perf_mode=matmul_perf_mode.none, name=None):
     """``dst = stationary.T @ moving`` (or ``+=``) on the Tensor engine; ``dst`` must be a PSUM tile.
@@ -123,7 +124,7 @@ def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_on
     write_accumulating(d, vals, accumulate, "nc_matmul")
 
 
-@instruction(engine="Tensor", batched=True, gen1=Gen1(batched=True))
+@instruction(engine="Tensor", cost=_costs.transpose, batched=True, gen1=Gen1(batched=True))
 def nc_transpose(dst, data, engine=_engine.unknown, name=None):
     """Transpose partition and (flattened) free axes of ``data`` into ``dst``.
 

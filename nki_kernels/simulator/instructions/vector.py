@@ -24,6 +24,7 @@ from . import registers, target
 from .target import command
 from .. import op_functions as _op_functions
 from .. import tile_ops as _tile_ops
+from ..timing import costs as _costs  # (each instruction's cost, declared with it)
 
 # ---------------------------------------------------------------------------
 # selects and cumulative ops
@@ -33,7 +34,7 @@ _RANGE_COMPARE = {np.equal: "equal", np.less: "less", np.less_equal: "less_equal
                   np.greater_equal: "greater_equal"}
 
 
-@instruction(engine="Vector")
+@instruction(engine="Vector", cost=_costs.engine_default)
 def range_select(dst, on_true_tile, comp_op0, comp_op1, bound0, bound1, reduce_cmd=_reduce_cmd.reset_reduce,
                  reduce_res=None, reduce_op=np.maximum, range_start=0.0, on_false_value=FP32_MIN, name=None):
     """``dst = where(comp_op0(i + range_start, bound0) & comp_op1(i + range_start, bound1), on_true_tile,
@@ -108,7 +109,7 @@ _PRED_SELECT = (dt.int8, dt.uint8, dt.int16, dt.uint16)
 _GEN1_PRED_SELECT = (dt.bool_,) + _PRED_SELECT  # (v2.26: bool is "boolean stored as uint8")
 
 
-@instruction(engine="Vector")
+@instruction(engine="Vector", cost=_costs.engine_default)
 def select_reduce(dst, predicate, on_true, on_false, reduce_res=None, reduce_cmd=_reduce_cmd.idle, reduce_op=np.maximum,
                   reverse_pred=False, name=None):
     """``dst = where(predicate, on_true, on_false)`` (``~predicate`` with ``reverse_pred``), with a max
@@ -163,7 +164,7 @@ _CUMULATIVE_DTYPES = (dt.bfloat16, dt.float16, dt.float32, dt.float8_e4m3, dt.fl
                       dt.uint8, dt.uint16, dt.int8, dt.int16)
 
 
-@instruction(engine="Vector")
+@instruction(engine="Vector", cost=_costs.engine_default)
 def tensor_scalar_cumulative(dst, src, op0, op1, imm0, imm1=None, reduce_cmd=_reduce_cmd.reset_reduce, name=None):
     """Running reduction along the free axis: ``reg = op1(op0(src[i], imm0), reg); dst[i] = reg`` per
     partition, the Vector engine's register starting from
@@ -205,7 +206,7 @@ def tensor_scalar_cumulative(dst, src, op0, op1, imm0, imm1=None, reduce_cmd=_re
     write(d, out.reshape(d.shape), op)
 
 
-@instruction(engine="Vector", batched=True)
+@instruction(engine="Vector", cost=_costs.reciprocal, batched=True)
 def reciprocal(dst, data, name=None):
     """``dst = 1 / data`` element-wise (Vector engine), fp32 compute rounded to ``dst.dtype``."""
     d = check_dst(dst, "reciprocal")
@@ -217,7 +218,7 @@ def reciprocal(dst, data, name=None):
     write(d, out, "reciprocal", f"reciprocal of {x.shape}")
 
 
-@instruction(engine="Vector", batched=True)
+@instruction(engine="Vector", cost=_costs.scalar_tensor_tensor, batched=True)
 def scalar_tensor_tensor(dst, data, op0, operand0, op1, operand1, reverse0=False, reverse1=False, name=None):
     """``dst = (data op0 operand0) op1 operand1`` (Vector engine): ``operand0`` a scalar or a [P, 1]
     tile, ``operand1`` a tile with data's partitions and elements per partition; data and operand1
@@ -247,7 +248,7 @@ def scalar_tensor_tensor(dst, data, op0, operand0, op1, operand1, reverse0=False
     write(d, out if d.nb else np.reshape(out, d.shape) if d.shape[0] == parts else out, op)
 
 
-@instruction(engine="Vector")
+@instruction(engine="Vector", cost=_costs.engine_default)
 def exponential(dst, src, max_value=0.0, reduce_res=None, reduce_cmd=_reduce_cmd.idle, reduce_init=0.0, name=None):
     """``dst = exp(src - max_value)`` (Vector engine, fp32 inside; ``max_value`` a scalar or [P, 1] tile),
     with the row sums accumulated in the Vector engine's registers per ``reduce_cmd``
@@ -289,7 +290,7 @@ def _is_unary(op) -> bool:
     return getattr(op, "__name__", None) in (*_op_functions._UNARY, "copy", "bypass")
 
 
-@instruction(engine="Vector", batched=True, gen1=Gen1(batched=True))
+@instruction(engine="Vector", cost=_costs.copy_like, batched=True, gen1=Gen1(batched=True))
 def tensor_copy(dst, src, engine=_engine.unknown, name=None, *, dtype=None):
     """Copy ``src`` (SBUF/PSUM) into ``dst`` (SBUF/PSUM), casting to ``dst.dtype``.
 
@@ -309,7 +310,7 @@ def tensor_copy(dst, src, engine=_engine.unknown, name=None, *, dtype=None):
     write(d, res.data, "tensor_copy", f"source (shape {x.shape})")
 
 
-@instruction(engine="Vector", batched=True, gen1=Gen1(batched=True))
+@instruction(engine="Vector", cost=_costs.tensor_tensor, batched=True, gen1=Gen1(batched=True))
 def tensor_tensor(dst, data1, data2, op, engine=_engine.unknown, name=None):
     """``dst = op(data1, data2)`` element-wise (Vector engine; ``nl.power`` on GpSimd).
 
@@ -381,7 +382,7 @@ def _scalar_ops_rules(opname, d, x, op0, operand0, op1, operand1, eng="unknown")
                        f"got op0={getattr(op0, '__name__', op0)}, op1={getattr(op1, '__name__', op1)}")
 
 
-@instruction(engine="Vector", batched=True, gen1=Gen1(batched=True))
+@instruction(engine="Vector", cost=_costs.copy_like, batched=True, gen1=Gen1(batched=True))
 def tensor_scalar(dst, data, op0, operand0=None, reverse0=False, op1=None, operand1=None, reverse1=False,
                   engine=_engine.unknown, name=None):
     """``dst = (data op0 operand0) op1 operand1`` with scalar or [P, 1] operands broadcast along the free axes.
@@ -409,7 +410,7 @@ def tensor_scalar(dst, data, op0, operand0=None, reverse0=False, op1=None, opera
     write(d, res.data, "tensor_scalar")
 
 
-@instruction(engine="Vector", gen1=Gen1(batched=True))
+@instruction(engine="Vector", cost=_costs.activation_reduce, gen1=Gen1(batched=True))
 def tensor_scalar_reduce(dst, data, op0, operand0, reduce_op, reduce_res=None, reverse0=False,
                          reduce_cmd=_reduce_cmd.reset_reduce, reduce_init=None, reduce_res_negate=False, name=None):
     """``dst = data op0 operand0`` (one arithmetic operator) plus a reduction of the result over all
@@ -430,7 +431,7 @@ def tensor_scalar_reduce(dst, data, op0, operand0, reduce_op, reduce_res=None, r
                          reduce_init, negate=reduce_res_negate)
 
 
-@instruction(engine="Vector", batched=True, gen1=Gen1(batched=True))
+@instruction(engine="Vector", cost=_costs.tensor_reduce, batched=True, gen1=Gen1(batched=True))
 def tensor_reduce(dst, op, data, axis, negate=False, keepdims=False, name=None):
     """Reduce ``data`` over free ``axis`` with ``op`` into ``dst`` (Vector engine).
 
@@ -474,7 +475,7 @@ def tensor_reduce(dst, op, data, axis, negate=False, keepdims=False, name=None):
     write(d, vals, "tensor_reduce", f"reduction of {x.shape} over axis {axis}")
 
 
-@instruction(engine="Vector")
+@instruction(engine="Vector", cost=_costs.tensor_tensor_scan)
 def tensor_tensor_scan(dst, data0, data1, initial, op0, op1, reverse0=False, reverse1=False, name=None):
     """Scan along each partition: ``r[i] = op1(op0(data0[i], r[i-1]), data1[i])`` into ``dst``, ``r[-1] =
     initial`` (a scalar or a [P, 1] tile); ``reverse0`` / ``reverse1`` swap an operator's inputs.
@@ -508,7 +509,7 @@ def tensor_tensor_scan(dst, data0, data1, initial, op0, op1, reverse0=False, rev
     write(d, out.reshape(d.shape), op)
 
 
-@instruction(engine="Vector", batched=True, gen1=Gen1(batched=True))
+@instruction(engine="Vector", cost=_costs.memset, batched=True, gen1=Gen1(batched=True))
 def memset(dst, value, engine=_engine.unknown, name=None):
     """Fill ``dst`` with the compile-time constant ``value`` (Vector or GpSimd engine; GpSimd cannot reach
     PSUM). Every NKI dtype; for the x4 packed types (``float8_e4m3fn_x4``, ``float8_e5m2_x4``,
@@ -533,7 +534,7 @@ def memset(dst, value, engine=_engine.unknown, name=None):
     write(d, vals, "memset")
 
 
-@instruction(engine="Vector")
+@instruction(engine="Vector", cost=_costs.engine_default)
 def bn_stats(dst, data, name=None):
     """Per-partition mean/variance statistics of ``data`` (<= 512 elements) into ``dst`` (Vector engine)."""
 
@@ -555,7 +556,7 @@ def bn_stats(dst, data, name=None):
     write(d, out, "bn_stats")
 
 
-@instruction(engine="Vector")
+@instruction(engine="Vector", cost=_costs.bn_aggr)
 def bn_aggr(dst, data, name=None):
     """Combine ``bn_stats`` outputs into [P, 2] mean and variance in ``dst``."""
 

@@ -13,6 +13,7 @@ from .. import recording as _prof
 from ..core import Tile, psum
 from ..errors import NKIError
 from ..indexing import _full_mask
+from ..timing import costs as _costs  # (each instruction's cost, declared with it)
 from .operands import (check_dst, first_generation,
                        instruction, partition_range,
                        per_partition, rows, same_rows, tile_operand, values_of, write)
@@ -35,7 +36,7 @@ def _quadrant_rule(op, name, tile, active):
                        f"{'/'.join(map(str, allowed))}")
 
 
-@instruction(engine="Vector")
+@instruction(engine="Vector", cost=_costs.engine_default)
 def nc_stream_shuffle(dst, src, shuffle_mask, name=None):
     """Cross-partition move within 32-partition quadrants: ``dst[q*32 + i] = src[q*32 + shuffle_mask[i]]``.
 
@@ -87,7 +88,7 @@ _PREDICATE_DTYPES = (dt.uint8, dt.uint16, dt.uint32)
 _GEN1_PREDICATE_DTYPES = (dt.bool_,) + _PREDICATE_DTYPES  # (v2.26: bool is "boolean stored as uint8")
 
 
-@instruction(engine="Vector")
+@instruction(engine="Vector", cost=_costs.engine_default)
 def tensor_copy_predicated(dst, src, predicate, reverse_pred=False, name=None):
     """Copy ``src`` (a tile or a scalar) into ``dst`` where ``predicate`` is non-zero (zero with
     ``reverse_pred``); elsewhere ``dst`` is unmodified (Vector Engine).
@@ -159,7 +160,7 @@ def _eight(op, vals, parts):
     return v
 
 
-@instruction(engine="Vector")
+@instruction(engine="Vector", cost=_costs.engine_default)
 def max8(dst, src, name=None):
     """The 8 largest values of each partition of ``src`` (up to 3-D, 8..16384 elements), descending,
     into a 2-D ``[P, 8]`` ``dst``; fp32 compute, converted to ``dst.dtype``.
@@ -181,7 +182,7 @@ def max8(dst, src, name=None):
     write(d, out, "max8")
 
 
-@instruction(engine="Vector")
+@instruction(engine="Vector", cost=_costs.engine_default)
 def nc_find_index8(dst, data, vals, name=None):
     """Index (from 0) of the first occurrence of each of the 8 ``vals`` in each partition of
     ``data``, into a uint16/uint32 ``[P, 8]`` ``dst``. A value that occurs in ``vals`` k times
@@ -221,7 +222,7 @@ def _first_unused(v, want, used):
     return rows, first
 
 
-@instruction(engine="Vector")
+@instruction(engine="Vector", cost=_costs.engine_default)
 def nc_match_replace8(dst, data, vals, imm, dst_idx=None, name=None):
     """``dst`` = ``data`` with the first occurrence of each of the 8 ``vals`` (per partition)
     replaced by ``imm``; ``dst_idx`` (optional, [P, 8]) receives the matched positions. Duplicate

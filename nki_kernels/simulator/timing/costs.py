@@ -2,23 +2,26 @@
 
 The formulas are the "Estimated instruction cost" sections of the ``nki.isa`` API pages
 (:data:`.hardware.ISA_PAGES`) and the cost models of the architecture guides (``ARCH_V2`` ... in
-:mod:`.hardware`); each rule names its page. A rule is a function ``(instr, hw) -> cycles``
-registered for one or more instruction names with :func:`cost_rule`; an instruction without a rule
-gets its engine's default (one input:
-``max(MIN_II, N)``; two inputs on Vector: ``max(MIN_II, 2N)``; GpSimd: ``GPSIMD_START + N`` per
-input). The instruction registry can register its own rules next to its instructions.
+:mod:`.hardware`); each function names its page. A cost is a function ``(instr, hw) -> cycles``.
+
+Each instruction declares its cost where it is declared, in the instruction registry
+(``@instruction(engine="Vector", cost=costs.tensor_tensor)``, kept on its ``Spec`` beside its
+engine and batch rules, as JAX keeps a primitive's rules beside the primitive). This module does
+not know the registry (it sits below it): the registry hands its table over with
+:func:`read_declarations`, and :func:`rule_for` reads an instruction's cost from its declaration.
+What has no declaration (a hand-built event, a first-generation op that is not a registry
+instruction) gets :data:`UNDECLARED`'s rule or :func:`engine_default`; the scheduler counts those
+(``Result.default_costed``), so a missing declaration shows.
 
 ``instr`` is duck-typed (any object with the fields of :class:`.model.Instr`), so this module does
 not import the model. ``N`` below is ``instr.free_elems``: the elements per partition the engine
 streams (of one block: a block dimension is *not* part of it).
 
-DMA instructions are not costed in cycles; :func:`dma_transfers` splits one into per-engine
-transfers whose time the scheduler books on the DMA engines.
+DMA instructions are not costed in cycles: their declared cost is :func:`dma_transfers`, which
+splits one into per-engine transfers whose time the scheduler books on the DMA engines.
 """
 
 from __future__ import annotations
-
-_RULES = {}
 
 _ITEMSIZE = {"float32": 4, "fp32": 4, "tfloat32": 4, "tf32": 4, "int32": 4, "uint32": 4, "float16": 2, "fp16": 2,
              "bfloat16": 2, "bf16": 2, "int16": 2, "uint16": 2, "int8": 1, "uint8": 1, "bool": 1,
@@ -48,16 +51,6 @@ def is_fp32(dtype) -> bool:
     return dtype_name(dtype) == "float32"
 
 
-def cost_rule(*names):
-    """Register ``fn(instr, hw) -> cycles`` as the cost of the instructions ``names``."""
-    def deco(fn):
-        """Register ``fn`` under every name."""
-        for n in names:
-            _RULES[n] = fn
-        return fn
-    return deco
-
-
 def _spaces(keys):
     return {k[0] for k in keys if k}
 
@@ -80,12 +73,13 @@ def _vector_speedup(ins, hw, two_inputs=False) -> float:
     return 2.0 if ins.contiguous else 1.0
 
 
-def _one_input(ins, hw) -> float:
+def one_input(ins, hw) -> float:
+    """Vector / Scalar default (ISA_PAGES, e.g. nki.isa.activation, tensor_scalar): ``max(MIN_II, N)``: one
+    input streamed at one element per partition per cycle, at least the minimum initiation interval."""
     return max(hw.min_ii.value, ins.free_elems)
 
 
-@cost_rule("nc_matmul", "matmul", "nc_matmul_mx")
-def _matmul(ins, hw) -> float:
+def matmul(ins, hw) -> float:
     """nki.isa.nc_matmul (ISA_PAGES): ``max(min(64, N_stationary), N_moving)`` Tensor cycles for
     FP8/BF16/FP16/TF32 inputs, ``4 *`` that for FP32 (ARCH_V2: "For FP32 input data type, the instruction
     cost is roughly 4x higher"). 64 is MM_INIT_LATENCY. A double-row FP8 (v3) or MX (v4) matmul takes the
@@ -95,8 +89,7 @@ def _matmul(ins, hw) -> float:
     return cyc * (hw.fp32_matmul_factor.value if is_fp32(ins.dtype_in) else 1.0)
 
 
-@cost_rule("nc_transpose", "transpose")
-def _transpose(ins, hw) -> float:
+def transpose(ins, hw) -> float:
     """nki.isa.nc_transpose (ISA_PAGES): Tensor ``max(P, min(64, F))``; Vector ``max(MIN_II, N)``. On
     NeuronCore-v3+ the Tensor transpose mode is "2x speedup in FP32 transpose" (ARCH_V3)."""
     if ins.engine == "Tensor":
@@ -104,17 +97,16 @@ def _transpose(ins, hw) -> float:
         if is_fp32(ins.dtype_in):
             cyc *= hw.fp32_matmul_factor.value / (2.0 if hw.version >= 3 else 1.0)
         return cyc
-    return _one_input(ins, hw)
+    return one_input(ins, hw)
 
 
-@cost_rule("tensor_tensor")
-def _tensor_tensor(ins, hw) -> float:
+def tensor_tensor(ins, hw) -> float:
     """nki.isa.tensor_tensor (ISA_PAGES), Vector: ``max(MIN_II, N)`` when one input is in PSUM and the other
     in SBUF, or both in SBUF with all-BF16 add/multiply/subtract on contiguous data; ``max(MIN_II, 2N)``
     otherwise ("If there are two input tiles, the instruction can execute in roughly 2N cycles", ARCH_V2).
     On GpSimd see :func:`_gpsimd_default`."""
     if ins.engine == "GpSimd":
-        return _gpsimd_default(ins, hw)
+        return gpsimd_default(ins, hw)
     n = ins.free_elems
     spaces = [k[0] for k in ins.reads if k]
     one_psum = "psum" in spaces and "sbuf" in spaces
@@ -124,13 +116,12 @@ def _tensor_tensor(ins, hw) -> float:
     return max(hw.min_ii.value, per * n / _vector_speedup(ins, hw, two_inputs=True))
 
 
-@cost_rule("tensor_copy", "tensor_scalar", "copy")
-def _copy_like(ins, hw) -> float:
+def copy_like(ins, hw) -> float:
     """nki.isa.tensor_copy / tensor_scalar (ISA_PAGES): ``max(MIN_II, N)`` cycles; with the v3+ Vector
     performance mode (ARCH_V3) or the v4 ScalarE performance mode ("up to 2x performance uplift for
     BF16/FP16", ARCH_V4) divided accordingly."""
     if ins.engine == "GpSimd":
-        return _gpsimd_default(ins, hw)
+        return gpsimd_default(ins, hw)
     speed = 1.0
     if ins.engine == "Vector":
         speed = _vector_speedup(ins, hw)
@@ -139,17 +130,19 @@ def _copy_like(ins, hw) -> float:
     return max(hw.min_ii.value, ins.free_elems / speed)
 
 
-@cost_rule("activation", "activation_reduce", "tensor_scalar_reduce")
-def _activation(ins, hw) -> float:
-    """nki.isa.activation: ``max(MIN_II, N)`` Scalar cycles; activation_reduce and tensor_scalar_reduce add
-    ``MIN_II`` for the accumulator read-out (ISA_PAGES; ARCH_V2: "ActReadAccumulator ... roughly 64 ScalarE
-    cycles")."""
-    extra = hw.min_ii.value if ins.name in ("activation_reduce", "tensor_scalar_reduce") else 0.0
-    return _one_input(ins, hw) + extra
+def activation(ins, hw) -> float:
+    """nki.isa.activation (ISA_PAGES): ``max(MIN_II, N)`` Scalar cycles."""
+    return one_input(ins, hw)
 
 
-@cost_rule("memset")
-def _memset(ins, hw) -> float:
+def activation_reduce(ins, hw) -> float:
+    """nki.isa.activation_reduce / tensor_scalar_reduce: :func:`activation`'s ``max(MIN_II, N)`` plus
+    ``MIN_II`` for the accumulator read-out (ISA_PAGES; ARCH_V2: "ActReadAccumulator ... roughly 64
+    ScalarE cycles")."""
+    return one_input(ins, hw) + hw.min_ii.value
+
+
+def memset(ins, hw) -> float:
     """nki.isa.memset (ISA_PAGES): zero into BF16/FP16 ``max(MIN_II, N/2)``, else ``max(MIN_II, N)``
     (``op="zero"`` marks a zero fill)."""
     if ins.engine == "GpSimd":
@@ -158,67 +151,117 @@ def _memset(ins, hw) -> float:
     return max(hw.min_ii.value, ins.free_elems / (2 if half else 1))
 
 
-@cost_rule("tensor_reduce")
-def _tensor_reduce(ins, hw) -> float:
+def tensor_reduce(ins, hw) -> float:
     """nki.isa.tensor_reduce (ISA_PAGES): ``N/2`` for BF16 in and out with add/max, else ``N`` (at least
     MIN_II)."""
     fast = is_half(ins.dtype_in) and is_half(ins.dtype_out) and ins.op in ("add", "max", "maximum")
     return max(hw.min_ii.value, ins.free_elems / (2 if fast else 1))
 
 
-@cost_rule("tensor_tensor_scan", "scalar_tensor_tensor")
-def _two_n(ins, hw) -> float:
-    """nki.isa.tensor_tensor_scan ``max(MIN_II, 2N)``; scalar_tensor_tensor ``2N`` (``N`` for BF16
-    subtract-then-multiply) (ISA_PAGES)."""
-    if ins.name == "scalar_tensor_tensor" and is_half(ins.dtype_in) and ins.op == "subtract_multiply":
+def tensor_tensor_scan(ins, hw) -> float:
+    """nki.isa.tensor_tensor_scan (ISA_PAGES): ``max(MIN_II, 2N)`` Vector cycles (two inputs)."""
+    return max(hw.min_ii.value, 2 * ins.free_elems)
+
+
+def scalar_tensor_tensor(ins, hw) -> float:
+    """nki.isa.scalar_tensor_tensor (ISA_PAGES): ``max(MIN_II, 2N)``; ``N`` for BF16 subtract-then-multiply."""
+    if is_half(ins.dtype_in) and ins.op == "subtract_multiply":
         return max(hw.min_ii.value, ins.free_elems)
     return max(hw.min_ii.value, 2 * ins.free_elems)
 
 
-@cost_rule("reciprocal")
-def _reciprocal(ins, hw) -> float:
+def reciprocal(ins, hw) -> float:
     """nki.isa.reciprocal (ISA_PAGES): ``max(MIN_II, 8N)`` Vector cycles."""
     return max(hw.min_ii.value, 8 * ins.free_elems)
 
 
-@cost_rule("bn_aggr")
-def _bn_aggr(ins, hw) -> float:
+def bn_aggr(ins, hw) -> float:
     """nki.isa.bn_aggr (ISA_PAGES): ``max(MIN_II, 13*(N/3))`` Vector cycles."""
     return max(hw.min_ii.value, 13 * ins.free_elems / 3)
 
 
-@cost_rule("tensor_copy_dynamic_src", "tensor_copy_dynamic_dst")
-def _dynamic_copy(ins, hw) -> float:
+def dynamic_copy(ins, hw) -> float:
     """nki.isa.tensor_copy_dynamic_* (ISA_PAGES): ``max(MIN_II_DYNAMIC, N)``, MIN_II_DYNAMIC roughly 600."""
     return max(600.0, ins.free_elems)
 
 
-@cost_rule("iota", "affine_select")
-def _gpsimd_start(ins, hw) -> float:
+def gpsimd_start(ins, hw) -> float:
     """nki.isa.iota / affine_select (ISA_PAGES): ``GPSIMD_START + N`` GpSimd cycles, GPSIMD_START ~150."""
     return hw.gpsimd_start.value + ins.free_elems
 
 
-def _gpsimd_default(ins, hw) -> float:
+def gpsimd_default(ins, hw) -> float:
     """GpSimd has "no rule-of-thumb" (ARCH_V2); its SBUF read interface delivers "up to 32-bit per
     partition ... per cycle", so each input streams one element per partition per cycle after the start-up:
     ``GPSIMD_START + n_inputs * N``."""
     return hw.gpsimd_start.value + max(1, ins.n_inputs) * ins.free_elems
 
 
-def instruction_cycles(ins, hw) -> float:
-    """Cycles ``ins`` occupies its engine (``ins.engine``), from its rule or the engine's default. Excludes
-    the static overhead of a dependent instruction, which the scheduler adds."""
-    rule = _RULES.get(ins.name)
-    if rule is not None:
-        return float(rule(ins, hw))
+def two_inputs(ins, hw) -> float:
+    """Vector with two tensor inputs and no rule of its own: ``max(MIN_II, 2N)`` ("If there are two input
+    tiles, the instruction can execute in roughly 2N cycles", ARCH_V2)."""
+    return max(hw.min_ii.value, 2 * ins.free_elems)
+
+
+def engine_default(ins, hw) -> float:
+    """The documented default of the instruction's engine, for an instruction whose page gives no cost of
+    its own (the newer instructions: their pages have no "Estimated instruction cost" section): Tensor
+    :func:`matmul`'s issue interval; GpSimd :func:`gpsimd_default`; Vector with two inputs
+    :func:`two_inputs`; otherwise :func:`one_input`, ``max(MIN_II, N)``. A declaration that names it says
+    so on purpose (``cost=costs.engine_default``)."""
     if ins.engine == "Tensor":
-        return _matmul(ins, hw)
+        return matmul(ins, hw)
     if ins.engine == "GpSimd":
-        return _gpsimd_default(ins, hw)
+        return gpsimd_default(ins, hw)
     if ins.engine == "Vector" and ins.n_inputs >= 2:
-        return max(hw.min_ii.value, 2 * ins.free_elems)
-    return _one_input(ins, hw)
+        return two_inputs(ins, hw)
+    return one_input(ins, hw)
+
+
+def not_scheduled(ins, hw) -> float:
+    """The cost of an instruction the model does not schedule: those that synchronise the logical cores
+    of a launch (``core_barrier``, ``sendrecv``): the model times one NeuronCore, so a wait for another
+    core has no figure here (the recorder does not hand Sync-engine instructions to the scheduler); 0
+    cycles if one is."""
+    return 0.0
+
+
+# Costs of first-generation ops that are not registry instructions (the front end's own functions in
+# isa.py): the recorder names them by their API name.
+UNDECLARED = {"tensor_copy_dynamic_src": dynamic_copy, "tensor_copy_dynamic_dst": dynamic_copy}
+
+_declared = {}  # the instruction registry's table (name -> Spec with a .cost), see read_declarations
+
+
+def read_declarations(table) -> None:
+    """Read instruction costs from ``table`` (name -> declaration with a ``cost`` attribute): the
+    instruction registry calls this once with its table, which it keeps filling as instructions are
+    declared."""
+    global _declared
+    _declared = table
+
+
+def declared_cost(name):
+    """The cost function declared with instruction ``name`` (``None``: not declared, or no cost)."""
+    spec = _declared.get(name)
+    return getattr(spec, "cost", None) if spec is not None else None
+
+
+def rule_for(name):
+    """``(cost function, declared)`` of the instruction called ``name``: its declaration's cost, else
+    :data:`UNDECLARED`'s, else :func:`engine_default` (``declared`` is False for the last two)."""
+    c = declared_cost(name)
+    if c is not None:
+        return c, True
+    return UNDECLARED.get(name, engine_default), False
+
+
+def instruction_cycles(ins, hw) -> float:
+    """Cycles ``ins`` occupies its engine (``ins.engine``): its own ``cost`` if the event carries one, else
+    its declared cost (:func:`rule_for`). Excludes the static overhead of a dependent instruction, which
+    the scheduler adds."""
+    rule = getattr(ins, "cost", None) or rule_for(ins.name)[0]
+    return float(rule(ins, hw))
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -276,8 +319,30 @@ def ceil_div(a, b):
 
 
 __all__ = [
+    "UNDECLARED",
+    "activation",
+    "activation_reduce",
+    "bn_aggr",
     "ceil_div",
-    "cost_rule",
+    "copy_like",
+    "declared_cost",
+    "dynamic_copy",
+    "engine_default",
+    "gpsimd_default",
+    "gpsimd_start",
+    "matmul",
+    "memset",
+    "not_scheduled",
+    "one_input",
+    "read_declarations",
+    "reciprocal",
+    "rule_for",
+    "scalar_tensor_tensor",
+    "tensor_reduce",
+    "tensor_tensor",
+    "tensor_tensor_scan",
+    "transpose",
+    "two_inputs",
     "dma_bandwidth",
     "dma_transfer_times",
     "dma_transfers",

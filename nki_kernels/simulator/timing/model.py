@@ -15,8 +15,10 @@ instruction registry knows at the call:
 ``Instr.of(name, engine, inputs, outputs, **extra)``
 
 * ``name``: the ISA instruction name (``"nc_matmul"``, ``"tensor_tensor"``, ``"activation"``,
-  ``"tensor_copy"``, ``"memset"``, ``"iota"``, ``"dma_copy"`` ...); it selects the cost rule in
-  :mod:`.costs` (unknown names get their engine's default).
+  ``"tensor_copy"``, ``"memset"``, ``"iota"``, ``"dma_copy"`` ...); its cost is the one declared with
+  the instruction in the instruction registry (``@instruction(engine=..., cost=costs.<fn>)``, read
+  through :func:`.costs.rule_for`), or the event's own ``cost`` field if it carries one. A name with
+  no declaration gets its engine's default, and the result counts it (``Result.default_costed``).
 * ``engine``: where it ran: ``"Tensor"``, ``"Vector"``, ``"Scalar"``, ``"GpSimd"`` or ``"DMA"``
   (aliases ``"PE"``, ``"DVE"``, ``"Act"``, ``"Pool"`` are accepted).
 * ``inputs`` / ``outputs``: the operand tiles as :class:`Operand` (``shape``, ``dtype``, ``space``
@@ -128,7 +130,8 @@ class Instr:
     DMA. ``program``: the program id. ``op``: ALU op or variant. ``contiguous``: unit stride in the
     innermost free dimension; ``stride_bytes``: that stride in bytes when it is not (over 16 bytes halves
     the SBUF/PSUM access bandwidth). ``label``: the name the trace shows (the API call, e.g. ``nl.add``;
-    default ``name``).
+    default ``name``). ``cost``: a cost function ``(instr, hw) -> cycles`` (DMA: ``-> transfers``) that
+    replaces the one declared for ``name`` (an event of an instruction the registry does not declare).
     """
 
     name: str
@@ -152,6 +155,7 @@ class Instr:
     dge: str = ""
     stride_bytes: int = 0
     label: str = ""
+    cost: object = None
 
     @classmethod
     def of(cls, name, engine, inputs=(), outputs=(), **extra) -> Instr:
@@ -312,6 +316,8 @@ class Scheduler:
         self.dma = DmaStats()
         self.flags = {"fp32_matmul": 0, "narrow_matmul": 0, "small_free": 0, "few_partitions": 0,
                       "dependency_waits": 0}
+        self.default_costed = {}  # name -> count: events whose name declares no cost (their engine's default)
+        self._rules = {}  # name -> (cost function, declared): the registry's answer, once per name
 
     # -- dependencies -------------------------------------------------------------------------------------
     def _deps(self, ins):
@@ -393,7 +399,7 @@ class Scheduler:
                                        key=lambda x: x[0])
             if port_free > start:
                 start, ready, dep = port_free, port_free, (port_free, port_last, "port")
-        cycles = _costs.instruction_cycles(ins, hw)
+        cycles = self._rule(ins)(ins, hw)
         if ins.stride_bytes > 16:
             cycles *= hw.strided_factor.value
         if engine != "Tensor":
@@ -426,6 +432,18 @@ class Scheduler:
             cause = ("engine", last) if last is not None else ("start", None)
         return start, end, cause
 
+    def _rule(self, ins):
+        """The cost function of ``ins``: its own, else the one declared with its name (counted in
+        ``default_costed`` when there is none and the engine's default applies)."""
+        if ins.cost is not None:
+            return ins.cost
+        rule = self._rules.get(ins.name)
+        if rule is None:
+            rule = self._rules[ins.name] = _costs.rule_for(ins.name)
+        if not rule[1]:
+            self.default_costed[ins.name] = self.default_costed.get(ins.name, 0) + 1
+        return rule[0]
+
     def _queue_of(self, ins):
         if ins.queue is not None:
             return ins.queue
@@ -452,7 +470,10 @@ class Scheduler:
             if k and k[0] in ("sbuf", "psum") and len(k) > 2 and k[2]:
                 first = int(k[2][0][0])
                 break
-        transfers = _costs.dma_transfers(ins, hw, first)
+        split = self._rule(ins)  # (a DMA's declared cost is its split into per-engine transfers)
+        if split is _costs.engine_default:
+            split = _costs.dma_transfers  # (a DMA without a declaration: the documented split)
+        transfers = split(ins, hw, first)
         bw = _costs.dma_bandwidth(ins, hw)
         lanes, n = self._lanes, len(self._lanes)
         uniform = (len(transfers) == n and len({e for e, _ in transfers}) == n
