@@ -84,7 +84,7 @@ def test_raw_dependency_serialises():
 
 def test_planted_bug_ignoring_dependencies_fails_the_raw_test(monkeypatch):
     # the suite catches a scheduler that forgets dependencies
-    monkeypatch.setattr(tmodel.Scheduler, "_deps", lambda self, ins: [])
+    monkeypatch.setattr(tmodel.Scheduler, "_deps", lambda self, ins, *keys: [])
     with pytest.raises(AssertionError):
         _raw_two_engines()
 
@@ -374,3 +374,49 @@ def test_timing_package_imports_nothing_from_the_simulator():
             elif isinstance(node, ast.Import):
                 for a in node.names:
                     assert a.name.split(".")[0] in allowed_top, (f.name, a.name)
+
+
+# -- capacity: PSUM banks, spills ------------------------------------------------------------------------
+
+def test_ninth_psum_allocation_waits_for_the_first_banks_reader():
+    # trn1 architecture guide: 8 PSUM banks per partition, "up to eight outstanding matmul accumulation
+    # groups". Nine accumulation groups in nine allocations, each evicted by a Vector copy; Vector is
+    # first busy with a long independent instruction, so Tensor runs ahead: groups 0-7 go back to back,
+    # the ninth shares the first's bank and waits for that group's copy (WAR).
+    long_n = 20000
+    ev = [vec("tensor_copy", sb(100), sb(101), n=long_n)]
+    for k in range(9):
+        ev.append(matmul(sb(1), sb(2), ("psum", k, None)))
+        ev.append(Instr("tensor_copy", "Vector", dtype_in="float32", free_elems=512, reads=(("psum", k, None),),
+                        writes=(sb(10 + k),)))
+    r = simulate(ev)
+    mm = 512 / TENSOR_HZ
+    for k in range(8):
+        assert r.start[1 + 2 * k] == pytest.approx(k * mm)
+    # the first copy starts when Vector is free (it is ready long before), no static overhead: it does not
+    # read what Vector's previous instruction wrote and did not wait for another engine
+    first_copy_end = long_n / VECTOR_HZ + 512 / VECTOR_HZ
+    assert r.start[1 + 2 * 8] == pytest.approx(first_copy_end)
+    assert r.cause[1 + 2 * 8] == "WAR"
+
+
+def test_spilled_allocation_costs_a_store_and_a_reload():
+    # An SBUF allocation marked as spilled (it did not fit beside the others live): its write is followed
+    # by a store to the HBM scratchpad and its reader waits for the reload. [128, 1024] bf16 = 2 KiB per
+    # partition: one transfer per DMA engine of 8 partitions x 2 KiB = 16 KiB, which completes 1300 ns +
+    # 16384 B / 17 B/ns after it starts on trn1 (DMA bandwidth guide, DMA overview table).
+    box = ((0, 128), (0, 2048))
+    ev = [vec("tensor_copy", sb(1), ("sbuf", 7, box), n=1024),
+          vec("tensor_copy", ("sbuf", 7, box), sb(8), n=1024)]
+    copy = 1024 / VECTOR_HZ
+    plain = simulate(ev)
+    assert plain.start[1] == pytest.approx(copy)
+    sched = Scheduler(2, spilled={7})
+    for e in ev:
+        sched.add(e)
+    r = sched.result()
+    transfer = DMA_FIXED + 8 * 2048 / DMA_BW_V2
+    assert r.start[1] == pytest.approx(copy + 2 * transfer)
+    assert r.end[1] == pytest.approx(copy + 2 * transfer + (1024 + STATIC) / VECTOR_HZ)
+    assert r.spills == {"stores": 1, "reloads": 1, "bytes": 2 * 128 * 2048}
+    assert r.dma.transfers == 32

@@ -30,6 +30,7 @@ class _Allocator:
         self.pool = {}  # region -> its (role, size) pool
         self.n = 0
         self.spilled = 0  # allocations made beyond the capacity (the compiler would spill)
+        self.spilled_regions = set()  # their regions: the timing model costs their spill stores and reloads
 
     def take(self, space, nbytes, role=None):
         """A region for a new allocation of ``nbytes`` per partition whose first writer is ``role``."""
@@ -55,6 +56,7 @@ class _Allocator:
             return self._reuse(space, reg)
         self.spilled += 1
         self.n += 1
+        self.spilled_regions.add(self.n)
         self.size[self.n] = nbytes
         self.pool[self.n] = key
         return self.n

@@ -436,8 +436,8 @@ class Recorder:
 
     def schedule(self, hw):
         """Schedule the recorded events on NeuronCore ``hw``: ``(Result, [(event, start)], allocator)``."""
-        sched = Scheduler(hw)
         alloc = _Allocator(hw, self.sbuf_spare)
+        sched = Scheduler(hw, spilled=alloc.spilled_regions)  # (filled as the allocator runs out of room)
         events = self.events()
         # each allocation lives from the first to the last event that names it
         last = {}

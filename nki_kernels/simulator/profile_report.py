@@ -107,7 +107,8 @@ class Report:
         out = list(self.timing.advice()) if self.timing is not None else []
         if self.spilled_allocations:
             out.append(f"{self.spilled_allocations:,} tiles did not fit the SBUF/PSUM capacity with the others live: "
-                       "the compiler would spill them to HBM (not costed)")
+                       "the compiler would spill them to HBM (costed: a store after each write, a reload before "
+                       "its next read)")
         return out
 
     def as_dict(self) -> dict:

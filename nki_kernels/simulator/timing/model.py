@@ -46,6 +46,11 @@ overhead. DMA instructions issue in order per queue and split into per-engine tr
 :func:`.costs.dma_transfers`) booked on the 16 DMA engines, filling idle gaps; queues overlap each
 other and the compute engines. Programs of a launch share the core's engines.
 
+Capacity. PSUM allocations take the 8 PSUM banks in turn, one accumulation group per bank, so a
+ninth allocation waits for the last reader of the first's bank (:meth:`Scheduler._bank_keys`).
+SBUF allocations named ``spilled`` (they did not fit beside the others live) cost a spill store to
+the HBM scratchpad after each write and a reload before the next read (:meth:`Scheduler._spill`).
+
 Every constant comes from :mod:`.hardware` (documented, cited); the formulas from :mod:`.costs`.
 """
 
@@ -298,7 +303,11 @@ class DmaStats:
 class Scheduler:
     """Schedules :class:`Instr` events one at a time (``add``) and builds the :class:`Result`."""
 
-    def __init__(self, version=2, keep_events=True):
+    def __init__(self, version=2, keep_events=True, spilled=()):
+        """``version``: the NeuronCore (2/3/4, ``"trn2"`` ...). ``keep_events``: keep the :class:`Instr`
+        objects for the result. ``spilled``: idents of SBUF allocations that do not fit the SBUF beside the
+        others live (a set the caller may fill while it adds events): each write of one is followed by a
+        spill store to HBM and each read after a write by a reload (see :meth:`_spill`)."""
         self.hw: NeuronCore = core(version)
         self.events = []
         self.keep_events = keep_events
@@ -317,17 +326,59 @@ class Scheduler:
         self.flags = {"fp32_matmul": 0, "narrow_matmul": 0, "small_free": 0, "few_partitions": 0,
                       "dependency_waits": 0}
         self.default_costed = {}  # name -> count: events whose name declares no cost (their engine's default)
+        # PSUM banks: an accumulation group lives in one bank, 8 per partition (psum_banks), so the next
+        # allocation given a bank waits for the last reader of the one before it there (see _bank_keys)
+        self._nbanks = int(self.hw.psum_banks.value)
+        self._bank_bytes = int(self.hw.psum_partition_bytes.value) // self._nbanks
+        self._bank = {}  # PSUM ident -> its first bank
+        self._next_bank = 0
+        # spills (see _spill): the idents, the end of each one's last spill store awaiting a reload
+        self._spilled = spilled
+        self._spill_pending = {}
+        self.spills = {"stores": 0, "reloads": 0, "bytes": 0}
         self._rules = {}  # name -> (cost function, declared): the registry's answer, once per name
 
     # -- dependencies -------------------------------------------------------------------------------------
-    def _deps(self, ins):
+    def _bank_keys(self, keys) -> list:
+        """The PSUM-bank keys of ``keys``' PSUM accesses. Each PSUM allocation is given banks in turn at
+        its first access (as many 2 KiB banks as its first access's bytes reach; ARCH_V2: "8 PSUM banks per
+        partition ... TensorE can have up to eight outstanding matmul accumulation groups ... TensorE can
+        move onto the next accumulation group without waiting for VectorE/ScalarE to evict previous
+        accumulation group results"): with more than 8 allocations in turn, the ninth shares the first's
+        bank, and its first write waits for the last reader of the first there (WAR), which bounds the
+        accumulation groups in flight at 8 whatever the allocations' own idents say."""
+        out = []
+        nb, bb = self._nbanks, self._bank_bytes
+        for k in keys:
+            if not k or k[0] != "psum":
+                continue
+            ident = k[1]
+            box = k[2] if len(k) > 2 else None
+            if box is not None and len(box) != 2:
+                box = None
+            base = self._bank.get(ident)
+            if base is None:
+                span = 1 if box is None else max(1, min(nb, -(-box[1][1] // bb)))
+                base = self._bank[ident] = self._next_bank
+                self._next_bank = (base + span) % nb
+            if box is None:
+                out.append(("psum-bank", base, None))
+                continue
+            parts, (b0, b1) = box
+            for i in range(b0 // bb, max(b0, b1 - 1) // bb + 1):
+                lo = max(b0, i * bb) - i * bb
+                hi = min(b1, (i + 1) * bb) - i * bb
+                out.append(("psum-bank", (base + i) % nb, (parts, (lo, max(lo + 1, hi)))))
+        return out
+
+    def _deps(self, ins, reads=None, writes=None):
         deps = []
-        for k in ins.reads:
+        for k in (ins.reads if reads is None else reads):
             loc, box = _split(k)
             for b, (t, j) in self._w.get(loc, {}).items():
                 if _overlap(b, box):
                     deps.append((t, j, "RAW"))
-        for k in ins.writes:
+        for k in (ins.writes if writes is None else writes):
             loc, box = _split(k)
             for b, (t, j) in self._w.get(loc, {}).items():
                 if _overlap(b, box):
@@ -337,14 +388,14 @@ class Scheduler:
                     deps.append((t, j, "WAR"))
         return deps
 
-    def _commit(self, ins, idx, end):
-        for k in ins.reads:
+    def _commit(self, ins, idx, end, reads=None, writes=None):
+        for k in (ins.reads if reads is None else reads):
             loc, box = _split(k)
             rd = self._r.setdefault(loc, {})
             old = rd.get(box)
             if old is None or old[0] < end:
                 rd[box] = (end, idx)
-        for k in ins.writes:
+        for k in (ins.writes if writes is None else writes):
             loc, box = _split(k)
             wd = self._w.setdefault(loc, {})
             for d in (wd, self._r.get(loc)):
@@ -362,7 +413,13 @@ class Scheduler:
         """Schedule the next instruction in program order; returns its ``(start, end)`` in seconds."""
         idx = len(self.start)
         engine = ins.engine if ins.engine in COMPUTE or ins.engine == "DMA" else engine_name(ins.engine)
-        deps = self._deps(ins)
+        reads, writes = ins.reads, ins.writes
+        if any(k and k[0] == "psum" for k in reads + writes):
+            reads = tuple(reads) + tuple(self._bank_keys(reads))
+            writes = tuple(writes) + tuple(self._bank_keys(writes))
+        deps = self._deps(ins, reads, writes)
+        if self._spill_pending:
+            deps.extend(self._reloads(ins))
         ready, dep = 0.0, None
         for d in deps:
             if d[0] > ready:
@@ -381,8 +438,57 @@ class Scheduler:
         self.cause.append(cause[0])
         if self.keep_events:
             self.events.append(ins)
-        self._commit(ins, idx, end)
+        self._commit(ins, idx, end, reads, writes)
+        if self._spilled:
+            for k in writes:
+                if k and k[0] == "sbuf" and self._is_spilled(k[1]):
+                    self._spill_pending[k[1]] = (self._spill(k, ins, end), k)
+                    self.spills["stores"] += 1
         return start, end
+
+    # -- spills -------------------------------------------------------------------------------------------
+    def _is_spilled(self, ident) -> bool:
+        sp = self._spilled
+        return ident in sp or (type(ident) is tuple and bool(ident) and ident[0] in sp)
+
+    def _spill(self, key, ins, after) -> float:
+        """Book one spill transfer of the SBUF region ``key`` (written or read by ``ins``) between SBUF and
+        the HBM scratchpad (the Neuron runtime's device-memory page: "scratchpad ... additional space used to
+        store intermediary SBUF and other computations"), issued at ``after`` on the queue ``"spill"``: a
+        DMA like any other, split over the DMA engines of its partitions (same documented costs). Returns
+        its completion time. It is counted in the DMA figures and ``spills``; it is not an event."""
+        box = key[2] if len(key) > 2 else None
+        if box is not None and len(box) == 2:
+            rows = box[0][1] - box[0][0]
+            nbytes = rows * (box[1][1] - box[1][0])
+            first = box[0][0]
+        else:
+            rows = max(1, ins.partitions)
+            nbytes = ins.nbytes or rows * ins.free_elems * _costs.itemsize(ins.dtype_out)
+            first = 0
+        q = self._queues.setdefault("spill", [0.0, None])
+        t0 = max(after, q[0])
+        q[0] = t0
+        pseudo = Instr("dma_copy", "DMA", partitions=max(1, min(128, rows)), nbytes=int(nbytes))
+        end, _, _ = self._book(pseudo, _costs.dma_transfers(pseudo, self.hw, first), t0, None)
+        self.spills["bytes"] += int(nbytes)
+        return end
+
+    def _reloads(self, ins) -> list:
+        """Dependencies of ``ins`` on reloads of the spilled regions it reads: each region written since its
+        last reload is brought back (after its spill store completes) before the first instruction reading
+        it; a write of it instead drops the pending reload (the old values are dead). The reload is issued as
+        soon as the store completes (the earliest the compiler could; it cannot be later than the reader)."""
+        out = []
+        for k in ins.reads:
+            if k and k[0] == "sbuf" and k[1] in self._spill_pending:
+                stored, wkey = self._spill_pending.pop(k[1])
+                self.spills["reloads"] += 1
+                out.append((self._spill(wkey, ins, stored), None, "spill"))
+        for k in ins.writes:
+            if k and k[0] == "sbuf" and k[1] in self._spill_pending:
+                self._spill_pending.pop(k[1])
+        return out
 
     def _compute(self, ins, engine, idx, ready, dep, deps):
         hw = self.hw
@@ -474,33 +580,8 @@ class Scheduler:
         if split is _costs.engine_default:
             split = _costs.dma_transfers  # (a DMA without a declaration: the documented split)
         transfers = split(ins, hw, first)
-        bw = _costs.dma_bandwidth(ins, hw)
-        lanes, n = self._lanes, len(self._lanes)
-        uniform = (len(transfers) == n and len({e for e, _ in transfers}) == n
-                   and len({b for _, b in transfers}) == 1)
-        end, bind, first_start = t0, None, None
+        end, bind, first_start = self._book(ins, transfers, t0, idx)
         st = self.dma
-        if uniform and self._uniform:
-            # every DMA so far used all engines equally: the lanes are identical, book one for all
-            b = transfers[0][1]
-            occ, lat = _costs.dma_transfer_times(b, bw, hw)
-            s, p = lanes[0].book(t0, occ, idx)
-            lanes[0].data += b / bw
-            end, bind, first_start = s + lat, (s, p), s
-            self._account(n, b, occ, b / bw)
-        else:
-            if self._uniform:
-                base = lanes[0]
-                self._lanes = lanes = [base] + [base.copy() for _ in range(n - 1)]
-                self._uniform = False
-            for e, b in transfers:
-                occ, lat = _costs.dma_transfer_times(b, bw, hw)
-                s, p = lanes[e].book(t0, occ, idx)
-                lanes[e].data += b / bw
-                if s + lat > end:
-                    end, bind = s + lat, (s, p)
-                first_start = s if first_start is None else min(first_start, s)
-                self._account(1, b, occ, b / bw)
         if bind is not None and bind[1] is not None and bind[0] > t0:
             cause = ("dma-engine", bind[1])
         st.instructions += 1
@@ -513,6 +594,38 @@ class Scheduler:
         # the DMA's slice runs from its first transfer's start (not its issue: a prefetched DMA may wait
         # for an engine) to its last transfer's completion
         return (issue if first_start is None else first_start), end, cause
+
+    def _book(self, ins, transfers, t0, owner):
+        """Book DMA ``ins``'s ``transfers`` (``(engine, bytes)``) on the DMA engines from ``t0``, each in its
+        engine's earliest idle gap; returns ``(end, (start, owner) of the binding transfer, first start)``."""
+        hw = self.hw
+        bw = _costs.dma_bandwidth(ins, hw)
+        lanes, n = self._lanes, len(self._lanes)
+        uniform = (len(transfers) == n and len({e for e, _ in transfers}) == n
+                   and len({b for _, b in transfers}) == 1)
+        end, bind, first_start = t0, None, None
+        if uniform and self._uniform:
+            # every DMA so far used all engines equally: the lanes are identical, book one for all
+            b = transfers[0][1]
+            occ, lat = _costs.dma_transfer_times(b, bw, hw)
+            s, p = lanes[0].book(t0, occ, owner)
+            lanes[0].data += b / bw
+            end, bind, first_start = s + lat, (s, p), s
+            self._account(n, b, occ, b / bw)
+        else:
+            if self._uniform:
+                base = lanes[0]
+                self._lanes = lanes = [base] + [base.copy() for _ in range(n - 1)]
+                self._uniform = False
+            for e, b in transfers:
+                occ, lat = _costs.dma_transfer_times(b, bw, hw)
+                s, p = lanes[e].book(t0, occ, owner)
+                lanes[e].data += b / bw
+                if s + lat > end:
+                    end, bind = s + lat, (s, p)
+                first_start = s if first_start is None else min(first_start, s)
+                self._account(1, b, occ, b / bw)
+        return end, bind, first_start
 
     def _account(self, count, nbytes, occ, data):
         st = self.dma
@@ -529,9 +642,10 @@ class Scheduler:
         return Result(self)
 
 
-def simulate(events, version=2, keep_events=True) -> Result:
-    """Schedule ``events`` (an iterable of :class:`Instr` in program order) on NeuronCore ``version``."""
-    sched = Scheduler(version, keep_events=keep_events)
+def simulate(events, version=2, keep_events=True, spilled=()) -> Result:
+    """Schedule ``events`` (an iterable of :class:`Instr` in program order) on NeuronCore ``version``
+    (``spilled``: see :class:`Scheduler`)."""
+    sched = Scheduler(version, keep_events=keep_events, spilled=spilled)
     for ins in events:
         sched.add(ins)
     return sched.result()

@@ -37,6 +37,8 @@ class Result:
         self.flags = dict(sched.flags)
         # name -> events costed by their engine's default because no instruction of that name declares a cost
         self.default_costed = dict(getattr(sched, "default_costed", {}))
+        # spill stores and reloads of SBUF allocations that did not fit (DMAs to the HBM scratchpad)
+        self.spills = dict(getattr(sched, "spills", {"stores": 0, "reloads": 0, "bytes": 0}))
         self.total_s = max(self.end, default=0.0)
         n_dma = int(self.hw.dma_engines.value)
         self.busy_s = dict(sched.busy)
@@ -94,7 +96,7 @@ class Result:
                     "instructions_under_2KiB_per_partition": d.small_partition_instrs,
                     "instructions_with_buffers_under_512B": d.tiny_chunk_instrs, "fixed_cost_share": d.fixed_share},
             "critical_path": self.critical_path_summary(), "advice": self.advice(),
-            "default_costed": dict(self.default_costed),
+            "default_costed": dict(self.default_costed), "spills": dict(self.spills),
         }
 
     # -- text ---------------------------------------------------------------------------------------------
