@@ -52,6 +52,7 @@ _WHOLE_INDEX = _indexing._WHOLE_INDEX
 # fits one bank. The standalone allocators raise this with psum_tensors_span_banks().
 _psum_tensor_bytes = PSUM_BANK_BYTES
 _F32 = np.dtype(np.float32)
+_POOL_MIN_BYTES = _pool.MIN_BYTES
 
 
 class psum_tensors_span_banks:
@@ -91,7 +92,9 @@ def uninitialised_tile(shape, dtype, buffer, pdim=0) -> "Tile":
     it, and an instruction writing the whole tile first (a DMA into a fresh tile, a matmul's first
     result) skips the fill it would overwrite, as does an assignment of a whole block of a
     block-dimension tile for that block."""
-    data = np.empty(shape, dtype) if _config.nan_fill else _memory.uninitialised(shape, dtype)
+    # (a large one from the pool: a block-dimension tensor declared in a loop, as the matmul tutorial's
+    # hoisted kernels do, would otherwise be fresh pages the OS zeroes for every iteration)
+    data = _pool.empty(shape, dtype) if _config.nan_fill else _memory.uninitialised(shape, dtype)
     tile = Tile(data, buffer, pdim)
     if _config.nan_fill:
         # (not the program's pending op: nothing reads this thunk's operands)
@@ -131,7 +134,8 @@ def read_inside(x, mask):
 def _out_of_bounds_view(parent, idx, data, err):
     """A view of ``parent`` at ``idx`` that reaches outside it: its values are deferred to an
     :class:`OutOfBoundsRead` (see there)."""
-    if getattr(_tls, "program", None) is not None and _tls.program.nb:
+    prog = _tls.program
+    if prog is not None and prog.nb:
         raise NotBatchable("a tile view reaching outside its tile")
     arrays = [np.broadcast_to(a, idx.out_shape) for a in idx.arrays()]
     inside = np.ones(idx.out_shape, bool)
@@ -177,7 +181,7 @@ class Tile(NkiTensor):
             elif len(views) >= 64 and not len(views) & (len(views) - 1):
                 views[:] = [r for r in views if r() is not None]  # (a tile viewed in a long loop: drop the dead)
             views.append(weakref.ref(self))
-        prog = getattr(_tls, "program", None)
+        prog = _tls.program
         self.nb = nb = prog.nb if prog is not None else 0
         full = thunk[2] if thunk is not None else data.shape
         if nb:
@@ -186,9 +190,10 @@ class Tile(NkiTensor):
             shape = tuple(full[nb:])
         else:
             shape = full if type(full) is tuple else tuple(full)
-        if _tls.loops:  # diagnostics state: the creating iterations (diagnostics.on_new_tile, inlined)
-            _tls.state += 1
-            self._diag = _diag.TileInfo(_tls.loops[-1].tag)
+        loops = _tls.loops
+        if loops:  # diagnostics state: the creating iterations (diagnostics.on_new_tile, inlined)
+            loops.state += 1
+            self._diag = _diag.TileInfo(loops[-1].tag)
         else:
             self._diag = None
         if len(shape) > pdim and shape[pdim] > PMAX:
@@ -233,8 +238,10 @@ class Tile(NkiTensor):
         self._thunk = None
         if out is None and type(fn) is np.ufunc and dtype.kind == "f":
             # (float operands give a ufunc's result in the recorded dtype; integer ones may not:
-            # np.divide of int32 arrays is float64)
-            out = _pool.empty(shape, dtype)
+            # np.divide of int32 arrays is float64. The pool's own size test, without its call and
+            # dtype normalising for the small tiles of most ops: they come from malloc as it would)
+            out = (np.empty(shape, dtype) if math.prod(shape) * dtype.itemsize < _POOL_MIN_BYTES
+                   else _pool.empty(shape, dtype))
         self._data = fn(*args) if out is None else fn(*args, out=out)
         return self._data
 
@@ -270,7 +277,7 @@ class Tile(NkiTensor):
 
         Called before every write to the tile; it also computes the program's
         pending deferred op, whose operands might include this tile."""
-        prog = getattr(_tls, "program", None)
+        prog = _tls.program
         if prog is not None and prog.pending is not None:  # (flush_pending's test: most writes find none)
             flush_pending()
         if self._thunk is not None:

@@ -15,7 +15,8 @@ The checks in layers (each imports only the ones above it in this list):
 * this module: the hooks the data model and the instructions call on every access
   (:func:`on_read`, :func:`on_write`, :func:`on_view`, :func:`hbm_access` ...), the tile
   checks (uninitialised ``nl.ndarray`` tiles) and the ``affine_range`` loop-carried check, with
-  their state (the thread's ``context._tls.loops`` / ``.state``); it re-exports the names above.
+  their state (the thread's ``context._tls.loops``, a ``LoopStack`` carrying the read cache); it
+  re-exports the names above.
 
 Cost model of the checks (the default mode must stay cheap):
 
@@ -71,6 +72,7 @@ def hbm_access(tensor, access, mask, write, values, prog) -> None:
     if log is None:
         return
     td = tensor.__dict__
+    loops = _tls.loops
     if not write:
         if td.get("uninit") and config.enabled("uninit"):
             _check_hbm_init(tensor, access, mask, log)
@@ -80,14 +82,14 @@ def hbm_access(tensor, access, mask, write, values, prog) -> None:
         if "uninit" not in td and not config.thorough:
             key = td.get("_dkey") or _tensor_key(tensor)
             if key not in log.tensors:
-                if _tls.loops:
+                if loops:
                     index = access.index
                     hit = _REGION_OF.get(id(index)) if mask is None else None  # (Region.of's cache hit)
                     region = hit[1] if hit is not None and hit[0] is index else Region.of(index, mask)
                     _loop_log(tensor, region, "r", hbm=True, key=key)
                 return
     log.add(tensor, access, mask, write, prog, values=values if write else None)
-    if _tls.loops:
+    if loops:
         _loop_log(tensor, Region.of(access.index, mask), "w" if write else "r", hbm=True)
 
 
@@ -138,19 +140,19 @@ def on_view(parent, view, index) -> None:
         info.root, info.index = root, index  # (the TileInfo Tile() gave the new view in a loop: its tag is now's)
     else:
         view._diag = TileInfo(_created_tag() if _tls.loops else (), None, root, index)
-    _tls.state += 1  # (_changed inlined)
+    _tls.loops.state += 1  # (_changed inlined)
 
 
 # Reads of a tile inside affine loops are checked and logged once per stretch of diagnostics
 # state: an instruction reading one tile several times (the layers of an instruction each take
 # their operands), or two instructions reading it with nothing written, created or iterated in
 # between, get the same verdict and the same log entry as the first read.
-# (the read cache, _tls.state / reads_state / reads: bumped by every event that can change what a read
-# reports, see _changed; tile ids read since it last changed; a new tile changes it: no id reuse)
+# (the read cache, _tls.loops.state / reads_state / reads: bumped by every event that can change what a
+# read reports, see _changed; tile ids read since it last changed; a new tile changes it: no id reuse)
 
 
 def _changed() -> None:
-    _tls.state += 1
+    _tls.loops.state += 1
 
 
 def read(tile) -> None:
@@ -163,26 +165,27 @@ def read(tile) -> None:
 
 def on_read(tile) -> None:
     """The read hook's work (:func:`read`, which decides when there is any)."""
-    if _tls.loops:
-        if _tls.reads_state != _tls.state:
-            _tls.reads.clear()
-            _tls.reads_state = _tls.state
-        elif id(tile) in _tls.reads:
+    loops = _tls.loops  # (one thread-local lookup: the stack carries the read cache)
+    if loops:
+        if loops.reads_state != loops.state:
+            loops.reads.clear()
+            loops.reads_state = loops.state
+        elif id(tile) in loops.reads:
             return  # (read again with nothing changed since: the same verdicts, the same log entry)
     info = tile._diag
     root, region = tile, None
     if info is not None:
         if info.root is not None:
             root = info.root
-        if _tls.loops and info.created and info.created is not _tls.loops[-1].tag and config.enabled("loop_carried"):
+        if loops and info.created and info.created is not loops[-1].tag and config.enabled("loop_carried"):
             _check_created(tile, info)  # (made in the running iterations of all loops: nothing to check)
     rinfo = root._diag
     if rinfo is not None and rinfo.written is not None and config.enabled("uninit"):
         region = _region_of(tile, info)
         _check_tile_init(root, rinfo, region, "reads")
-    if _tls.loops:
-        if rinfo is not None and rinfo.created is _tls.loops[-1].tag:
-            _tls.reads.add(id(tile))  # (made in the running iteration of every loop: private, as _loop_log finds)
+    if loops:
+        if rinfo is not None and rinfo.created is loops[-1].tag:
+            loops.reads.add(id(tile))  # (made in the running iteration of every loop: private, as _loop_log finds)
             return
         if region is None:  # (_region_of inlined, with Region.whole's cache hit)
             if info is not None and info.root is not None:
@@ -193,7 +196,7 @@ def on_read(tile) -> None:
                 if region is None:
                     region = Region.whole(shape)
         _loop_log(root, region, "r")
-        _tls.reads.add(id(tile))
+        loops.reads.add(id(tile))
 
 
 def _region_of(tile, info):
@@ -256,8 +259,9 @@ def on_write(tile, index, value=None) -> None:
     rinfo = root._diag
     if rinfo is not None and rinfo.written is not None:
         _set_written(root, rinfo, region)
-    if _tls.loops:
-        if rinfo is not None and rinfo.created is _tls.loops[-1].tag:
+    loops = _tls.loops
+    if loops:
+        if rinfo is not None and rinfo.created is loops[-1].tag:
             return  # (made in the running iteration of every loop: private to it, as _loop_log finds)
         vinfo = None if value is None or type(value) is np.ndarray else getattr(value, "_diag", None)
         kind = "a" if (vinfo is not None and vinfo.accumulated and vinfo.root is root) else "w"
@@ -415,7 +419,7 @@ def _loop_log(obj, region, kind, hbm=False, key=None):
         fr.seq = seq = fr.seq + 1
         ent.append([kind, n, n, region, wh, seq])
     if not read:
-        _tls.state += 1  # (_changed inlined)
+        _tls.loops.state += 1  # (_changed inlined)
 
 
 def _entries(fr, runs):
@@ -440,19 +444,20 @@ def loop_iter(r: range, kind: str):
 
 def _affine(r):
     fr = _Loop()
-    _tls.loops.append(fr)
+    loops = _tls.loops  # (this thread's: the generator runs in the thread that iterates it)
+    loops.append(fr)
     ok = False
     try:
         fr.iters = its = r if type(r) is range else list(r)
         for fr.n, i in enumerate(its):
             fr.iter = i
             fr.tag = fr.outer + ((fr, i),)
-            _tls.state += 1  # (_changed inlined)
+            loops.state += 1  # (_changed inlined)
             yield i
         ok = True
     finally:
-        _tls.loops.remove(fr)
-        _changed()
+        loops.remove(fr)
+        loops.state += 1  # (_changed inlined)
         try:
             if ok:
                 _analyse(fr)

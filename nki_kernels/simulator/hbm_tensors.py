@@ -80,7 +80,7 @@ class HBMTensor(_InHBM, NkiTensor):
         return NkiTensor.reshape(self, *(shape_args if shape is None else (shape,)))
 
     def __getitem__(self, key):
-        prog = getattr(_tls, "program", None)
+        prog = _tls.program
         if prog is not None and prog.nb:
             idx = resolve_batched(self.shape, key, self.name, prog.bshape)
             if idx is not None:

@@ -125,7 +125,7 @@ class ProgramMemory:
 
     __slots__ = ("prog", "ic", "fresh", "recs", "ws_c", "rsum", "rmax", "wsum", "ws_recs", "ws_bad",
                  "storage", "placed", "flags", "curve", "peak", "peak_at", "last_result", "last_alloc",
-                 "loops", "entries", "traced", "traces_loops")
+                 "loops", "entries", "traced", "traces_loops", "lines")
 
     def __init__(self, prog):
         self.prog = prog
@@ -153,6 +153,10 @@ class ProgramMemory:
         # default to Python range" (NKI Loops guide): unrolled, so every iteration is traced.
         kernel = getattr(getattr(prog, "launch", None), "kernel", None)
         self.traces_loops = not getattr(kernel, "options", {}).get("lnc_brackets", False)
+        # Record source lines (a re-run for a capacity report, see memory_report): the thread's flag,
+        # copied here because every instruction's hooks test it (a field of the program's memory is
+        # a slot read, the thread context's a dictionary lookup).
+        self.lines = _tls.lines
 
     # -- working set of the current instruction ---------------------------------
     def close(self, c: int) -> None:
@@ -164,8 +168,10 @@ class ProgramMemory:
                 need = rsum[b] + max(0, wsum[b] - self.rmax[b])
                 if need > CAPACITY[b] and self.ws_bad is None and len(self.ws_recs) <= MAX_INSTRUCTION_TILES:
                     self.ws_bad = (self.ws_c, need, b, [r for r in self.ws_recs if r.buf == b])
-        self.rsum, self.rmax, self.wsum = [0, 0], [0, 0], [0, 0]
-        self.ws_recs = []
+        rsum[0] = rsum[1] = wsum[0] = wsum[1] = 0  # (in place: no one keeps these lists, unlike ws_recs)
+        rmax = self.rmax
+        rmax[0] = rmax[1] = 0
+        self.ws_recs = []  # (a new list: the profile recorder keeps the slot's list)
         self.ws_c = c
 
     def wrote(self, rec, c: int) -> None:
@@ -180,7 +186,7 @@ class ProgramMemory:
         if self.ws_c == c:
             self.wsum[rec.buf] += rec.nbytes
             self.ws_recs.append(rec)
-        if _tls.lines:
+        if self.lines:
             rec.last_at = _diag.where()
 
 
@@ -200,7 +206,7 @@ def touch(rec) -> None:
         if n > m.rmax[b]:
             m.rmax[b] = n
         m.ws_recs.append(rec)
-        if _tls.lines:
+        if m.lines:
             rec.last_at = _diag.where()
 
 
@@ -212,7 +218,7 @@ def copied(rec) -> None:
         rec.first = c
     if rec.lastc < c:
         rec.lastc = c
-        if _tls.lines:
+        if m.lines:
             rec.last_at = _diag.where()
 
 
@@ -238,7 +244,7 @@ def on_alloc(tile, prog, shape, dtype):
         nbytes = dtype.itemsize
     rec = Rec(m, buf, nbytes, shape, dtype)
     m.recs.append(rec)
-    if _tls.lines:
+    if m.lines:
         rec.alloc_at = _diag.where()
     per_block = nbytes // math.prod(shape[:pdim]) if pdim else nbytes
     if per_block > CAPACITY[buf] and _config.enabled("capacity"):

@@ -147,6 +147,7 @@ def _with_lines(prog, rerun):
     again = type(prog)(prog.launch, prog.pid)  # (a fresh core.Program: this module sits below core)
     outer = current_or_none()
     _tls.lines = True  # (record source lines while the program is re-run for this report)
+    again.mem.lines = True  # (made before the flag was set: programs made during the re-run copy it)
     try:
         set_current(again)
         with _config.override(race="off", loop_carried="off", uninit="off", operand="off", capacity="off"):

@@ -54,7 +54,7 @@ class Program:
 
 def current() -> Program:
     """The program being simulated on this thread (error outside a kernel launch)."""
-    prog = getattr(_tls, "program", None)
+    prog = _tls.program
     if prog is None:
         raise NKIError("kernel context", "this NKI call is only valid inside a running kernel "
                        "(launch it with kernel[grid](...))")
@@ -63,7 +63,7 @@ def current() -> Program:
 
 def flush_pending() -> None:
     """Compute the running program's deferred op, if any (before anything is written)."""
-    prog = getattr(_tls, "program", None)
+    prog = _tls.program
     if prog is not None and prog.pending is not None:
         tile = prog.pending()
         prog.pending = None

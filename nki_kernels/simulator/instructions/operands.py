@@ -206,7 +206,7 @@ def borrow(dst, tensor, a) -> bool:
             and (m is None or (m.tiles is None and m.place is None))
             and type(a) is np.ndarray and a.base is not None and a.shape == data.shape and a.dtype is data.dtype):
         return False
-    prog = getattr(_tls, "program", None)
+    prog = _tls.program
     if prog is not None and prog.pending is not None:
         core.flush_pending()
     view = a.view()
@@ -281,7 +281,7 @@ def _add_in_place(dst, vals) -> bool:
         return False
     if m is not None and m.last != m.mem.ic:
         _memory.touch(m)  # the instruction reads its accumulator (Tile.data's live-range step)
-    prog = getattr(_tls, "program", None)
+    prog = _tls.program
     if prog is not None and prog.pending is not None:
         core.flush_pending()  # a deferred op may still read the memory about to be written
     if m is not None:
