@@ -314,6 +314,7 @@ class Scheduler:
         self.start, self.end, self.track, self.pred, self.cause = [], [], [], [], []
         self._free = {e: 0.0 for e in COMPUTE}
         self._last = {e: None for e in COMPUTE}
+        self._small = {e: False for e in COMPUTE}  # its last instruction streamed N <= MIN_II elements
         self.busy = {e: 0.0 for e in COMPUTE}
         self.count = {e: 0 for e in COMPUTE + ("DMA",)}
         self._w, self._r = {}, {}
@@ -324,7 +325,7 @@ class Scheduler:
         self._uniform = True
         self.dma = DmaStats()
         self.flags = {"fp32_matmul": 0, "narrow_matmul": 0, "small_free": 0, "few_partitions": 0,
-                      "dependency_waits": 0}
+                      "dependency_waits": 0, "psum_zero_folded": 0}
         self.default_costed = {}  # name -> count: events whose name declares no cost (their engine's default)
         # PSUM banks: an accumulation group lives in one bank, 8 per partition (psum_banks), so the next
         # allocation given a bank waits for the last reader of the one before it there (see _bank_keys)
@@ -493,6 +494,14 @@ class Scheduler:
     def _compute(self, ins, engine, idx, ready, dep, deps):
         hw = self.hw
         free, last = self._free[engine], self._last[engine]
+        if ins.op == "zero" and ins.name == "memset" and ins.writes and all(k and k[0] == "psum" for k in ins.writes):
+            # an accumulation group's zero-filled PSUM tile is no instruction: "NeuronCompiler is able to identify
+            # the overwrite, accumulate, accumulate, ... pattern from an explicit empty PSUM bank declaration
+            # (e.g., res_psum = nl.zeros((128, 512), np.float32, buffer=nl.psum)) and matmul output accumulations"
+            # (trn1 architecture guide): the first matmul overwrites. It occupies no engine; it still orders the
+            # group after the bank's last reader (its dependencies)
+            self.flags["psum_zero_folded"] += 1
+            return ready, ready, ((dep[2], dep[1]) if dep is not None else ("start", None))
         start = max(free, ready)
         ports = ()
         if hw.shared_ports.value:
@@ -508,12 +517,18 @@ class Scheduler:
         cycles = self._rule(ins)(ins, hw)
         if ins.stride_bytes > 16:
             cycles *= hw.strided_factor.value
+        small = ins.free_elems <= hw.min_ii.value
         if engine != "Tensor":
-            # Documented static overhead: the instruction cannot overlap the tail of the one producing its
-            # input (same engine: "every instruction depending on the output tile of the previous
-            # instruction"), and one that waited on another engine starts with a drained pipeline.
+            # The documented static overhead, in its two cases ("In the rare cases where VectorE is running many
+            # back-to-back instructions either with N << 128 or with every instruction depending on the output
+            # tile of the previous instruction, we need to add a static instruction overhead of 100 engine
+            # cycles", trn1 architecture guide; the same notes apply to ScalarE): the instruction reads what its
+            # engine's previous instruction wrote, or it follows that instruction back to back and both stream
+            # N << 128 elements, read as N <= MIN_II (below it the cost is MIN_II whatever N). A wait for another
+            # engine (a semaphore) adds nothing: the pages give no figure for it.
             raw_prev = last is not None and any(k == "RAW" and j == last for _, j, k in deps)
-            if raw_prev or ready > free:
+            tiny_run = small and self._small[engine] and start == free
+            if raw_prev or tiny_run:
                 cycles += hw.static_overhead.value
             if ins.free_elems < 128:
                 self.flags["small_free"] += 1
@@ -528,6 +543,7 @@ class Scheduler:
         dur = cycles / hw.clock(engine)
         end = start + dur
         self._free[engine], self._last[engine] = end, idx
+        self._small[engine] = small
         for p in ports:
             self._ports[p] = (end, idx)
         self.busy[engine] += dur
