@@ -213,6 +213,8 @@ class Recorder:
             # computed straight into HBM by a store that then reads no tile: remember it for that store
             ev.info["deferred"] = sys._getframe(2).f_code.co_name in ("_deferred", "op")
         self._capture(st, ev, slot)
+        if ev.label == "tensor_reduce" and not ev.declared:  # (its ALU op picks the cost: BF16 add/max are N/2)
+            ev.info["op"] = _reduce_op(sys._getframe(1))
         self._push(st, ev)
 
     def dma(self, tensor, data, direction, access, mask) -> None:
@@ -514,7 +516,7 @@ class Recorder:
             else:
                 name = "nc_transpose"
         elif label in _REDUCE:
-            name, op = "tensor_reduce", _REDUCE[label]
+            name, op = "tensor_reduce", _REDUCE[label] or info.get("op", "")
             free = max([free] + elems)
         elif label in _TT_OPS and ev.engine == "Vector":
             # a [P, 1] column operand is a per-partition scalar: tensor_scalar streams one tile
@@ -578,6 +580,19 @@ def _dname(dtype) -> str:
             name = str(dtype)
         _DNAMES[dtype] = name
     return name
+
+
+def _reduce_op(f) -> str:
+    """The ALU op of the first-generation ``nisa.tensor_reduce`` running in frame ``f`` or a caller (its
+    ``op`` argument, as :func:`_op_name` names it; ``""`` if not found)."""
+    for _ in range(12):
+        if f is None or not f.f_code.co_filename.startswith(_SIM_DIR):
+            break
+        if f.f_code.co_name == "tensor_reduce" and "op" in f.f_locals:
+            op = f.f_locals["op"]
+            return _op_name(getattr(op, "__name__", None) or op)
+        f = f.f_back
+    return ""
 
 
 def _op_name(op) -> str:
