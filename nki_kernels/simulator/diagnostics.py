@@ -86,11 +86,11 @@ def hbm_access(tensor, access, mask, write, values, prog) -> None:
                     index = access.index
                     hit = _REGION_OF.get(id(index)) if mask is None else None  # (Region.of's cache hit)
                     region = hit[1] if hit is not None and hit[0] is index else Region.of(index, mask)
-                    _loop_log(tensor, region, "r", hbm=True, key=key)
+                    _loop_log(tensor, region, "r", True, key, loops)
                 return
     log.add(tensor, access, mask, write, prog, values=values if write else None)
     if loops:
-        _loop_log(tensor, Region.of(access.index, mask), "w" if write else "r", hbm=True)
+        _loop_log(tensor, Region.of(access.index, mask), "w" if write else "r", True, None, loops)
 
 
 # ---------------------------------------------------------------------------
@@ -104,12 +104,63 @@ class TileInfo:
 
     def __init__(self, created=(), written=None, root=None, index=None):
         self.created = created
-        self.written = written  # None: fully defined; False: nothing written; bool array: per element
+        self.written = written  # None: fully defined; False: nothing written; _Boxes; bool array: per element
         self.marked = 0  # elements marked written so far, overlaps counted again (a bound for the all() test)
         self.checked = None  # boxes (lo, hi) found or marked fully written: writes only add to `written`
         self.root = root
         self.index = index
         self.accumulated = False
+
+
+class _Boxes:
+    """What a tile's writes covered while every write was an exact box (the blocks of a block-dimension
+    tensor assigned one by one, ``b[k] = nl.load(...)``): the boxes themselves, until a check needs
+    elements. The per-element record (:func:`_elements_written`) is made only then; a tensor written
+    block by block never needs it: a read inside one written box is answered from the box, and
+    disjoint boxes adding up to the tile's size cover it (a bitmap the size of the tensor, marked
+    block by block and scanned at the end, cost more than copying the blocks did)."""
+
+    __slots__ = ("shape", "size", "boxes", "count", "disjoint")
+
+    MAX = 64  # boxes kept; beyond, the per-element record is cheaper than comparing boxes
+
+    def __init__(self, shape):
+        self.shape = shape
+        self.size = math.prod(shape)
+        self.boxes = []  # (lo, hi) of every box written
+        self.count = 0  # elements written, overlaps counted again
+        self.disjoint = True  # no two boxes overlap: count is the number of elements written
+
+    def add(self, region) -> bool:
+        """Record an exact box written; False (nothing recorded) once there are too many."""
+        boxes = self.boxes
+        if len(boxes) >= self.MAX:
+            return False
+        lo, hi = region.lo, region.hi
+        if self.disjoint:
+            for blo, bhi in boxes:
+                if all(a < d and c < b for a, b, c, d in zip(lo, hi, blo, bhi)):
+                    self.disjoint = False
+                    break
+        boxes.append((lo, hi))
+        self.count += region.box_size()
+        return True
+
+    def contains(self, region) -> bool:
+        """Whether the exact ``region`` lies inside one written box."""
+        lo, hi = region.lo, region.hi
+        return any(all(a <= c and d <= b for a, b, c, d in zip(blo, bhi, lo, hi)) for blo, bhi in self.boxes)
+
+
+def _elements_written(rinfo):
+    """Make ``rinfo.written`` the per-element record of what its boxes (:class:`_Boxes`) covered."""
+    w = rinfo.written
+    arr = np.zeros(w.shape, dtype=bool)
+    for lo, hi in w.boxes:
+        arr[tuple(slice(l, max(l, h)) for l, h in zip(lo, hi))] = True
+    rinfo.written = arr
+    rinfo.marked = w.count
+    return arr
 
 
 def _created_tag():
@@ -195,7 +246,7 @@ def on_read(tile) -> None:
                 region = _WHOLE.get(shape) if type(shape) is tuple else None
                 if region is None:
                     region = Region.whole(shape)
-        _loop_log(root, region, "r")
+        _loop_log(root, region, "r", False, None, loops)
         loops.reads.add(id(tile))
 
 
@@ -220,6 +271,14 @@ def _check_created(tile, info):
 
 def _check_tile_init(root, rinfo, region, verb):
     w = rinfo.written
+    if type(w) is _Boxes:
+        if region.exact and region.shape == w.shape:
+            key = (region.lo, region.hi)
+            done = rinfo.checked
+            if (done is not None and key in done) or w.contains(region):
+                (done if done is not None else _new_checked(rinfo)).add(key)
+                return
+        w = _elements_written(rinfo)
     if w is False:
         bad = not region.empty()
     elif region.exact and region.shape == w.shape:
@@ -265,7 +324,7 @@ def on_write(tile, index, value=None) -> None:
             return  # (made in the running iteration of every loop: private to it, as _loop_log finds)
         vinfo = None if value is None or type(value) is np.ndarray else getattr(value, "_diag", None)
         kind = "a" if (vinfo is not None and vinfo.accumulated and vinfo.root is root) else "w"
-        _loop_log(root, region, kind)
+        _loop_log(root, region, kind, False, None, loops)
 
 
 def _set_written(root, rinfo, region):
@@ -273,8 +332,22 @@ def _set_written(root, rinfo, region):
     if region.exact and region.lo == (0,) * len(root.shape) and region.hi == tuple(root.shape):
         rinfo.written = None
         return
-    if rinfo.written is False:
-        rinfo.written = np.zeros(root.shape, dtype=bool)
+    w = rinfo.written
+    if w is False:
+        w = rinfo.written = _Boxes(tuple(root.shape))
+    if type(w) is _Boxes:
+        if region.exact and region.shape == w.shape:
+            key = (region.lo, region.hi)
+            done = rinfo.checked
+            if done is not None and key in done:
+                return
+            if w.add(region):
+                (done if done is not None else _new_checked(rinfo)).add(key)
+                if w.count >= w.size:
+                    if w.disjoint or _elements_written(rinfo).all():
+                        rinfo.written = None
+                return
+        _elements_written(rinfo)
     if region.exact and region.shape == rinfo.written.shape:
         # (a tiled loop writes the same block again and again -- a matmul accumulating into
         # psum[0:128, 0:T] -- and a block known written whole needs no marking, nor a count)
@@ -283,7 +356,7 @@ def _set_written(root, rinfo, region):
         if done is not None and key in done:
             return
         rinfo.written[region.box()] = True
-        rinfo.marked += math.prod(max(0, h - l) for l, h in zip(region.lo, region.hi))
+        rinfo.marked += region.box_size()
         (done if done is not None else _new_checked(rinfo)).add(key)
     elif not region.empty():
         elems = region.elements()
@@ -305,6 +378,8 @@ def unwritten(tile):
         return None
     if rinfo.written is False:
         return np.ones(tile.shape, dtype=bool)
+    if type(rinfo.written) is _Boxes:
+        _elements_written(rinfo)
     region = _region_of(tile, info)
     if not (region.exact and region.shape == rinfo.written.shape):
         return None
@@ -357,10 +432,11 @@ class _Loop:
         self.written = set()  # keys logged with a write or an accumulation (only those are analysed)
 
 
-def _loop_log(obj, region, kind, hbm=False, key=None):
+def _loop_log(obj, region, kind, hbm=False, key=None, loops=None):
+    # (``loops``: the thread's loop stack, from a caller that has it: one thread-local lookup fewer)
     if _rule_modes["loop_carried"] == "off":
         return
-    frames = _tls.loops
+    frames = loops = _tls.loops if loops is None else loops
     if hbm:
         if key is None:  # (an HBM caller may pass the _tensor_key it already has)
             key = _tensor_key(obj)
@@ -419,7 +495,7 @@ def _loop_log(obj, region, kind, hbm=False, key=None):
         fr.seq = seq = fr.seq + 1
         ent.append([kind, n, n, region, wh, seq])
     if not read:
-        _tls.loops.state += 1  # (_changed inlined)
+        loops.state += 1  # (_changed inlined)
 
 
 def _entries(fr, runs):

@@ -207,8 +207,9 @@ def _inplace(opname):
         _prof.instruction("Vector" if self.buffer is sbuf else "Tensor", cur)
         if self._mem is not None:
             _memory.in_place(self._mem)
-        if cur.dtype == np.float32 and isinstance(fn, np.ufunc) and np.result_type(cur, vals) == np.float32 \
-                and np.shape(vals) == cur.shape:
+        if cur.dtype == np.float32 and isinstance(fn, np.ufunc) and (
+                (type(vals) is np.ndarray and vals.dtype == np.float32 and vals.shape == cur.shape)  # (a product)
+                or (np.result_type(cur, vals) == np.float32 and np.shape(vals) == cur.shape)):
             fn(cur, vals, out=cur)  # fp32 in, fp32 out: the same values as computing then copying
         else:
             res = fn(dt.compute_view(cur), vals)

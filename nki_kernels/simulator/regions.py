@@ -66,13 +66,16 @@ class Region:
     exactly the selection. :meth:`elements` gives flat element indices.
     """
 
-    __slots__ = ("shape", "lo", "hi", "exact", "index", "mask", "_elems")
+    __slots__ = ("shape", "lo", "hi", "exact", "index", "mask", "_elems", "_box", "_size")
 
     def __init__(self, shape, lo, hi, exact, index=None, mask=None):
         self.shape = tuple(shape)
         self.lo, self.hi, self.exact = tuple(lo), tuple(hi), exact
         self.index, self.mask = index, mask
         self._elems = None
+        # (a region is never changed once made, and the caches share one among a loop's iterations:
+        # its box and size are made once, for the per-write marking of the uninitialised-read check)
+        self._box = self._size = None
 
     @classmethod
     def whole(cls, shape):
@@ -170,7 +173,17 @@ class Region:
 
     def box(self) -> tuple:
         """The bounding box as a tuple of slices (the selection itself when ``exact``)."""
-        return tuple(slice(l, max(l, h)) for l, h in zip(self.lo, self.hi))
+        box = self._box
+        if box is None:
+            box = self._box = tuple(slice(l, max(l, h)) for l, h in zip(self.lo, self.hi))
+        return box
+
+    def box_size(self) -> int:
+        """The number of elements of the bounding box."""
+        n = self._size
+        if n is None:
+            n = self._size = math.prod(max(0, h - l) for l, h in zip(self.lo, self.hi))
+        return n
 
     def box_overlaps(self, other) -> bool:
         """Whether the bounding boxes intersect."""

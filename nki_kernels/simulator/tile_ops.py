@@ -52,6 +52,12 @@ def _nb() -> int:
 def _result(values, dtype, mask=None, buffer=sbuf, engine="Vector") -> Tile:
     """Write computed ``values`` into a new tile of ``dtype``. Under ``mask=`` the masked-off elements
     are zero in the new tile and are left untouched when it is assigned into a destination."""
+    if mask is None and type(values) is np.ndarray and values.dtype == dtype:
+        # (the common case, a product or a copy of the result's dtype: what the general path below does
+        # for it, without the mask and cast layers)
+        out = values if values.base is None and values.flags.writeable else values.copy()
+        _prof.instruction(engine, out)
+        return Tile(out, buffer)
     values = np.asarray(values)
     shape = values.shape[_nb():] if mask is not None else values.shape
     box = mask_box(mask, shape) if isinstance(mask, Mask) else None

@@ -125,7 +125,7 @@ def _matmul_product(stationary, moving, perf_mode=None):
     if pair:  # contract the pair with the partitions: out[i, j] = sum_{k, l} a[k, l, i] * b[k, l, j]
         a = a.reshape(a.shape[:-3] + (-1, a.shape[-1]))
         b = b.reshape(b.shape[:-3] + (-1, b.shape[-1]))
-    return _np.swapaxes(a, -1, -2) @ b
+    return a.swapaxes(-1, -2) @ b  # (the method: np.swapaxes adds a Python-level dispatch)
 
 
 def _double_row(perf_mode, s_shape, m_shape):
