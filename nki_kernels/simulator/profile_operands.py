@@ -15,7 +15,12 @@ dependencies and their elements per partition for the cost (:func:`_read_operand
 
 from __future__ import annotations
 
+import inspect
 import math
+import operator
+import os
+import sys
+from itertools import compress
 
 import numpy as np
 
@@ -123,15 +128,111 @@ def _view_reads(tiles):
     return out
 
 
+_ITEMSIZE = {}  # dtype -> itemsize (np.dtype() per record read costs more than the rest of its operand)
+
+
+# (the frames of the simulator package: _gen1_call walks them to the API function that was called)
+_SIM_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def _gen1_name():
+    """The first-generation API function (``add``, ``load`` ...) whose hook is running: the outermost
+    frame inside the simulator package (a generated op's own name from its closure)."""
+    return _gen1_call(sys._getframe(3), None)[0]
+
+
+def _gen1_call(f, tiles):
+    """``(name, tiles)`` of the first-generation API call whose hook runs in frame ``f`` (the hook's
+    caller): its name as :func:`_gen1_name` gives it and, unless ``tiles`` is ``None``, the tiles among
+    the arguments of the simulator's frames up to that call appended to ``tiles`` (the operands, as
+    the kernel gave them: views included)."""
+    name = None
+    for _ in range(10):
+        if f is None:
+            break
+        code = f.f_code
+        ci = _CODES.get(id(code))
+        if ci is None or ci[0] is not code:
+            ci = _code_info(code)
+        _, own, args, op, get = ci
+        if args is None:
+            break
+        if op or tiles is not None:
+            loc = f.f_locals
+            if op:
+                own = loc.get("name") or loc.get("opname") or code.co_name
+                if own == "iop":
+                    own = "iadd"
+                elif own.startswith(("_", "<")):
+                    own = None
+            if tiles is not None and args:
+                try:
+                    vals = get(loc) if get is not None else (loc.get(args[0]),)
+                except KeyError:  # (an argument deleted in its function)
+                    vals = [loc.get(a) for a in args]
+                for v in compress(vals, map(_HOLDS.__getitem__, map(type, vals))):
+                    if isinstance(v, Tile):
+                        tiles.append(v)
+                    elif isinstance(v, (list, tuple)):
+                        tiles.extend(x for x in v if isinstance(x, Tile))
+                    else:
+                        _arg_tiles(v.values(), tiles)
+        if own is not None:
+            name = own
+        f = f.f_back
+    return name or "instr", tiles
+
+
+class _Holds(dict):
+    """type -> whether a value of it may hold tiles (a tile, a list or tuple, a dict), learnt on first
+    sight: the walk then skips the other arguments (most of them) without a bytecode each."""
+
+    def __missing__(self, t):
+        v = self[t] = issubclass(t, (Tile, list, tuple, dict))
+        return v
+
+
+_HOLDS = _Holds()
+
+# id(code) -> (code, its own API name or None, its argument names or None outside the simulator (the
+# walk stops there), whether it is a generated op naming itself in its closure, an itemgetter of its
+# arguments' values from the frame's locals when it has two or more): what _gen1_call reads of each
+# frame, once per function (keyed by id: a code object's own hash reads its whole bytecode)
+_CODES = {}
+
+
+def _code_info(code):
+    if not code.co_filename.startswith(_SIM_DIR):
+        ci = (code, None, None, False, None)
+    else:
+        n = code.co_argcount + code.co_kwonlyargcount
+        n += bool(code.co_flags & inspect.CO_VARARGS) + bool(code.co_flags & inspect.CO_VARKEYWORDS)
+        co = code.co_name
+        args = code.co_varnames[:n]
+        # (the arguments' values in one call: a tuple when there are two or more)
+        ci = (code, None if co.startswith(("_", "<")) else co, args, co in ("op", "iop"),
+              operator.itemgetter(*args) if len(args) > 1 else None)
+    if len(_CODES) > 4096:
+        _CODES.clear()
+    _CODES[id(code)] = ci
+    return ci
+
+
 def _rec_elems(rec) -> int:
     """Elements per partition of a memory-model record (its whole tile)."""
-    return max(1, rec.nbytes // max(1, np.dtype(rec.dtype).itemsize))
+    dt = rec.dtype
+    isz = _ITEMSIZE.get(dt)
+    if isz is None:
+        isz = _ITEMSIZE[dt] = max(1, np.dtype(dt).itemsize)
+    return max(1, rec.nbytes // isz)
 
 
 def _read_operands(recs, views):
     """``(operands, records, elements per partition)`` that a first-generation op read: per record the
     memory model saw it read, each distinct view of it among ``views`` (:func:`_view_reads`), or the
     whole record when the op was given the tile itself or no view of it."""
+    if not any(v[1] is not None for v in views):  # (the common case: whole tiles only)
+        return [_rec_operand(r) for r in recs], list(recs), [_rec_elems(r) for r in recs]
     ops, out_recs, elems = [], [], []
     for r in recs:
         mine = [v for v in views if v[0] is r]
@@ -147,6 +248,44 @@ def _read_operands(recs, views):
             out_recs.append(r)
             elems.append(n)
     return ops, out_recs, elems
+
+
+# id(Index) -> (Index, tensor shape, itemsize, box, rows, contiguous bytes per row, elements): resolved
+# indices are never changed and a loop's accesses share them (indexing.resolve), so each is measured once
+_ACCESS_GEOMETRY = {}
+_ACCESS_GEOMETRY_MAX = 8192
+
+
+def _access_geometry(access, tensor):
+    """``(box, rows, contiguous bytes per row, elements)`` of a DMA's HBM ``access`` of ``tensor``:
+    :func:`_hbm_box`, the partition rows of the region, :func:`_chunk_bytes` and its element count
+    (no mask applied)."""
+    idx = access.index
+    shape = tensor.shape
+    isz = tensor.dtype.itemsize
+    ent = _ACCESS_GEOMETRY.get(id(idx))
+    if ent is not None and ent[0] is idx and ent[1] == shape and ent[2] == isz and access.tensor is tensor:
+        return ent[3:]
+    out_shape = idx.out_shape
+    geo = (_hbm_box(access), _partitions(out_shape) if len(out_shape) else 1, _chunk_bytes(idx, tensor),
+           math.prod(out_shape))
+    if access.tensor is tensor:
+        if len(_ACCESS_GEOMETRY) >= _ACCESS_GEOMETRY_MAX:
+            _ACCESS_GEOMETRY.clear()
+        _ACCESS_GEOMETRY[id(idx)] = (idx, shape, isz) + geo
+    return geo
+
+
+def _chunk_bytes(idx, tensor):
+    """Contiguous bytes per row of an HBM access through ``idx`` (for the report's small-buffer count)."""
+    isz = tensor.dtype.itemsize
+    basic = idx.basic
+    if basic is None or idx.perm is not None or not idx.out_shape:
+        return isz
+    last = basic[len(tensor.shape) - 1] if len(basic) >= len(tensor.shape) else slice(None)
+    if isinstance(last, slice) and (last.step in (None, 1)):
+        return int(idx.out_shape[-1]) * isz
+    return isz
 
 
 def _hbm_box(access):

@@ -32,22 +32,23 @@ How the running simulator feeds the model
 from __future__ import annotations
 
 import inspect
-import math
-import os
 import sys
 import threading
 
 import numpy as np
 
-from .context import current_or_none
+from .context import _tls, current_or_none
 from .core import Access, HBMTensor, Tile
 from .indexing import full_mask
 from .instructions.registry import REGISTRY
 from .instructions.target import get_nc_version
 from .profile_allocator import SBUF_SPARE, _Allocator
 from .profile_operands import (
+    _SIM_DIR,
+    _access_geometry,
     _arg_tiles,
-    _hbm_box,
+    _chunk_bytes,
+    _gen1_call,
     _hbm_operand,
     _nblocks,
     _partitions,
@@ -62,8 +63,6 @@ from .profile_report import ENGINES
 from .timing import Instr, Scheduler, core
 
 COMPUTE = ENGINES[:4]
-# (the frames of the simulator package: _gen1_name walks them to the API function that was called)
-_SIM_DIR = os.path.dirname(os.path.abspath(__file__))
 
 # Parameters of declared instructions that the instruction writes (the others are read).
 _WRITES = frozenset({"dst", "reduce_res", "dst_idx", "dst_scale", "val_dst", "idx_dst"})
@@ -77,42 +76,6 @@ _REDUCE = {"sum": "add", "max": "max", "min": "min", "mean": "add", "prod": "mul
            "any": "max", "var": "add", "tensor_reduce": "", "argmax": "max", "argmin": "min"}
 _COPY = {"copy", "tensor_copy", "cast", "broadcast_to", "full", "ones", "zeros_like"}
 _MEMSET = {"zeros", "memset", "ones", "full", "ndarray"}
-
-
-def _gen1_name():
-    """The first-generation API function (``add``, ``load`` ...) whose hook is running: the outermost
-    frame inside the simulator package (a generated op's own name from its closure)."""
-    return _gen1_call(sys._getframe(3), None)[0]
-
-
-def _gen1_call(f, tiles):
-    """``(name, tiles)`` of the first-generation API call whose hook runs in frame ``f`` (the hook's
-    caller): its name as :func:`_gen1_name` gives it and, unless ``tiles`` is ``None``, the tiles among
-    the arguments of the simulator's frames up to that call appended to ``tiles`` (the operands, as
-    the kernel gave them: views included)."""
-    name = None
-    for _ in range(10):
-        if f is None or not f.f_code.co_filename.startswith(_SIM_DIR):
-            break
-        code = f.f_code
-        co = code.co_name
-        if co in ("op", "iop") or tiles is not None:
-            loc = f.f_locals
-            if co in ("op", "iop"):
-                co = loc.get("name") or loc.get("opname") or co
-                if co == "iop":
-                    co = "iadd"
-            if tiles is not None:
-                n = code.co_argcount + code.co_kwonlyargcount
-                n += bool(code.co_flags & inspect.CO_VARARGS) + bool(code.co_flags & inspect.CO_VARKEYWORDS)
-                for a in code.co_varnames[:n]:
-                    v = loc.get(a)
-                    _arg_tiles(v.values() if isinstance(v, dict) else (v,), tiles)
-        if not co.startswith(("_", "<")):
-            name = co
-        f = f.f_back
-    return name or "instr", tiles
-
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -203,15 +166,16 @@ class Recorder:
             # declared instruction, begun without an engine, names itself; its arguments hold no dst)
             if st is not None and engine == "Tensor" and self._merge_accumulate(st, slot):
                 return
+            f = sys._getframe(2)
             if cur is not None and cur[1] is None:
                 label, tiles = cur[0], _arg_tiles(list(cur[2]) + list(cur[3].values()), [])
             else:
-                label, tiles = _gen1_call(sys._getframe(2), [])
-            ev = _Event("c", engine, label, label, st.prog if st else None, slot,
-                        {"shape": shape, "dtype_out": getattr(out, "dtype", None), "views": _view_reads(tiles)})
+                label, tiles = _gen1_call(f, [])
             # an element-wise op that defers its values (nl_math: counted where it is issued) may be
             # computed straight into HBM by a store that then reads no tile: remember it for that store
-            ev.info["deferred"] = sys._getframe(2).f_code.co_name in ("_deferred", "op")
+            ev = _Event("c", engine, label, label, st.prog if st else None, slot,
+                        {"shape": shape, "dtype_out": getattr(out, "dtype", None), "views": _view_reads(tiles),
+                         "deferred": f.f_code.co_name in ("_deferred", "op")})
         self._capture(st, ev, slot)
         if ev.label == "tensor_reduce" and not ev.declared:  # (its ALU op picks the cost: BF16 add/max are N/2)
             ev.info["op"] = _reduce_op(sys._getframe(1))
@@ -220,9 +184,10 @@ class Recorder:
     def dma(self, tensor, data, direction, access, mask) -> None:
         """One DMA of the elements of ``access`` (of HBM ``tensor``) selected by ``mask``."""
         st, slot = self._state()
-        out_shape = access.index.out_shape
-        m = full_mask(mask, out_shape) if mask is not None else None
-        n = math.prod(out_shape) if m is None else int(np.count_nonzero(m))
+        box, rows, chunk, n = _access_geometry(access, tensor)
+        m = full_mask(mask, access.index.out_shape) if mask is not None else None
+        if m is not None:
+            n = int(np.count_nonzero(m))
         nbytes = n * tensor.dtype.itemsize
         if direction == "read":
             self.r.hbm_read_bytes += nbytes
@@ -231,9 +196,8 @@ class Recorder:
         cur = getattr(self._local, "cur", None)
         if cur is not None and cur[1] is None:
             cur = None
-        hop = ("hbm", (tensor.name, id(tensor)), _hbm_box(access))
-        info = {"nbytes": nbytes, "rows": _partitions(out_shape) if len(out_shape) else 1, "tensor": tensor.name,
-                "direction": direction, "chunk": self._chunk(access, tensor)}
+        hop = ("hbm", (tensor.name, id(tensor)), box)
+        info = {"nbytes": nbytes, "rows": rows, "tensor": tensor.name, "direction": direction, "chunk": chunk}
         if cur is not None and not cur[4]:
             cur[4] = True
             ev = _Event("d", "DMA", cur[0], cur[0], st.prog if st else None, slot, info)
@@ -250,11 +214,16 @@ class Recorder:
             return
         else:
             # (nl.load / nl.store call the hook themselves: their own frame names them, no walk)
-            label = sys._getframe(2).f_code.co_name
-            if label.startswith("_") or label in ("load_batched", "store_batched"):
-                label = _gen1_name()
+            f = sys._getframe(2)
+            label = f.f_code.co_name
+            named = not label.startswith("_") and label not in ("load_batched", "store_batched")
             if direction == "write":  # (what a store reads: the views of tiles it was given)
-                info["views"] = _view_reads(_gen1_call(sys._getframe(2), [])[1])
+                name, tiles = _gen1_call(f, [])
+                info["views"] = _view_reads(tiles)
+                if not named:
+                    label = name
+            elif not named:
+                label = _gen1_call(f, None)[0]
             ev = _Event("d", "DMA", "dma_transpose" if "transpose" in label else "dma_copy", label,
                         st.prog if st else None, slot, info)
         _add_hbm(ev, hop, direction)
@@ -266,30 +235,25 @@ class Recorder:
         """The running program's state and the slot of the instruction whose hook runs (the memory
         model counted it already; inside a declared instruction computing with no program current it
         has not: the slot is the next one)."""
-        p = current_or_none()
-        counted = p is not None
-        cur = getattr(self._local, "cur", None) if p is None else None
-        if cur is not None:
-            p = cur[5]
+        p = _tls.program
+        if p is not None:
+            st = self.states.get(id(p))
+            if st is None:
+                st = self.states[id(p)] = _ProgState(p)
+            return st, p.mem.ic - 1
+        cur = getattr(self._local, "cur", None)
+        p = cur[5] if cur is not None else None
         if p is None:
             return None, 0
         st = self.states.get(id(p))
         if st is None:
             st = self.states[id(p)] = _ProgState(p)
-        return st, p.mem.ic - 1 if counted else p.mem.ic
+        return st, p.mem.ic
 
     @staticmethod
     def _chunk(access, tensor):
         """Contiguous bytes per row of an HBM access (for the report's small-buffer count)."""
-        idx = access.index
-        isz = tensor.dtype.itemsize
-        basic = idx.basic
-        if basic is None or idx.perm is not None or not idx.out_shape:
-            return isz
-        last = basic[len(tensor.shape) - 1] if len(basic) >= len(tensor.shape) else slice(None)
-        if isinstance(last, slice) and (last.step in (None, 1)):
-            return int(idx.out_shape[-1]) * isz
-        return isz
+        return _chunk_bytes(access.index, tensor)
 
     def _capture(self, st, ev, slot):
         """Hold the memory model's list of the tiles touched in the instruction's slot: the ones there
@@ -401,7 +365,7 @@ class Recorder:
                 self._finalize(st, st.pending)
                 st.pending = None
         r = self.r
-        res, slots, alloc = self.schedule(self.hw)
+        res, starts, alloc = self.schedule(self.hw)
         r.timing = res
         r._recorder = self
         r.version = self.hw.version
@@ -411,33 +375,52 @@ class Recorder:
         r.estimated_s = res.total_s
         r.busy_s = {e: res.busy_s.get(e, 0.0) for e in ENGINES}
         r.instructions = {e: res.count.get(e, 0) for e in ENGINES}
-        names = res._lanes()
-        for i, (ev, start) in enumerate(slots):
-            ins = res.events[i]
-            shape = ev.info.get("shape")
-            what = (f"{ev.label} {ev.info.get('tensor', '')} {ins.nbytes} B" if ev.kind == "d"
-                    else f"{ev.label} {shape}")
-            r.events.append((ins.engine, names[i], what, ev.prog.pid if ev.prog is not None else (), res.start[i],
-                             res.end[i] - res.start[i]))
         for st in self.states.values():
             p = st.prog
             r.sbuf_peak = max(r.sbuf_peak, p.sbuf_peak)
             r.psum_peak = max(r.psum_peak, p.psum_peak)
+        # (the trace rows and the occupancy curves' times are built when the report is first asked for them)
+        r._pending = (self, res, starts)
+
+    def report_rows(self, res, starts):
+        """``(events, occupancy)`` of the :class:`Report` (see its attributes) from the schedule ``res``
+        of this recorder's events and their start times ``starts``."""
+        events = self.events()
+        names = res._lanes()
+        rows = []
+        whats = {}  # (the same label and shape repeat in every iteration: one string each)
+        for i, ev in enumerate(events):
+            ins = res.events[i]
+            info = ev.info
+            if ev.kind == "d":
+                key = (ev.label, info.get("tensor", ""), ins.nbytes)
+                what = whats.get(key)
+                if what is None:
+                    what = whats[key] = f"{ev.label} {info.get('tensor', '')} {ins.nbytes} B"
+            else:
+                key = (ev.label, info.get("shape"))
+                what = whats.get(key)
+                if what is None:
+                    what = whats[key] = f"{ev.label} {info.get('shape')}"
+            rows.append((ins.engine, names[i], what, ev.prog.pid if ev.prog is not None else (), res.start[i],
+                         res.end[i] - res.start[i]))
         times = {}
-        for ev, start in slots:
+        for ev, start in zip(events, starts):
             if ev.prog is not None:
                 times.setdefault(id(ev.prog), []).append((ev.slot, start))
+        occupancy = []
         for st in self.states.values():
             p = st.prog
             if p.mem.curve is not None:
-                r.occupancy.append((p.pid, p.mem.curve, times.get(id(p), [])))
+                occupancy.append((p.pid, p.mem.curve, times.get(id(p), [])))
+        return rows, occupancy
 
     def events(self) -> list:
         """The recorded events of the launch, programs in launch order."""
         return [ev for st in self.states.values() for ev in st.events] + self.orphans
 
     def schedule(self, hw):
-        """Schedule the recorded events on NeuronCore ``hw``: ``(Result, [(event, start)], allocator)``."""
+        """Schedule the recorded events on NeuronCore ``hw``: ``(Result, [start of each event], allocator)``."""
         alloc = _Allocator(hw, self.sbuf_spare)
         sched = Scheduler(hw, spilled=alloc.spilled_regions)  # (filled as the allocator runs out of room)
         events = self.events()
@@ -449,17 +432,15 @@ class Recorder:
                     last[id(o[1])] = i
         region = {}  # id(unit) -> ident
         units = {}  # keep the units alive while their ids are keys
-        slots = []
+        starts = []
+        add, keys_of, instr, give = sched.add, self._keys_of, self._instr, alloc.give
         for i, ev in enumerate(events):
-            ins = self._instr(ev, alloc, region, units)
-            start, _ = sched.add(ins)
-            slots.append((ev, start))
-            for o in ev.reads + ev.writes:
-                u = o[1]
-                if last.get(id(u)) == i and id(u) in region and o[0] != "hbm":
-                    alloc.give(o[0], region.pop(id(u)))
-                    last.pop(id(u), None)
-        return sched.result(), slots, alloc
+            reads, writes, freed = keys_of(ev, alloc, region, units, last, i)
+            starts.append(add(instr(ev, reads, writes))[0])
+            for space, u in freed:  # (the allocations this event is the last to name, in operand order)
+                if u in region:
+                    give(space, region.pop(u))
+        return sched.result(), starts, alloc
 
     @staticmethod
     def _keys(o, alloc, region, units, role):
@@ -480,12 +461,32 @@ class Recorder:
             return tuple((space, (ident, b), None) for b in range(_nblocks(unit)))
         return ((space, ident, box),)
 
-    def _instr(self, ev, alloc, region, units):
-        """The timing model's :class:`Instr` of a recorded event."""
-        keys = self._keys
-        role = (ev.kind, ev.label, ev.info.get("tensor"))  # (the allocation site a loop body repeats)
-        reads = tuple(k for o in ev.reads for k in keys(o, alloc, region, units, role))
-        writes = tuple(k for o in ev.writes for k in keys(o, alloc, region, units, role))
+    def _keys_of(self, ev, alloc, region, units, last, i):
+        """The buffer keys ``(reads, writes)`` of event ``i``'s operands (:meth:`_keys` of each, in order),
+        and ``[(space, id(unit))]`` of its on-chip operands whose allocation ``last`` says it names last."""
+        out = ([], [])
+        freed = []
+        for ops, keys in zip((ev.reads, ev.writes), out):
+            for o in ops:
+                unit = o[1]
+                if o[0] == "hbm" or isinstance(unit, tuple):
+                    keys.append(o)
+                    continue
+                u = id(unit)
+                if last.get(u) == i:
+                    freed.append((o[0], u))
+                box = o[2]
+                ident = region.get(u)
+                if ident is not None and (box is None or (type(box) is tuple and len(box) == 2 and box[0] != "block")):
+                    keys.append((o[0], ident, box))  # (the common case: a known allocation, all of it or a box)
+                    continue
+                # (the allocation site a loop body repeats)
+                keys.extend(self._keys(o, alloc, region, units, (ev.kind, ev.label, ev.info.get("tensor"))))
+        return tuple(out[0]), tuple(out[1]), freed
+
+    def _instr(self, ev, reads, writes):
+        """The timing model's :class:`Instr` of a recorded event whose operands' buffer keys are ``reads``
+        and ``writes``."""
         info = ev.info
         pid = ev.prog.pid if ev.prog is not None else ()
         if ev.kind == "d":
@@ -493,45 +494,18 @@ class Recorder:
                          free_elems=0, nbytes=int(info.get("nbytes", 0)), chunk_bytes=int(info.get("chunk", 0)),
                          reads=reads, writes=writes, queue=info.get("tensor") or "dma", program=pid,
                          op=info.get("op", ""), dge=info.get("dge", ""), label=ev.label)
-        tiles = info.get("tiles")
-        if tiles is not None:
+        if info.get("tiles") is not None:
             return self._declared_instr(ev, reads, writes, pid)
-        shape = info.get("shape") or (1,)
-        dtype_out = info.get("dtype_out")
         read_recs = info.get("read_recs", [])
-        elems = info.get("read_elems", [])  # (per read operand: elements per partition of what it read)
-        dtype_in = max((r.dtype for r in read_recs), key=_itemsize, default=dtype_out)
-        label = ev.label
-        name, op = label, ""
-        parts = _partitions(shape)
-        free = _per_partition(shape)
-        kw = {}
-        if ev.engine == "Tensor":
-            if len(read_recs) >= 2 or label in ("nc_matmul", "matmul"):
-                name = "nc_matmul"
-                kw = {"stationary_free": int(shape[0]) if shape else 128,
-                      "moving_free": _per_partition(shape, 0)}
-                free = kw["moving_free"]
-                parts = 128
-            else:
-                name = "nc_transpose"
-        elif label in _REDUCE:
-            name, op = "tensor_reduce", _REDUCE[label] or info.get("op", "")
-            free = max([free] + elems)
-        elif label in _TT_OPS and ev.engine == "Vector":
-            # a [P, 1] column operand is a per-partition scalar: tensor_scalar streams one tile
-            tiles = [r for r, n in zip(read_recs, elems) if n > 1]
-            name, op = ("tensor_tensor" if len(tiles) >= 2 else "tensor_scalar"), label
-            read_recs = tiles or read_recs
-        elif label in _COPY and ev.engine != "GpSimd":
-            name = "tensor_copy"
-        elif label in _MEMSET or (not read_recs and ev.engine in ("Vector", "GpSimd")):
-            name, op = "memset", ("zero" if label in ("zeros", "ndarray") else "")
-        elif ev.engine == "Scalar":
-            name = "activation"
-        return Instr(name, ev.engine, dtype_in=_dname(dtype_in), dtype_out=_dname(dtype_out), partitions=parts,
-                     free_elems=free, reads=reads, writes=writes, program=pid, op=op,
-                     n_inputs=max(1, len(read_recs)), label=label, **kw)
+        # (a loop's events repeat a few kinds: their fields are derived once per kind)
+        key = (ev.engine, ev.label, info.get("shape"), info.get("dtype_out"), info.get("op", ""),
+               tuple([r.dtype for r in read_recs]), tuple(info.get("read_elems", ())))
+        fields = _FIELDS.get(key)
+        if fields is None:
+            if len(_FIELDS) >= 4096:
+                _FIELDS.clear()
+            fields = _FIELDS[key] = _compute_fields(ev.engine, ev.label, info)
+        return Instr(reads=reads, writes=writes, program=pid, **fields)
 
     def _declared_instr(self, ev, reads, writes, pid):
         tiles = ev.info["tiles"]
@@ -555,6 +529,49 @@ class Recorder:
         return Instr(name, ev.engine, dtype_in=_dname(dtype_in or dtype_out), dtype_out=_dname(dtype_out),
                      partitions=parts, free_elems=free, reads=reads, writes=writes, program=pid, op=_op_name(op),
                      n_inputs=max(1, len(ins)), label=name, **kw)
+
+
+# (engine, label, shape, dtype out, op, dtypes read, elements read per operand) -> Instr fields
+_FIELDS = {}
+
+
+def _compute_fields(engine, label, info) -> dict:
+    """The :class:`Instr` fields (but its operands and program) of a first-generation compute event:
+    its instruction and cost inputs from what the op produced and read."""
+    shape = info.get("shape") or (1,)
+    dtype_out = info.get("dtype_out")
+    read_recs = info.get("read_recs", [])
+    elems = info.get("read_elems", [])  # (per read operand: elements per partition of what it read)
+    dtype_in = max((r.dtype for r in read_recs), key=_itemsize, default=dtype_out)
+    name, op = label, ""
+    parts = _partitions(shape)
+    free = _per_partition(shape)
+    kw = {}
+    if engine == "Tensor":
+        if len(read_recs) >= 2 or label in ("nc_matmul", "matmul"):
+            name = "nc_matmul"
+            kw = {"stationary_free": int(shape[0]) if shape else 128,
+                  "moving_free": _per_partition(shape, 0)}
+            free = kw["moving_free"]
+            parts = 128
+        else:
+            name = "nc_transpose"
+    elif label in _REDUCE:
+        name, op = "tensor_reduce", _REDUCE[label] or info.get("op", "")
+        free = max([free] + elems)
+    elif label in _TT_OPS and engine == "Vector":
+        # a [P, 1] column operand is a per-partition scalar: tensor_scalar streams one tile
+        tiles = [r for r, n in zip(read_recs, elems) if n > 1]
+        name, op = ("tensor_tensor" if len(tiles) >= 2 else "tensor_scalar"), label
+        read_recs = tiles or read_recs
+    elif label in _COPY and engine != "GpSimd":
+        name = "tensor_copy"
+    elif label in _MEMSET or (not read_recs and engine in ("Vector", "GpSimd")):
+        name, op = "memset", ("zero" if label in ("zeros", "ndarray") else "")
+    elif engine == "Scalar":
+        name = "activation"
+    return {"name": name, "engine": engine, "dtype_in": _dname(dtype_in), "dtype_out": _dname(dtype_out),
+            "partitions": parts, "free_elems": free, "op": op, "n_inputs": max(1, len(read_recs)), "label": label, **kw}
 
 
 def _add_hbm(ev, hop, direction):

@@ -39,10 +39,10 @@ class Report:
         self.sbuf_peak = 0
         self.psum_peak = 0
         self.estimated_s = 0.0
-        self.events = []  # (engine, track, name, program, start_s, dur_s)
-        # per program, in launch order: (pid, live SBUF/PSUM bytes per partition at each
-        # instruction slot [2, slots], [(slot, model start time)] of its recorded events)
-        self.occupancy = []
+        self._events = []
+        self._occupancy = []
+        # (recorder, schedule, start times) whose rows events and occupancy are built from on first use
+        self._pending = None
         self.outputs = None
         self.timing = None
         self.version = None
@@ -52,6 +52,39 @@ class Report:
         self._recorder = None
 
     # -- figures --------------------------------------------------------------------------------------
+    @property
+    def events(self) -> list:
+        """The scheduled instructions: ``(engine, track, name, program, start_s, dur_s)`` each."""
+        if self._pending is not None:
+            self._build_rows()
+        return self._events
+
+    @events.setter
+    def events(self, rows):
+        self._build_rows()
+        self._events = rows
+
+    @property
+    def occupancy(self) -> list:
+        """Per program, in launch order: ``(pid, live SBUF/PSUM bytes per partition at each instruction
+        slot [2, slots], [(slot, model start time)] of its recorded events)``."""
+        if self._pending is not None:
+            self._build_rows()
+        return self._occupancy
+
+    @occupancy.setter
+    def occupancy(self, rows):
+        self._build_rows()
+        self._occupancy = rows
+
+    def _build_rows(self):
+        # (most profiles are read for their figures only: the per-instruction rows cost as much as a
+        # tenth of the schedule, so they wait until asked for)
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            rec, res, starts = pending
+            self._events, self._occupancy = rec.report_rows(res, starts)
+
     @property
     def hbm_bytes(self) -> int:
         """Bytes moved between HBM and on-chip memory by DMA (read + written)."""

@@ -28,6 +28,8 @@ from .launch import Kernel, Launch, _bind, _unwrap, normalize_grid, run_programs
 # profiler was split into the modules above.
 from .profile_allocator import SBUF_SPARE, _Allocator  # noqa: F401
 from .profile_operands import (  # noqa: F401
+    _SIM_DIR,
+    _gen1_name,
     _hbm_box,
     _hbm_operand,
     _nblocks,
@@ -46,7 +48,6 @@ from .profile_recorder import (  # noqa: F401
     _MEMSET,
     _PARAMS,
     _REDUCE,
-    _SIM_DIR,
     _TT_OPS,
     _WRITES,
     COMPUTE,
@@ -54,7 +55,6 @@ from .profile_recorder import (  # noqa: F401
     _add_hbm,
     _dname,
     _Event,
-    _gen1_name,
     _itemsize,
     _op_name,
     _params,
