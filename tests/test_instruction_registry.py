@@ -165,6 +165,7 @@ def test_the_model_reads_the_declared_cost():
     r = simulate([Instr("not_an_instruction", "Vector", free_elems=512)], version=2)
     assert r.busy_s["Vector"] == pytest.approx(512 / 1.12e9)
     assert r.default_costed == {"not_an_instruction": 1}
+    assert "engine's default" in r.summary() and "not_an_instruction x1" in r.summary()
 
 
 @pytest.mark.parametrize("kernel", [standalone_kernel, gen1_kernel], ids=["standalone", "gen1"])

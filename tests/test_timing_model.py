@@ -445,3 +445,4 @@ def test_spilled_allocation_costs_a_store_and_a_reload():
     assert r.end[1] == pytest.approx(copy + 2 * transfer + (1024 + STATIC) / VECTOR_HZ)
     assert r.spills == {"stores": 1, "reloads": 1, "bytes": 2 * 128 * 2048}
     assert r.dma.transfers == 32
+    assert "spills: 1 stores and 1 reloads" in r.summary()

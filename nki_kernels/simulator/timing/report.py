@@ -156,6 +156,13 @@ class Result:
                          f"{d.small_partition_instrs:,} of {d.instructions:,} DMAs under "
                          f"{_kib(self.hw.efficient_partition_bytes.value)}/partition; fixed cost {d.fixed_share:.0%} "
                          "of DMA-engine time")
+        sp = self.spills
+        if sp.get("stores") or sp.get("reloads"):
+            lines.append(f"  spills: {sp['stores']:,} stores and {sp['reloads']:,} reloads of SBUF allocations that did "
+                         f"not fit, {_kib(sp['bytes'])} through the HBM scratchpad")
+        if self.default_costed:
+            lines.append("  costed by their engine's default (no instruction of the name declares a cost): "
+                         + ", ".join(f"{k} x{n:,}" for k, n in sorted(self.default_costed.items())))
         cp = self.critical_path_summary()
         tt = sorted(cp["time_by_track"].items(), key=lambda kv: -kv[1])[:4]
         if tt:
