@@ -356,6 +356,8 @@ class Tile(NkiTensor):
         return None
 
     def __getitem__(self, key):
+        if type(key) is int and self.pdim == 1 and not self.nb and (self._mem is None or self._mem.tiles is None):
+            return self._block(key)
         placed = self._placed_block(key)
         if placed is not None:
             blk, rest = placed
@@ -388,6 +390,29 @@ class Tile(NkiTensor):
                 view = _out_of_bounds_view(self, idx, data, err)
         if block_ints:
             view.pdim = self.pdim - len(lead)
+        m = self._mem
+        if m is not None and m.blocks is not None:  # a block of a block-dimension tensor: its own live range
+            b = _memory.block_index(self, key)
+            if b is not None:
+                view._mem = _memory.block_rec(m, b)
+        if self._diag is not None or _tls.loops:
+            _diag.on_view(self, view, idx)
+        return view
+
+    def _block(self, key):
+        """``self[key]`` for an integer ``key`` of a one-block-dimension tensor, not placed, not a batch's
+        (a hoisted matmul's ``a[k]`` operands): :meth:`__getitem__`'s steps for that key, without its
+        tests for the other kinds."""
+        idx = resolve(self.shape, key, self.buffer.tile_label)
+        data = self._raw()  # making a view reads nothing; the view's readers are counted
+        if idx.is_view:
+            view = Tile(idx.view(data), self.buffer, 0, parent=self)
+            view._review = idx.view
+        else:
+            try:
+                view = Tile(idx.read(data, what=self.buffer.tile_label), self.buffer, 0, parent=self)
+            except OutOfBoundsNKIError as err:
+                view = _out_of_bounds_view(self, idx, data, err)
         m = self._mem
         if m is not None and m.blocks is not None:  # a block of a block-dimension tensor: its own live range
             b = _memory.block_index(self, key)

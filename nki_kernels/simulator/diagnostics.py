@@ -139,7 +139,10 @@ class _Boxes:
         lo, hi = region.lo, region.hi
         if self.disjoint:
             for blo, bhi in boxes:
-                if all(a < d and c < b for a, b, c, d in zip(lo, hi, blo, bhi)):
+                for a, b, c, d in zip(lo, hi, blo, bhi):
+                    if not (a < d and c < b):
+                        break  # (apart along this axis: blocks are apart along the first)
+                else:
                     self.disjoint = False
                     break
         boxes.append((lo, hi))

@@ -13,6 +13,7 @@ from .. import dtypes as dt
 from .. import cores as _cores
 from .. import recording as _prof
 from .. import transfers as _transfers
+from ..context import _tls  # (the running state without a call, on the per-instruction path)
 from ..core import Access, HBMTensor, Tile, current_or_none, psum, sbuf
 from ..errors import NKIError, NotBatchable
 from ..indexing import full_mask as _full_mask
@@ -154,7 +155,21 @@ def dma_copy(dst, src, priority=None, oob_mode=_oob_mode.error, dge_mode=_dge_mo
             return
     if dst_rmw_op is not None and getattr(current_or_none(), "nb", 0):
         raise NotBatchable(f"nisa.{op}: dst_rmw_op in a batch of programs")
-    vals = _per_program(src, np.asarray(read(src, op)))
+    vals = np.asarray(read(src, op))
+    prog = _tls.program
+    if prog is not None and prog.nb:
+        vals = _per_program(src, vals)
+    elif dst_rmw_op is None and type(dst) is Tile and dst.buffer is sbuf and type(vals) is np.ndarray:
+        # (into an SBUF tile outside a batch: store()'s steps for it, without its tests for the other
+        # destinations)
+        if dst._thunk is not None and isinstance(src, (Access, HBMTensor)) \
+                and borrow(dst, src.tensor if isinstance(src, Access) else src, vals):
+            _cores.after_load(dst)  # (HBM into a fresh tile: it views HBM copy-on-write, as nl.load's tiles)
+            return
+        if vals.dtype == dst.dtype and vals.shape == dst.shape:
+            write(dst, vals, op, lazy_text(("source (shape {})", vals.shape)))
+            _cores.after_load(dst)
+            return
     if dst_rmw_op is None and isinstance(src, (Access, HBMTensor)) and isinstance(dst, Tile) \
             and borrow(dst, src.tensor if isinstance(src, Access) else src, vals):
         _cores.after_load(dst)  # (HBM into a fresh tile: it views HBM copy-on-write, as nl.load's tiles)
