@@ -41,6 +41,42 @@ class _InHBM:
     __truediv__ = __rtruediv__ = __pow__ = __neg__ = _no_compute
 
 
+class Borrowers:
+    """The tiles viewing an HBM tensor's memory copy-on-write (``nl.load``'s tiles, a DMA into a fresh
+    tile): a set of weak references, as a ``weakref.WeakSet`` holds them, without its Python-level
+    removal callback when each tile dies and its add, two calls per load. Dead references are
+    dropped when the set is tested or read, and as it grows (an input loaded in a long loop)."""
+
+    __slots__ = ("_refs",)
+
+    def __init__(self):
+        self._refs = {}  # id(tile) -> weak reference (a dead tile's id reused by a new one is replaced)
+
+    def add(self, tile) -> None:
+        """Add a live tile."""
+        refs = self._refs
+        n = len(refs)
+        if n >= 64 and not n & (n - 1):
+            self._drop_dead()
+        refs[id(tile)] = weakref.ref(tile)
+
+    def _drop_dead(self) -> None:
+        refs = self._refs
+        for k in [k for k, r in refs.items() if r() is None]:
+            del refs[k]
+
+    def __len__(self) -> int:
+        self._drop_dead()
+        return len(self._refs)
+
+    def __iter__(self):
+        return iter([t for t in (r() for r in self._refs.values()) if t is not None])
+
+    def clear(self) -> None:
+        """Forget every tile."""
+        self._refs.clear()
+
+
 class HBMTensor(_InHBM, NkiTensor):
     """A tensor in device memory (kernel inputs and ``nl.ndarray(..., buffer=nl.shared_hbm)``)."""
 
@@ -50,7 +86,7 @@ class HBMTensor(_InHBM, NkiTensor):
         self.data = data
         self.buffer = buffer
         self.name = name
-        self._borrowers = weakref.WeakSet()
+        self._borrowers = Borrowers()
         self.written = None  # optional per-element write tracking (diagnostics)
 
     @property
