@@ -125,6 +125,63 @@ def test_warnings_are_reported_once(shadow):
     assert np.isnan(got[128:]).all()
 
 
+def test_a_warning_repeated_in_one_launch_shows_as_often_as_without_shadowing(monkeypatch):
+    @nki.jit
+    def repeat_uninit(a):
+        t = nl.ndarray((128, 64), dtype=a.dtype, buffer=nl.sbuf)  # never written
+        acc = nl.load(a)
+        for _ in nl.sequential_range(4):  # the same uninit read, four times at one line
+            acc = nl.add(acc, t)
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        nl.store(out, acc)
+        return out
+
+    monkeypatch.setitem(config._modes, "uninit", "warn")
+    counts = []
+    for on in (False, True):
+        monkeypatch.setattr(config, "shadow", on)
+        with warnings.catch_warnings(record=True) as caught:  # Python's default action: once per location
+            repeat_uninit(np.ones((128, 64), np.float32))
+        counts.append(len([w for w in caught if "[uninit]" in str(w.message)]))
+    assert counts[0] >= 1 and counts == [counts[0], counts[0]]
+
+
+class _StackAllocator:
+    """A kernel file's own module-level allocator, as the nki-samples attention tutorial keeps one:
+    each launch takes the next addresses and never gives them back."""
+
+    def __init__(self):
+        self.offset = 0
+
+    def take(self, nbytes):
+        addr, self.offset = self.offset, self.offset + nbytes
+        return ncc.sbuf.mod_alloc(base_addr=addr)
+
+
+_ALLOCATOR = _StackAllocator()
+
+
+@nki.jit
+def copy_through_placed_tile(a):
+    t = nl.ndarray(a.shape, dtype=a.dtype, buffer=_ALLOCATOR.take(a.shape[1] * 4))
+    t[...] = nl.load(a)
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    nl.store(out, t)
+    return out
+
+
+def test_the_reference_run_starts_from_the_kernels_own_python_state(shadow):
+    a = RNG.standard_normal((128, 16384), dtype=np.float32)  # 64 KiB per partition: three launches fit, four do not
+    _ALLOCATOR.offset = 0
+    np.testing.assert_array_equal(copy_through_placed_tile(a), a)  # the reference run took the same addresses
+    assert _ALLOCATOR.offset == 65536  # and the process goes on as after one launch
+    np.testing.assert_array_equal(copy_through_placed_tile(a), a)
+    np.testing.assert_array_equal(copy_through_placed_tile(a), a)
+    with pytest.raises(NKIError, match=r"\[placement\]"):  # the fourth launch fails, shadowed or not
+        copy_through_placed_tile(a)
+    _ALLOCATOR.offset = 0
+
+
 def test_the_environment_variable_turns_it_on():
     code = "from nki_kernels.simulator import config; print(config.shadow)"
     env = dict(os.environ, NKI_SIM_SHADOW="1")

@@ -12,7 +12,9 @@ the inputs with every fast path off and the simulator's caches emptied, and comp
 * the diagnostics reported as warnings (rule names, in order), and what the kernel printed
   (``nl.device_print``; printed once).
 
-Both runs draw the same unseeded random numbers (``nl.rand``: one launch seed, per program id).
+Both runs draw the same unseeded random numbers (``nl.rand``: one launch seed, per program id), and
+both start from the same Python state of the objects the kernel's code names (a module-level
+allocator, say): the reference run is the same launch again, not the launch after it.
 With ``config.nan_fill`` off, never-written memory is garbage, so outputs are not compared then.
 
 A disagreement raises :class:`ShadowMismatch` naming both verdicts (or the first differing
@@ -23,7 +25,9 @@ It costs one more launch per launch: a testing tool, off by default.
 from __future__ import annotations
 
 import contextlib
+import copy
 import io
+import types
 import re
 import secrets
 import sys
@@ -71,10 +75,11 @@ def run(kernel, simulate, arrays, outputs):
     numbers); return the fast result if both agree, else raise :class:`ShadowMismatch`."""
     before = _copies(arrays)
     seed = secrets.randbits(64)
+    kernel_state = _KernelState(kernel)
     _local.depth = getattr(_local, "depth", 0) + 1
     try:
         fast, fast_error, fast_warnings, fast_printed = _attempt(simulate, arrays, outputs, seed)
-        with config.reference_path():
+        with config.reference_path(), kernel_state.as_before():
             clear_caches()
             ref, ref_error, ref_warnings, ref_printed = _attempt(simulate, before, (), seed)
     finally:
@@ -99,17 +104,94 @@ def run(kernel, simulate, arrays, outputs):
         _compare("output", fast, ref, kernel, where)
         _compare("input", [a for a in arrays if isinstance(a, np.ndarray)],
                  [a for a in before if isinstance(a, np.ndarray)], kernel, where, after_run=True)
-    for w in fast_warnings:
-        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    for w in fast_warnings:  # (through the file's registry: a repeated warning shows as often as without shadowing)
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno,
+                               registry=_registries.setdefault(w.filename, {}))
     if fast_error is not None:
         raise fast_error
     return fast
 
 
 # (the reference run is the kernel's second run: a kernel body that changes Python state outside
-# itself fails there for its own reasons, e.g. the attention tutorial's module-level SBufAllocator)
+# itself, and not through the objects _KernelState restores, fails there for its own reasons)
 _RERUN_HINT = (". If the kernel's Python code changes state outside the kernel (a module-level allocator or "
                "counter), its second run differs for that reason: shadow mode needs kernels that can run twice")
+
+# Python's default warning filter shows a warning once per location and module registry; the fast run's
+# warnings are recorded under "always" and re-issued here, one registry per file standing for its module's.
+_registries: dict = {}
+
+
+class _KernelState:
+    """The attributes of the objects the kernel's code names (its globals and closure cells), saved
+    before the fast run: the reference run starts from them, and the fast run's state is put back
+    after it, so the reference run is the same launch again and the process continues as after one
+    launch. Why: kernels keep Python state across launches, e.g. the nki-samples attention
+    tutorial's module-level ``SBufAllocator``, whose offset each launch advances."""
+
+    def __init__(self, kernel):
+        func = getattr(kernel, "func", kernel)
+        self._objects = [obj for obj in _named_objects(func) if _has_plain_state(obj)]
+        self._before = [self._snapshot(obj) for obj in self._objects]
+
+    @staticmethod
+    def _snapshot(obj):
+        try:
+            return copy.deepcopy(vars(obj))
+        except Exception:  # noqa: BLE001 - an object that cannot be copied is left as it is
+            return None
+
+    def _restore(self, states):
+        for obj, state in zip(self._objects, states):
+            if state is not None:
+                vars(obj).clear()
+                vars(obj).update(copy.deepcopy(state))
+
+    @contextlib.contextmanager
+    def as_before(self):
+        """Run the block with the saved state, then put back the state found on entry."""
+        after = [self._snapshot(obj) for obj in self._objects]
+        self._restore(self._before)
+        try:
+            yield
+        finally:
+            self._restore(after)
+
+
+def _named_objects(func) -> list:
+    """The distinct objects ``func``'s code (nested functions included) reads by global name or
+    from its closure."""
+    code = getattr(func, "__code__", None)
+    if code is None:
+        return []
+    names, stack = set(), [code]
+    while stack:
+        c = stack.pop()
+        names.update(c.co_names)
+        stack.extend(k for k in c.co_consts if isinstance(k, types.CodeType))
+    scope = getattr(func, "__globals__", {})
+    found = [scope[n] for n in sorted(names) if n in scope]
+    found += [cell.cell_contents for cell in (func.__closure__ or ()) if _filled(cell)]
+    return list({id(o): o for o in found}.values())
+
+
+def _filled(cell) -> bool:
+    try:
+        cell.cell_contents
+    except ValueError:
+        return False
+    return True
+
+
+def _has_plain_state(obj) -> bool:
+    """An instance of a user class with attributes (not a module, function, class or the simulator's
+    own objects)."""
+    if isinstance(obj, (types.ModuleType, types.FunctionType, types.BuiltinFunctionType, type, np.ndarray)):
+        return False
+    module = getattr(type(obj), "__module__", "") or ""
+    if module.split(".")[0] in ("builtins", "nki_kernels", "nki", "neuronxcc", "numpy", "functools"):
+        return False
+    return isinstance(getattr(obj, "__dict__", None), dict)
 
 
 def _copies(arrays) -> list:
