@@ -67,7 +67,7 @@ def _view_box(view, root):
 
 def _rec_operand(rec, box=None):
     """The operand ``(space, unit, box)`` of a memory-model record (see :class:`_Allocator`)."""
-    space = _space(rec.buf)
+    space = "psum" if rec.buf == 1 else "sbuf"  # (_space, inline: once per operand of every instruction)
     if rec.place is not None:  # direct allocation: the bytes themselves
         part, n, lo, hi = rec.place
         return (space, ("placed", space), ((part, part + n), (lo, hi)))

@@ -283,7 +283,10 @@ class Recorder:
         prev = st.pending
         if prev is None or prev.engine != "Tensor" or prev.slot != slot - 1 or prev.lst is None:
             return False
-        if not any(getattr(r, "moved", -1) == slot for r in prev.lst[prev.n0:]):
+        for r in prev.lst[prev.n0:]:
+            if getattr(r, "moved", -1) == slot:
+                break
+        else:
             return False
         prev.info["accumulate"] = True
         self.merged += 1
@@ -333,24 +336,24 @@ class Recorder:
         if ev.declared or lst is None:
             return
         if ev.kind == "d":
-            onchip = [r for r in lst if r.moved < 0]  # (a load's own tile moved into `t[...] =`'s: t)
-            if ev.info["direction"] == "read":
-                ev.writes.extend(_rec_operand(r) for r in onchip)
+            if ev.info["direction"] == "read":  # (a load's own tile moved into `t[...] =`'s: t)
+                ev.writes.extend([_rec_operand(r) for r in lst if r.moved < 0])
             else:
                 reads = _read_operands(lst[:n0], ev.info.pop("views", ()))[0]
                 if not reads and st is not None and st.deferred is not None:
                     reads = [st.deferred]  # a deferred value computed straight into HBM by this store
                 ev.reads.extend(reads)
         else:
-            reads = [r for r in lst[:n0]]
-            writes = [r for r in lst[n0:] if r.moved < 0]
+            reads = lst[:n0]
             if ev.info.get("accumulate"):
                 # `acc += matmul`: the accumulator is in the list after the hook, read and written
                 writes = [r for r in lst[n0:] if r.moved < 0 and r not in reads]
+            else:
+                writes = [r for r in lst[n0:] if r.moved < 0]
             ops, read_recs, elems = _read_operands(reads, ev.info.pop("views", ()))
             ev.reads.extend(ops)
             if writes:
-                ev.writes.extend(_rec_operand(r) for r in writes)
+                ev.writes.extend([_rec_operand(r) for r in writes])
             elif reads:  # no new tile: an in-place update (`t += x`, `t[...] = op(t, ...)`) of its first operand
                 ev.writes.append(_rec_operand(reads[0]))
             ev.info["read_recs"], ev.info["read_elems"] = read_recs, elems
