@@ -290,6 +290,14 @@ def test_queues_do_not_block_each_other():
     assert r.start[3] == 0.0                     # q1 goes ahead
 
 
+def test_a_dma_named_like_a_compute_instruction_gets_the_documented_split():
+    # a DMA event whose name declares a cycle cost (not a transfer split) is split as any DMA
+    ev = load("a", sb(1), rows=128, cols=128)
+    ev.name = "tensor_copy"
+    r = simulate([ev])
+    assert r.dma.transfers == 16 and r.total_s == pytest.approx(DMA_FIXED + 2048 / DMA_BW_V2)
+
+
 def test_hardware_dge_issue_cost_on_trn2():
     plain = simulate([load("a", sb(1))], version=3)
     hw = simulate([load("a", sb(1), dge="hwdge")], version=3)

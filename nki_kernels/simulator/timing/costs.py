@@ -298,6 +298,9 @@ def dma_transfers(ins, hw, first_partition=0):
     return [(engines[i % len(engines)], each) for i in range(count)]
 
 
+dma_transfers.dma_split = True  # (marks a DMA cost: the scheduler calls it as (ins, hw, first_partition))
+
+
 def dma_transfer_times(nbytes, bw, hw):
     """``(occupancy, latency)`` of one transfer of ``nbytes`` on one DMA engine at ``bw`` B/s.
 

@@ -593,8 +593,10 @@ class Scheduler:
                 first = int(k[2][0][0])
                 break
         split = self._rule(ins)  # (a DMA's declared cost is its split into per-engine transfers)
-        if split is _costs.engine_default:
-            split = _costs.dma_transfers  # (a DMA without a declaration: the documented split)
+        if not getattr(split, "dma_split", False):
+            # a DMA whose name declares no split (undeclared, or a compute instruction's cycle cost given a DMA
+            # engine): the documented split
+            split = _costs.dma_transfers
         transfers = split(ins, hw, first)
         end, bind, first_start = self._book(ins, transfers, t0, idx)
         st = self.dma
