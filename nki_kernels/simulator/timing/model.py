@@ -349,10 +349,10 @@ class Scheduler:
         bank, and its first write waits for the last reader of the first there (WAR), which bounds the
         accumulation groups in flight at 8 whatever the allocations' own idents say."""
         out = []
-        nb, bb = self._nbanks, self._bank_bytes
         for k in keys:
             if not k or k[0] != "psum":
                 continue
+            nb, bb = self._nbanks, self._bank_bytes
             ident = k[1]
             box = k[2] if len(k) > 2 else None
             if box is not None and len(box) != 2:
@@ -415,9 +415,12 @@ class Scheduler:
         idx = len(self.start)
         engine = ins.engine if ins.engine in COMPUTE or ins.engine == "DMA" else engine_name(ins.engine)
         reads, writes = ins.reads, ins.writes
-        if any(k and k[0] == "psum" for k in reads + writes):
-            reads = tuple(reads) + tuple(self._bank_keys(reads))
-            writes = tuple(writes) + tuple(self._bank_keys(writes))
+        bank_r = self._bank_keys(reads)  # (empty unless it touches PSUM)
+        if bank_r:
+            reads = tuple(reads) + tuple(bank_r)
+        bank_w = self._bank_keys(writes)
+        if bank_w:
+            writes = tuple(writes) + tuple(bank_w)
         deps = self._deps(ins, reads, writes)
         if self._spill_pending:
             deps.extend(self._reloads(ins))
