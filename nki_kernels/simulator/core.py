@@ -380,39 +380,33 @@ class Tile(NkiTensor):
                 raise NotBatchable("a tile view reaching outside its tile") from None
             view = Tile(vals, self.buffer, 0, parent=self)
             view._review = lambda d, nb=self.nb: tile_view(idx, d, nb)
-        elif idx.is_view:
-            view = Tile(idx.view(data), self.buffer, 0, parent=self)
-            view._review = idx.view
         else:
-            try:
-                view = Tile(idx.read(data, what=self.buffer.tile_label), self.buffer, 0, parent=self)
-            except OutOfBoundsNKIError as err:
-                view = _out_of_bounds_view(self, idx, data, err)
+            view = self._plain_view(idx, data)
         if block_ints:
             view.pdim = self.pdim - len(lead)
-        m = self._mem
-        if m is not None and m.blocks is not None:  # a block of a block-dimension tensor: its own live range
-            b = _memory.block_index(self, key)
-            if b is not None:
-                view._mem = _memory.block_rec(m, b)
-        if self._diag is not None or _tls.loops:
-            _diag.on_view(self, view, idx)
-        return view
+        return self._finish_view(view, key, idx)
 
     def _block(self, key):
         """``self[key]`` for an integer ``key`` of a one-block-dimension tensor, not placed, not a batch's
         (a hoisted matmul's ``a[k]`` operands): :meth:`__getitem__`'s steps for that key, without its
         tests for the other kinds."""
         idx = resolve(self.shape, key, self.buffer.tile_label)
-        data = self._raw()  # making a view reads nothing; the view's readers are counted
+        return self._finish_view(self._plain_view(idx, self._raw()), key, idx)
+
+    def _plain_view(self, idx, data):
+        """The tile ``idx`` selects from this tile's ``data`` (making a view reads nothing; the view's
+        readers are counted): a NumPy view where the index allows one, else a copy."""
         if idx.is_view:
             view = Tile(idx.view(data), self.buffer, 0, parent=self)
             view._review = idx.view
-        else:
-            try:
-                view = Tile(idx.read(data, what=self.buffer.tile_label), self.buffer, 0, parent=self)
-            except OutOfBoundsNKIError as err:
-                view = _out_of_bounds_view(self, idx, data, err)
+            return view
+        try:
+            return Tile(idx.read(data, what=self.buffer.tile_label), self.buffer, 0, parent=self)
+        except OutOfBoundsNKIError as err:
+            return _out_of_bounds_view(self, idx, data, err)
+
+    def _finish_view(self, view, key, idx):
+        """``view`` of ``self[key]`` given a block's own live range and announced to the diagnostics."""
         m = self._mem
         if m is not None and m.blocks is not None:  # a block of a block-dimension tensor: its own live range
             b = _memory.block_index(self, key)
