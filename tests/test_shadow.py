@@ -182,6 +182,26 @@ def test_the_reference_run_starts_from_the_kernels_own_python_state(shadow):
     _ALLOCATOR.offset = 0
 
 
+def test_state_a_kernel_reaches_through_its_closure_is_restored_too(shadow):
+    class Calls:
+        def __init__(self):
+            self.n = 0
+
+    calls = Calls()
+
+    @nki.jit
+    def counted_copy(a):
+        calls.n += 1  # Python state outside the kernel, reached through a closure cell
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        nl.store(out, nl.load(a))
+        return out
+
+    a = RNG.standard_normal((128, 8), dtype=np.float32)
+    for launches in (1, 2):
+        np.testing.assert_array_equal(counted_copy(a), a)
+        assert calls.n == launches  # the reference run counted from the same state, then was undone
+
+
 def test_the_environment_variable_turns_it_on():
     code = "from nki_kernels.simulator import config; print(config.shadow)"
     env = dict(os.environ, NKI_SIM_SHADOW="1")
