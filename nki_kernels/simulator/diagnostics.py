@@ -335,29 +335,25 @@ def _set_written(root, rinfo, region):
     if region.exact and region.lo == (0,) * len(root.shape) and region.hi == tuple(root.shape):
         rinfo.written = None
         return
-    w = rinfo.written
-    if w is False:
-        w = rinfo.written = _Boxes(tuple(root.shape))
-    if type(w) is _Boxes:
-        if region.exact and region.shape == w.shape:
-            key = (region.lo, region.hi)
-            done = rinfo.checked
-            if done is not None and key in done:
-                return
-            if w.add(region):
-                (done if done is not None else _new_checked(rinfo)).add(key)
-                if w.count >= w.size:
-                    if w.disjoint or _elements_written(rinfo).all():
-                        rinfo.written = None
-                return
-        _elements_written(rinfo)
-    if region.exact and region.shape == rinfo.written.shape:
+    block = region.exact and region.shape == tuple(root.shape)
+    if block:
         # (a tiled loop writes the same block again and again -- a matmul accumulating into
         # psum[0:128, 0:T] -- and a block known written whole needs no marking, nor a count)
         key = (region.lo, region.hi)
         done = rinfo.checked
         if done is not None and key in done:
             return
+    w = rinfo.written
+    if w is False:
+        w = rinfo.written = _Boxes(tuple(root.shape))
+    if type(w) is _Boxes:
+        if block and w.add(region):
+            (done if done is not None else _new_checked(rinfo)).add(key)
+            if w.count >= w.size and (w.disjoint or _elements_written(rinfo).all()):
+                rinfo.written = None
+            return
+        _elements_written(rinfo)
+    if block:
         rinfo.written[region.box()] = True
         rinfo.marked += region.box_size()
         (done if done is not None else _new_checked(rinfo)).add(key)
