@@ -157,22 +157,20 @@ def dma_copy(dst, src, priority=None, oob_mode=_oob_mode.error, dge_mode=_dge_mo
         raise NotBatchable(f"nisa.{op}: dst_rmw_op in a batch of programs")
     vals = np.asarray(read(src, op))
     prog = _tls.program
-    if prog is not None and prog.nb:
+    batch = prog is not None and prog.nb
+    if batch:
         vals = _per_program(src, vals)
-    elif dst_rmw_op is None and type(dst) is Tile and dst.buffer is sbuf and type(vals) is np.ndarray:
-        # (into an SBUF tile outside a batch: store()'s steps for it, without its tests for the other
-        # destinations)
-        if dst._thunk is not None and isinstance(src, (Access, HBMTensor)) \
-                and borrow(dst, src.tensor if isinstance(src, Access) else src, vals):
-            _cores.after_load(dst)  # (HBM into a fresh tile: it views HBM copy-on-write, as nl.load's tiles)
-            return
-        if vals.dtype == dst.dtype and vals.shape == dst.shape:
-            write(dst, vals, op, lazy_text(("source (shape {})", vals.shape)))
-            _cores.after_load(dst)
-            return
-    if dst_rmw_op is None and isinstance(src, (Access, HBMTensor)) and isinstance(dst, Tile) \
+    # (borrow wants a fresh tile: its deferred fill pending, tested first as the cheap part)
+    if dst_rmw_op is None and isinstance(dst, Tile) and dst._thunk is not None and isinstance(src, (Access, HBMTensor)) \
             and borrow(dst, src.tensor if isinstance(src, Access) else src, vals):
         _cores.after_load(dst)  # (HBM into a fresh tile: it views HBM copy-on-write, as nl.load's tiles)
+        return
+    if (not batch and dst_rmw_op is None and type(dst) is Tile and dst.buffer is sbuf and type(vals) is np.ndarray
+            and vals.dtype == dst.dtype and vals.shape == dst.shape):
+        # (into an SBUF tile of its dtype and shape outside a batch: store()'s steps for it, without its
+        # tests for the other destinations)
+        write(dst, vals, op, lazy_text(("source (shape {})", vals.shape)))
+        _cores.after_load(dst)
         return
     what = lazy_text(("source (shape {})", vals.shape))
     if dst_rmw_op is not None:
