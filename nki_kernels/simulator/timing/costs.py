@@ -160,14 +160,14 @@ def tensor_reduce(ins, hw) -> float:
 
 def tensor_tensor_scan(ins, hw) -> float:
     """nki.isa.tensor_tensor_scan (ISA_PAGES): ``max(MIN_II, 2N)`` Vector cycles (two inputs)."""
-    return max(hw.min_ii.value, 2 * ins.free_elems)
+    return two_inputs(ins, hw)
 
 
 def scalar_tensor_tensor(ins, hw) -> float:
     """nki.isa.scalar_tensor_tensor (ISA_PAGES): ``max(MIN_II, 2N)``; ``N`` for BF16 subtract-then-multiply."""
     if is_half(ins.dtype_in) and ins.op == "subtract_multiply":
-        return max(hw.min_ii.value, ins.free_elems)
-    return max(hw.min_ii.value, 2 * ins.free_elems)
+        return one_input(ins, hw)
+    return two_inputs(ins, hw)
 
 
 def reciprocal(ins, hw) -> float:
