@@ -372,14 +372,14 @@ class Scheduler:
                 out.append(("psum-bank", (base + i) % nb, (parts, (lo, max(lo + 1, hi)))))
         return out
 
-    def _deps(self, ins, reads=None, writes=None):
+    def _deps(self, reads, writes):
         deps = []
-        for k in (ins.reads if reads is None else reads):
+        for k in reads:
             loc, box = _split(k)
             for b, (t, j) in self._w.get(loc, {}).items():
                 if _overlap(b, box):
                     deps.append((t, j, "RAW"))
-        for k in (ins.writes if writes is None else writes):
+        for k in writes:
             loc, box = _split(k)
             for b, (t, j) in self._w.get(loc, {}).items():
                 if _overlap(b, box):
@@ -389,14 +389,14 @@ class Scheduler:
                     deps.append((t, j, "WAR"))
         return deps
 
-    def _commit(self, ins, idx, end, reads=None, writes=None):
-        for k in (ins.reads if reads is None else reads):
+    def _commit(self, idx, end, reads, writes):
+        for k in reads:
             loc, box = _split(k)
             rd = self._r.setdefault(loc, {})
             old = rd.get(box)
             if old is None or old[0] < end:
                 rd[box] = (end, idx)
-        for k in (ins.writes if writes is None else writes):
+        for k in writes:
             loc, box = _split(k)
             wd = self._w.setdefault(loc, {})
             for d in (wd, self._r.get(loc)):
@@ -421,7 +421,7 @@ class Scheduler:
         bank_w = self._bank_keys(writes)
         if bank_w:
             writes = tuple(writes) + tuple(bank_w)
-        deps = self._deps(ins, reads, writes)
+        deps = self._deps(reads, writes)
         if self._spill_pending:
             deps.extend(self._reloads(ins))
         ready, dep = 0.0, None
@@ -442,7 +442,7 @@ class Scheduler:
         self.cause.append(cause[0])
         if self.keep_events:
             self.events.append(ins)
-        self._commit(ins, idx, end, reads, writes)
+        self._commit(idx, end, reads, writes)
         if self._spilled:
             for k in writes:
                 if k and k[0] == "sbuf" and self._is_spilled(k[1]):
