@@ -1,6 +1,6 @@
 """Loop-heavy kernels on the simulator against the same computation in NumPy, in one process.
 
-    python scripts/bench_kernels.py [--quick] [--repeat N] [--only TEXT] [--json PATH]
+    python scripts/bench_kernels.py [--quick] [--repeat N] [--only TEXT] [--json PATH] [--tutorial DIR]
 
 Rows:
 
@@ -10,6 +10,11 @@ Rows:
   *tiled* (one load per matmul), *hoisted* (loads hoisted out of the inner loop),
   *block free* (several M / N tiles per block, loads shared by the block),
   *optimised* (blocks along M, N and K, K blocks accumulated in SBUF);
+* with ``--tutorial DIR``, the official matmul tutorial's four kernels too (standalone ``nki``,
+  nki-samples' ``matrix_multiplication_nki_kernels.py`` in DIR, imported unmodified with the
+  simulator installed), at 2048^3;
+* per matmul shape, the floor: the same tile-by-tile products in NumPy alone
+  (:func:`numpy_tile_loop`), and each matmul row's time over it;
 * the kernel library's flash attention forward and backward (causal, fp32) against a
   NumPy float32 attention and its hand-written backward;
 * the cost of one instruction (``nl.add`` / ``nisa.tensor_tensor`` on 128x64 tiles,
@@ -37,8 +42,8 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-# The simulator's Tensor-engine matmuls are small (<= 128 x 512): BLAS threads only add spin-waiting.
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+# (NumPy keeps its default BLAS threads, as a user's process has them: the issue-28 protocol. An
+# OPENBLAS_NUM_THREADS set before running this script still applies to both sides.)
 sys.path.insert(0, os.path.dirname(HERE))
 
 import numpy as np  # noqa: E402
@@ -414,9 +419,47 @@ def best_of_pair(fns, repeat):
     return [(min(w for w, _ in ts), min(c for _, c in ts)) for ts in times], results
 
 
-def workloads(quick, wanted=lambda name, workload: True):
-    """(name, group, workload, simulator thunk, NumPy thunk) of every row that ``wanted(name, workload)``."""
+def numpy_tile_loop(lhsT, rhs):
+    """``lhsT.T @ rhs`` the way every kernel here computes it, in NumPy alone: one fp32 product of a
+    [TK, TM] by a [TK, TN] tile per step, accumulated over K per output tile. No simulator can beat
+    this loop while it executes the kernel's products one by one, so its time over one ``lhsT.T @ rhs``
+    is the floor under the matmul rows' ratios on the machine at hand (small products use BLAS
+    threads less well than one large one)."""
+    K, M = lhsT.shape
+    N = rhs.shape[1]
+    out = np.empty((M, N), np.float32)
+    for m in range(0, M, TM):
+        for n in range(0, N, TN):
+            acc = np.zeros((TM, TN), np.float32)
+            for k in range(0, K, TK):
+                acc += lhsT[k:k + TK, m:m + TM].T @ rhs[k:k + TK, n:n + TN]
+            out[m:m + TM, n:n + TN] = acc
+    return out
+
+
+def tutorial_kernels(directory):
+    """The official matmul tutorial's four kernels (nki-samples
+    ``src/nki_samples/tutorials/matrix_multiplication``: ``directory`` holds its
+    ``matrix_multiplication_nki_kernels.py``), imported unmodified with the simulator installed as
+    ``nki``: ``{style: kernel}``."""
+    import importlib.util
+
+    from nki_kernels.simulator import install
+
+    install()
+    path = os.path.join(directory, "matrix_multiplication_nki_kernels.py")
+    spec = importlib.util.spec_from_file_location("matrix_multiplication_nki_kernels", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return {"tiled": mod.nki_matmul_tiled_, "hoisted": mod.nki_matmul_hoist_load_,
+            "block_free": mod.nki_matmul_block_free_dimension_, "optimised": mod.nki_matmul_fully_optimized_}
+
+
+def workloads(quick, wanted=lambda name, workload: True, tutorial=None):
+    """(name, group, workload, simulator thunk, NumPy thunk) of every row that ``wanted(name, workload)``;
+    with ``tutorial`` (a directory, see :func:`tutorial_kernels`) the official kernels' rows too."""
     shapes = ((256, 256, 1024),) if quick else ((1024,) * 3, (2048,) * 3)  # (K, M, N)
+    official = tutorial_kernels(tutorial) if tutorial else {}
     rng = np.random.default_rng(0)
     rows = []
     for K, M, N in shapes:
@@ -425,11 +468,17 @@ def workloads(quick, wanted=lambda name, workload: True):
         size = f"{K}^3" if K == M == N else f"{K}x{M}x{N}"
         ref = (lambda a=lhsT, b=rhs: a.T @ b)
         kw = {"bk": 2} if quick else {}
+        rows.append(("numpy tile loop (floor)", "floor", f"{size} fp32",
+                     (lambda a=lhsT, b=rhs: numpy_tile_loop(a, b)), ref))
         for style, (k1, k2) in MATMULS.items():
             extra = kw if style == "optimised" else {}
-            for gen, kern in (("gen1", k1), ("standalone", k2)):
+            kernels = [("gen1", k1), ("standalone", k2)]
+            if style in official and all(d % 2048 == 0 for d in (K, M, N)):  # (its fully optimised blocks)
+                kernels.append(("tutorial", official[style]))
+            for gen, kern in kernels:
                 rows.append((f"matmul {style} {gen}", "matmul", f"{size} fp32",
-                             (lambda kern=kern, a=lhsT, b=rhs, e=extra: kern(a, b, **e)), ref))
+                             (lambda kern=kern, a=lhsT, b=rhs, e=({} if gen == "tutorial" else extra):
+                              kern(a, b, **e)), ref))
     seqlen, d = (256, 64) if quick else (4096, 128)
     for backward in (False, True):
         name, workload = f"flash attention {'bwd' if backward else 'fwd'}", f"causal s{seqlen} d{d} fp32"
@@ -491,14 +540,18 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=None, help="timed runs per measurement (default 3; 1 with --quick)")
     ap.add_argument("--only", action="append", metavar="TEXT", help="only rows whose name or workload contains TEXT")
     ap.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
+    ap.add_argument("--tutorial", metavar="DIR", help="also run the official matmul tutorial's kernels from DIR "
+                    "(nki-samples' src/nki_samples/tutorials/matrix_multiplication), unmodified, at 2048^3")
     args = ap.parse_args(argv)
+    if args.tutorial and not os.path.isfile(os.path.join(args.tutorial, "matrix_multiplication_nki_kernels.py")):
+        ap.error(f"--tutorial {args.tutorial!r}: no matrix_multiplication_nki_kernels.py in that directory")
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     repeat = args.repeat or (1 if args.quick else 3)
     console = Console(width=max(120, Console().width))
     def wanted(name, workload):
         return not args.only or any(s in name or s in workload for s in args.only)
 
-    rows = workloads(args.quick, wanted)
+    rows = workloads(args.quick, wanted, args.tutorial)
     results = []
     with Progress(console=console, transient=True) as progress:
         task = progress.add_task("benchmarking", total=len(rows) + 1)
@@ -514,16 +567,25 @@ def main(argv=None) -> int:
         instr = per_instruction(args.quick, wanted, repeat)
         progress.advance(task)
     load_end = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    table = Table(title=f"Simulator vs NumPy, best of {repeat}, load average {load:.1f} -> {load_end:.1f} on "
-                        f"{os.cpu_count()} CPUs (> 1: simulator slower)")
+    floor = {r["workload"]: r["sim_ms"] for r in results if r["group"] == "floor"}
+    for r in results:  # (the simulator against the NumPy tile loop of the same run: its own overhead)
+        if r["group"] == "matmul" and r["workload"] in floor:
+            r["ratio_to_tile_loop_wall"] = r["sim_ms"] / floor[r["workload"]]
+    table = Table(title=f"Simulator vs NumPy (its default BLAS threads), best of {repeat}, load average {load:.1f} -> "
+                        f"{load_end:.1f} on {os.cpu_count()} CPUs (> 1: simulator slower)")
     for col, just in (("kernel", "left"), ("workload", "left"), ("simulator ms (wall)", "right"),
                       ("numpy ms (wall)", "right"), ("ratio wall", "right"), ("ratio cpu", "right"),
-                      ("max rel err", "right")):
+                      ("vs tile loop (wall)", "right"), ("max rel err", "right")):
         table.add_column(col, justify=just, no_wrap=True)
     for r in results:
+        vs = r.get("ratio_to_tile_loop_wall")
         table.add_row(r["name"], r["workload"], f"{r['sim_ms']:.1f}", f"{r['numpy_ms']:.1f}",
-                      f"{r['ratio_wall']:.2f}x", f"{r['ratio_cpu']:.2f}x", f"{r['max_rel_err']:.1e}")
+                      f"{r['ratio_wall']:.2f}x", f"{r['ratio_cpu']:.2f}x", "" if vs is None else f"{vs:.2f}x",
+                      f"{r['max_rel_err']:.1e}")
     console.print(table)
+    console.print("The 'numpy tile loop (floor)' rows compute lhsT.T @ rhs in NumPy alone, one [128, 128] x "
+                  "[128, 512] product at a time as the kernels do: their ratio is the floor under the matmul "
+                  "rows' on this machine; 'vs tile loop' is each kernel's time over that loop's.")
     itable = Table(title="Cost of one instruction (in a loop) vs the same operation in NumPy, one call each")
     itable.add_column("instruction")
     itable.add_column("tile")

@@ -19,6 +19,8 @@ def test_bench_kernels_quick_matches_numpy(tmp_path):
     for style in ("tiled", "hoisted", "block_free", "optimised"):
         assert {f"matmul {style} gen1", f"matmul {style} standalone"} <= names
     assert {"flash attention fwd", "flash attention bwd"} <= names
+    assert "numpy tile loop (floor)" in names  # (its result is checked against lhsT.T @ rhs like the kernels')
+    assert all(r["ratio_to_tile_loop_wall"] > 0 for r in data["kernels"] if r["group"] == "matmul")
     for row in data["kernels"]:
         # the script compares each kernel's result with NumPy's float32 computation
         assert row["max_rel_err"] < 1e-3, row
@@ -40,3 +42,10 @@ def test_bench_kernels_only_selects_rows_of_both_tables(tmp_path):
     data = json.loads(out.read_text())
     assert data["kernels"] == []
     assert [r["name"] for r in data["per_instruction"]] == ["nisa.dma_copy SBUF <- HBM (standalone)"]
+
+
+def test_bench_kernels_tutorial_directory_must_hold_the_tutorial(tmp_path):
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "bench_kernels.py"), "--quick",
+                           "--tutorial", str(tmp_path)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 2
+    assert "matrix_multiplication_nki_kernels.py" in proc.stderr
