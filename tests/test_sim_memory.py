@@ -660,3 +660,56 @@ def test_activation_with_reduce_cmd_assigned_into_a_placed_tensor_is_no_automati
     out, sums = k(A)
     np.testing.assert_allclose(out, np.exp(2 * x64), rtol=1e-5)
     np.testing.assert_allclose(sums, np.stack([np.exp(x64).sum(1), np.exp(2 * x64).sum(1)], 1), rtol=1e-5)
+
+
+class _AdvancingAllocator:
+    """An SBUF address allocator kept between launches, as the nki-samples attention tutorial keeps one
+    at module level: each trace continues from the previous one's offset."""
+
+    def __init__(self):
+        self.offset = 0
+
+    def allocate(self, nbytes):
+        addr = self.offset
+        self.offset += nbytes
+        return ncc.sbuf.mod_alloc(base_addr=addr)
+
+
+_allocator = _AdvancingAllocator()
+
+
+def test_sbuf_overflow_from_state_kept_between_launches_says_where_the_launch_started():
+    from nki_kernels.simulator.instructions import target
+
+    @jit
+    def k(a):
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        t = nl.ndarray((128, 8192), dtype=nl.float32, buffer=_allocator.allocate(8192 * 4))  # 32 KiB
+        u = nl.ndarray((128, 8192), dtype=nl.float32, buffer=_allocator.allocate(8192 * 4))
+        t[...] = nl.load(a)
+        u[...] = nl.add(t, t)
+        nl.store(out, u)
+        return out
+
+    a = np.random.default_rng(0).standard_normal((128, 8192)).astype(np.float32)
+    _allocator.offset = 0
+    with target.use(target.nc_version.gen2):  # 176 KiB placeable: two launches of 64 KiB fit, the third not
+        np.testing.assert_array_equal(k(a), a + a)
+        np.testing.assert_array_equal(k(a), a + a)
+        with pytest.raises(NKIError) as e:
+            k(a)
+    assert e.value.rule == "placement" and "does not fit below 180224" in str(e.value)
+    assert "start at byte 131072, none below it" in str(e.value) and "Python state kept between launches" in str(e.value)
+
+
+def test_sbuf_overflow_of_a_launch_that_places_from_byte_0_has_no_such_note():
+    @jit
+    def k(a):
+        nl.ndarray((128, 64), dtype=nl.float32, buffer=ncc.sbuf.mod_alloc(base_addr=0))
+        nl.ndarray((128, 64 * 1024), dtype=nl.float32, buffer=ncc.sbuf.mod_alloc(base_addr=1024))
+        return a
+
+    with pytest.raises(NKIError) as e:
+        k(A)
+    assert e.value.rule == "placement" and "does not fit below" in str(e.value)
+    assert "between launches" not in str(e.value)

@@ -164,21 +164,48 @@ def place(shape, pdim, dtype, placement, prog):
     hit = m.traced.get(key) if key is not None else None
     if hit is not None and hit[0] == (buf, tuple(shape), pdim, dtype):
         blocks = hit[1]
-    elif not pdim:
-        loc = _call_alloc(placement.func, (), pdim_size, fbytes)
-        blocks = {(): _check_place(buf, loc, pdim_size, fbytes, placement.what, placement.psum_origin_only)}
     else:
-        blocks = {}
-        for idx in np.ndindex(*bshape):
-            loc = _call_alloc(placement.func, tuple(idx), pdim_size, fbytes)
-            blocks[tuple(idx)] = _check_place(buf, loc, pdim_size, fbytes, f"{placement.what} block {tuple(idx)}",
-                                              placement.psum_origin_only)
+        try:
+            blocks = _place_blocks(placement, buf, bshape, pdim_size, fbytes)
+        except NKIError as e:
+            raise _with_carried_over_hint(e, buf, prog) from None
+        if buf != PSUM and blocks:
+            low = min(lo for _, lo in blocks.values())
+            prog.sbuf_placed_low = low if prog.sbuf_placed_low is None else min(prog.sbuf_placed_low, low)
     if key is not None and hit is None:
         m.traced[key] = ((buf, tuple(shape), pdim, dtype), blocks)
     if not pdim:
         part, lo = blocks[()]
         return (view(m, buf, part, lo, pdim_size, fshape, dtype), (part, lo)), None
     return None, blocks
+
+
+def _place_blocks(placement, buf, bshape, pdim_size, fbytes):
+    """Block index -> checked ``(partition, byte)`` from the allocation function (``()`` alone for a
+    tensor without block dimensions)."""
+    if not bshape:
+        loc = _call_alloc(placement.func, (), pdim_size, fbytes)
+        return {(): _check_place(buf, loc, pdim_size, fbytes, placement.what, placement.psum_origin_only)}
+    blocks = {}
+    for idx in np.ndindex(*bshape):
+        loc = _call_alloc(placement.func, tuple(idx), pdim_size, fbytes)
+        blocks[tuple(idx)] = _check_place(buf, loc, pdim_size, fbytes, f"{placement.what} block {tuple(idx)}",
+                                          placement.psum_origin_only)
+    return blocks
+
+
+def _with_carried_over_hint(e, buf, prog):
+    """``e``, and where an SBUF tile ran past the top while this program placed nothing below some
+    byte, a note of that: addresses computed by Python state that outlives a launch (the nki-samples
+    attention tutorial's module-level ``SBufAllocator`` advances on every trace) start where the
+    previous launch stopped, which looks like the simulator leaking state between launches."""
+    low = prog.sbuf_placed_low
+    if buf == PSUM or e.rule != "placement" or "does not fit below" not in e.detail or not low:
+        return e
+    return NKIError("placement", f"{e.detail}; this launch's placed SBUF tensors so far start at byte {low}, none "
+                    "below it: if the kernel computes addresses from Python state kept between launches (an "
+                    "allocator object at module level), that state continues from the previous launch (each call "
+                    "traces the kernel again) and is not reset by the simulator", e.where)
 
 
 # ---------------------------------------------------------------------------

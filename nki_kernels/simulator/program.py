@@ -29,6 +29,7 @@ class Program:
     nb = 0
     bshape = ()
     box = None  # the grid box a batch of programs stands for (vectorize.BatchProgram)
+    sbuf_placed_low = None  # lowest byte of an SBUF tensor this program placed (a placement error's hint)
 
     def __init__(self, launch, pid: tuple):
         self.launch = launch
