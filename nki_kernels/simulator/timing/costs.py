@@ -29,11 +29,22 @@ _ITEMSIZE = {"float32": 4, "fp32": 4, "tfloat32": 4, "tf32": 4, "int32": 4, "uin
              "float8_e4m3fn_x4": 4, "float8_e5m2_x4": 4, "float4_e2m1fn_x4": 2, "float64": 8, "int64": 8}
 
 
+_SHORT = {"bf16": "bfloat16", "fp32": "float32", "fp16": "float16", "tf32": "tfloat32"}
+_NAMES = {}  # name given as a string -> its name (the cost rules ask for the same few on every instruction)
+
+
 def dtype_name(dtype) -> str:
     """A dtype (NumPy dtype, class, or name such as ``"bf16"``) as a lower-case name."""
+    if type(dtype) is str:
+        name = _NAMES.get(dtype)
+        if name is not None:
+            return name
     name = getattr(dtype, "name", None) or getattr(dtype, "__name__", None) or str(dtype)
     name = name.lower().replace("nl.", "").replace("np.", "")
-    return {"bf16": "bfloat16", "fp32": "float32", "fp16": "float16", "tf32": "tfloat32"}.get(name, name)
+    name = _SHORT.get(name, name)
+    if type(dtype) is str and len(_NAMES) < 1024:
+        _NAMES[dtype] = name
+    return name
 
 
 def itemsize(dtype) -> int:

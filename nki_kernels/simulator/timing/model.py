@@ -56,13 +56,15 @@ Every constant comes from :mod:`.hardware` (documented, cited); the formulas fro
 
 from __future__ import annotations
 
-from bisect import bisect_right
 from dataclasses import dataclass
 
 from . import costs as _costs
+from .dma import DmaStats, Lane, first_partition
+from .dma import plan as _plan
 from .hardware import COMPUTE, NeuronCore, core
 from .report import Result
 
+_ENGINES = frozenset(COMPUTE + ("DMA",))
 _ENGINE_ALIASES = {"pe": "Tensor", "tensor": "Tensor", "tensore": "Tensor", "dve": "Vector", "vector": "Vector",
                    "vectore": "Vector", "act": "Scalar", "activation": "Scalar", "scalar": "Scalar",
                    "scalare": "Scalar", "pool": "GpSimd", "gpsimd": "GpSimd", "gpsimde": "GpSimd",
@@ -199,11 +201,6 @@ class Instr:
 # ----------------------------------------------------------------------------------------------------------
 # helpers
 
-def _split(key):
-    box = key[2] if len(key) > 2 else None
-    return (key[0], key[1]), box
-
-
 def _overlap(a, b) -> bool:
     if a is None or b is None or a == b:
         return True
@@ -224,82 +221,6 @@ def _contains(outer, inner) -> bool:
     return all(o0 <= i0 and i1 <= o1 for (o0, o1), (i0, i1) in zip(outer, inner))
 
 
-class _Lane:
-    """Busy intervals of one DMA engine (sorted, coalesced); ``book`` fills the earliest fitting gap."""
-
-    __slots__ = ("busy", "data", "e", "o", "s")
-
-    def __init__(self):
-        self.s, self.e, self.o = [], [], []
-        self.busy = 0.0
-        self.data = 0.0
-
-    def copy(self):
-        """An independent copy (the DMA engines stop being identical)."""
-        c = _Lane()
-        c.s, c.e, c.o, c.busy, c.data = list(self.s), list(self.e), list(self.o), self.busy, self.data
-        return c
-
-    def book(self, t, dur, owner):
-        """Occupy ``dur`` seconds from the earliest time >= ``t`` the lane is free that long; returns
-        ``(start, owner of the booking whose end set the start, or None)``."""
-        s, e, o = self.s, self.e, self.o
-        self.busy += dur
-        if not e or t >= e[-1]:
-            if e and t == e[-1]:
-                pred, e[-1], o[-1] = o[-1], t + dur, owner
-            else:
-                pred = None
-                s.append(t)
-                e.append(t + dur)
-                o.append(owner)
-            return t, pred
-        i = bisect_right(e, t)
-        cur, pred = t, None
-        while i < len(s) and s[i] - cur < dur:
-            cur, pred = e[i], o[i]
-            i += 1
-        end = cur + dur
-        left = i > 0 and e[i - 1] == cur
-        right = i < len(s) and s[i] == end
-        if left and right:
-            e[i - 1], o[i - 1] = e[i], o[i]
-            del s[i], e[i], o[i]
-        elif left:
-            e[i - 1], o[i - 1] = end, owner
-        elif right:
-            s[i] = cur
-        else:
-            s.insert(i, cur)
-            e.insert(i, end)
-            o.insert(i, owner)
-        return cur, pred
-
-
-@dataclass
-class DmaStats:
-    """DMA efficiency figures of a schedule."""
-
-    instructions: int = 0
-    transfers: int = 0
-    bytes: int = 0
-    small_transfers: int = 0          # under the efficient transfer size (32 KiB)
-    small_partition_instrs: int = 0   # under the recommended 2 KiB per partition
-    tiny_chunk_instrs: int = 0        # contiguous DMA buffers under 512 B
-    fixed_s: float = 0.0              # DMA-engine time not moving data (per-transfer fixed cost)
-    busy_s: float = 0.0               # DMA-engine time, all engines summed
-
-    @property
-    def bytes_per_transfer(self) -> float:
-        """Mean bytes per per-engine transfer."""
-        return self.bytes / self.transfers if self.transfers else 0.0
-
-    @property
-    def fixed_share(self) -> float:
-        """Share of DMA-engine busy time spent on per-transfer fixed cost rather than data."""
-        return self.fixed_s / self.busy_s if self.busy_s else 0.0
-
-
 class Scheduler:
     """Schedules :class:`Instr` events one at a time (``add``) and builds the :class:`Result`."""
 
@@ -317,11 +238,13 @@ class Scheduler:
         self._small = {e: False for e in COMPUTE}  # its last instruction streamed N <= MIN_II elements
         self.busy = {e: 0.0 for e in COMPUTE}
         self.count = {e: 0 for e in COMPUTE + ("DMA",)}
-        self._w, self._r = {}, {}
+        # (space, ident) -> ({box: its last writer's (end, index, "RAW"), (end, index, "WAW")}, {box: its last
+        # reader's (end, index, "WAR")}): one look-up finds both, and the dependencies are the stored tuples
+        self._acc = {}
         self._queues = {}
         self._ports = {"sbuf": (0.0, None), "psum": (0.0, None)}
         n = int(self.hw.dma_engines.value)
-        self._lanes = [_Lane() for _ in range(n)]
+        self._lanes = [Lane() for _ in range(n)]
         self._uniform = True
         self.dma = DmaStats()
         self.flags = {"fp32_matmul": 0, "narrow_matmul": 0, "small_free": 0, "few_partitions": 0,
@@ -338,6 +261,11 @@ class Scheduler:
         self._spill_pending = {}
         self.spills = {"stores": 0, "reloads": 0, "bytes": 0}
         self._rules = {}  # name -> (cost function, declared): the registry's answer, once per name
+        self._clock = {e: self.hw.clock(e) for e in COMPUTE}
+        # a loop's DMAs repeat a few sizes: each one's split, transfer times and figures are derived once
+        # (see _dma); keyed by the fields the documented split and bandwidth read
+        self._plans = {}
+        self._tracks = {}  # DMA queue -> its track name
 
     # -- dependencies -------------------------------------------------------------------------------------
     def _bank_keys(self, keys) -> list:
@@ -373,54 +301,79 @@ class Scheduler:
         return out
 
     def _deps(self, reads, writes):
+        # (the per-event hot path: the key split and the box test's common cases are inline)
         deps = []
+        acc = self._acc
         for k in reads:
-            loc, box = _split(k)
-            for b, (t, j) in self._w.get(loc, {}).items():
-                if _overlap(b, box):
-                    deps.append((t, j, "RAW"))
+            ent = acc.get((k[0], k[1]))
+            if ent is not None and ent[0]:
+                box = k[2] if len(k) > 2 else None
+                for b, v in ent[0].items():
+                    if b is None or box is None or b == box or _overlap(b, box):
+                        deps.append(v[0])
         for k in writes:
-            loc, box = _split(k)
-            for b, (t, j) in self._w.get(loc, {}).items():
-                if _overlap(b, box):
-                    deps.append((t, j, "WAW"))
-            for b, (t, j) in self._r.get(loc, {}).items():
-                if _overlap(b, box):
-                    deps.append((t, j, "WAR"))
+            ent = acc.get((k[0], k[1]))
+            if ent is not None:
+                box = k[2] if len(k) > 2 else None
+                for b, v in ent[0].items():
+                    if b is None or box is None or b == box or _overlap(b, box):
+                        deps.append(v[1])
+                for b, v in ent[1].items():
+                    if b is None or box is None or b == box or _overlap(b, box):
+                        deps.append(v)
         return deps
 
     def _commit(self, idx, end, reads, writes):
-        for k in reads:
-            loc, box = _split(k)
-            rd = self._r.setdefault(loc, {})
-            old = rd.get(box)
-            if old is None or old[0] < end:
-                rd[box] = (end, idx)
-        for k in writes:
-            loc, box = _split(k)
-            wd = self._w.setdefault(loc, {})
-            for d in (wd, self._r.get(loc)):
-                if not d:
-                    continue
-                if len(d) == 1 and box in d:
-                    del d[box]  # rewriting the same region: the common case
-                    continue
-                for b in [b for b in d if _contains(box, b)]:
-                    del d[b]
-            wd[box] = (end, idx)
+        acc = self._acc
+        if reads:
+            war = (end, idx, "WAR")
+            for k in reads:
+                loc = (k[0], k[1])
+                ent = acc.get(loc)
+                if ent is None:
+                    ent = acc[loc] = ({}, {})
+                rd = ent[1]
+                box = k[2] if len(k) > 2 else None
+                old = rd.get(box)
+                if old is None or old[0] < end:
+                    rd[box] = war
+        if writes:
+            written = ((end, idx, "RAW"), (end, idx, "WAW"))
+            for k in writes:
+                loc = (k[0], k[1])
+                ent = acc.get(loc)
+                if ent is None:
+                    ent = acc[loc] = ({}, {})
+                box = k[2] if len(k) > 2 else None
+                for d in ent:
+                    if not d:
+                        continue
+                    if len(d) == 1 and box in d:
+                        del d[box]  # rewriting the same region: the common case
+                        continue
+                    if box is None:
+                        d.clear()  # (the whole allocation contains every region of it)
+                        continue
+                    for b in [b for b in d if b == box or _contains(box, b)]:
+                        del d[b]
+                ent[0][box] = written
 
     # -- scheduling ---------------------------------------------------------------------------------------
     def add(self, ins: Instr):
         """Schedule the next instruction in program order; returns its ``(start, end)`` in seconds."""
         idx = len(self.start)
-        engine = ins.engine if ins.engine in COMPUTE or ins.engine == "DMA" else engine_name(ins.engine)
+        engine = ins.engine
+        if engine not in _ENGINES:
+            engine = engine_name(engine)
         reads, writes = ins.reads, ins.writes
-        bank_r = self._bank_keys(reads)  # (empty unless it touches PSUM)
-        if bank_r:
-            reads = tuple(reads) + tuple(bank_r)
-        bank_w = self._bank_keys(writes)
-        if bank_w:
-            writes = tuple(writes) + tuple(bank_w)
+        for k in reads:  # (PSUM-bank keys: most instructions touch no PSUM)
+            if k and k[0] == "psum":
+                reads = tuple(reads) + tuple(self._bank_keys(reads))
+                break
+        for k in writes:
+            if k and k[0] == "psum":
+                writes = tuple(writes) + tuple(self._bank_keys(writes))
+                break
         deps = self._deps(reads, writes)
         if self._spill_pending:
             deps.extend(self._reloads(ins))
@@ -429,8 +382,11 @@ class Scheduler:
             if d[0] > ready:
                 ready, dep = d[0], d
         if engine == "DMA":
-            start, end, cause = self._dma(ins, idx, ready, dep)
-            track = f"DMA queue {self._queue_of(ins)}"
+            qname = ins.queue if ins.queue is not None else self._queue_of(ins)
+            start, end, cause = self._dma(ins, idx, ready, dep, qname)
+            track = self._tracks.get(qname)
+            if track is None:
+                track = self._tracks[qname] = f"DMA queue {qname}"
         else:
             start, end, cause = self._compute(ins, engine, idx, ready, dep, deps)
             track = engine
@@ -474,7 +430,8 @@ class Scheduler:
         t0 = max(after, q[0])
         q[0] = t0
         pseudo = Instr("dma_copy", "DMA", partitions=max(1, min(128, rows)), nbytes=int(nbytes))
-        end, _, _ = self._book(pseudo, _costs.dma_transfers(pseudo, self.hw, first), t0, None)
+        transfers = _costs.dma_transfers(pseudo, self.hw, first)
+        end, _, _ = self._book(_plan(pseudo, transfers, self.hw, len(self._lanes)), t0, None)
         self.spills["bytes"] += int(nbytes)
         return end
 
@@ -507,7 +464,7 @@ class Scheduler:
             return ready, ready, ((dep[2], dep[1]) if dep is not None else ("start", None))
         start = max(free, ready)
         ports = ()
-        if hw.shared_ports.value:
+        if engine != "Tensor" and hw.shared_ports.value:  # (no Tensor instruction shares a port)
             # NeuronCore-v2: VectorE and GpSimdE cannot access SBUF in parallel, VectorE and ScalarE cannot
             # access PSUM in parallel: such instructions of the two engines are serialised.
             spaces = {k[0] for k in ins.reads + ins.writes if k}
@@ -543,7 +500,7 @@ class Scheduler:
                 self.flags["narrow_matmul"] += 1
         if ins.partitions < 64:
             self.flags["few_partitions"] += 1
-        dur = cycles / hw.clock(engine)
+        dur = cycles / self._clock[engine]
         end = start + dur
         self._free[engine], self._last[engine] = end, idx
         self._small[engine] = small
@@ -579,10 +536,11 @@ class Scheduler:
                 return k[1]
         return "dma"
 
-    def _dma(self, ins, idx, ready, dep):
+    def _dma(self, ins, idx, ready, dep, qname):
         hw = self.hw
-        qname = self._queue_of(ins)
-        q = self._queues.setdefault(qname, [0.0, None])
+        q = self._queues.get(qname)
+        if q is None:
+            q = self._queues[qname] = [0.0, None]
         issue = max(ready, q[0])
         if dep is not None and ready >= q[0]:
             cause = (dep[2], dep[1])
@@ -590,72 +548,68 @@ class Scheduler:
             cause = ("queue", q[1]) if q[1] is not None else ("start", None)
         t0 = issue + (hw.hwdge_issue.value if ins.dge == "hwdge" else 0.0)
         q[0], q[1] = t0, idx
-        first = 0
-        for k in tuple(ins.writes) + tuple(ins.reads):
-            if k and k[0] in ("sbuf", "psum") and len(k) > 2 and k[2]:
-                first = int(k[2][0][0])
-                break
+        first = first_partition(ins.writes)
+        if first is None:
+            first = first_partition(ins.reads) or 0
         split = self._rule(ins)  # (a DMA's declared cost is its split into per-engine transfers)
         if not getattr(split, "dma_split", False):
             # a DMA whose name declares no split (undeclared, or a compute instruction's cycle cost given a DMA
             # engine): the documented split
             split = _costs.dma_transfers
-        transfers = split(ins, hw, first)
-        end, bind, first_start = self._book(ins, transfers, t0, idx)
+        if split is _costs.dma_transfers:  # (pure in these fields: its plan is kept)
+            key = (ins.name, ins.op, ins.partitions, ins.transfers, ins.nbytes, ins.chunk_bytes, first)
+            plan = self._plans.get(key)
+            if plan is None:
+                plan = self._plans[key] = _plan(ins, split(ins, hw, first), hw, len(self._lanes))
+        else:
+            plan = _plan(ins, split(ins, hw, first), hw, len(self._lanes))
+        end, bind, first_start = self._book(plan, t0, idx)
         st = self.dma
         if bind is not None and bind[1] is not None and bind[0] > t0:
             cause = ("dma-engine", bind[1])
         st.instructions += 1
-        rows = max(1, ins.partitions)
-        if ins.nbytes / rows < hw.efficient_partition_bytes.value:
+        if plan[2]:
             st.small_partition_instrs += 1
-        chunk = ins.chunk_bytes or ins.nbytes / rows
-        if chunk < 512:
+        if plan[3]:
             st.tiny_chunk_instrs += 1
         # the DMA's slice runs from its first transfer's start (not its issue: a prefetched DMA may wait
         # for an engine) to its last transfer's completion
         return (issue if first_start is None else first_start), end, cause
 
-    def _book(self, ins, transfers, t0, owner):
-        """Book DMA ``ins``'s ``transfers`` (``(engine, bytes)``) on the DMA engines from ``t0``, each in its
-        engine's earliest idle gap; returns ``(end, (start, owner) of the binding transfer, first start)``."""
-        hw = self.hw
-        bw = _costs.dma_bandwidth(ins, hw)
-        lanes, n = self._lanes, len(self._lanes)
-        uniform = (len(transfers) == n and len({e for e, _ in transfers}) == n
-                   and len({b for _, b in transfers}) == 1)
+    def _book(self, plan, t0, owner):
+        """Book the transfers of a DMA's :func:`.dma.plan` on the DMA engines from ``t0``, each in its engine's
+        earliest idle gap; returns ``(end, (start, owner) of the binding transfer, first start)``."""
+        lanes = self._lanes
         end, bind, first_start = t0, None, None
-        if uniform and self._uniform:
+        if plan[0] is not None and self._uniform:
             # every DMA so far used all engines equally: the lanes are identical, book one for all
-            b = transfers[0][1]
-            occ, lat = _costs.dma_transfer_times(b, bw, hw)
+            _, b, occ, lat, data, acct = plan[0]
             s, p = lanes[0].book(t0, occ, owner)
-            lanes[0].data += b / bw
+            lanes[0].data += data
             end, bind, first_start = s + lat, (s, p), s
-            self._account(n, b, occ, b / bw)
+            self._account(acct)
         else:
             if self._uniform:
                 base = lanes[0]
-                self._lanes = lanes = [base] + [base.copy() for _ in range(n - 1)]
+                self._lanes = lanes = [base] + [base.copy() for _ in range(len(lanes) - 1)]
                 self._uniform = False
-            for e, b in transfers:
-                occ, lat = _costs.dma_transfer_times(b, bw, hw)
+            for e, b, occ, lat, data, acct in plan[1]:
                 s, p = lanes[e].book(t0, occ, owner)
-                lanes[e].data += b / bw
+                lanes[e].data += data
                 if s + lat > end:
                     end, bind = s + lat, (s, p)
                 first_start = s if first_start is None else min(first_start, s)
-                self._account(1, b, occ, b / bw)
+                self._account(acct)
         return end, bind, first_start
 
-    def _account(self, count, nbytes, occ, data):
+    def _account(self, acct):
+        count, nbytes, small, fixed, busy = acct
         st = self.dma
         st.transfers += count
-        st.bytes += round(count * nbytes)
-        if nbytes < self.hw.efficient_transfer_bytes.value:
-            st.small_transfers += count
-        st.fixed_s += count * (occ - data)
-        st.busy_s += count * occ
+        st.bytes += nbytes
+        st.small_transfers += small
+        st.fixed_s += fixed
+        st.busy_s += busy
 
     # -- result -------------------------------------------------------------------------------------------
     def result(self) -> Result:
