@@ -110,7 +110,8 @@ def test_independent_dma_overlaps_compute():
 
 def test_planted_bug_ignoring_dependencies_fails(monkeypatch):
     # a scheduler that forgets dependencies lets the exp start before its input is loaded
-    monkeypatch.setattr(tmodel.Scheduler, "_deps", lambda self, ins, *keys: [])
+    real = tmodel.Scheduler._deps  # (it still records the accesses: only the waits are forgotten)
+    monkeypatch.setattr(tmodel.Scheduler, "_deps", lambda self, *keys: ([],) + real(self, *keys)[1:])
     with pytest.raises(AssertionError):
         _exp_and_copy_schedule()
 

@@ -434,7 +434,10 @@ class Recorder:
         # each allocation lives from the first to the last event that names it
         last = {}
         for i, ev in enumerate(events):
-            for o in ev.reads + ev.writes:
+            for o in ev.reads:
+                if not isinstance(o[1], tuple):
+                    last[id(o[1])] = i
+            for o in ev.writes:
                 if not isinstance(o[1], tuple):
                     last[id(o[1])] = i
         region = {}  # id(unit) -> ident
@@ -444,9 +447,10 @@ class Recorder:
         for i, ev in enumerate(events):
             reads, writes, freed = keys_of(ev, alloc, region, units, last, i)
             starts.append(add(instr(ev, reads, writes))[0])
-            for space, u in freed:  # (the allocations this event is the last to name, in operand order)
-                if u in region:
-                    give(space, region.pop(u))
+            if freed:
+                for space, u in freed:  # (the allocations this event is the last to name, in operand order)
+                    if u in region:
+                        give(space, region.pop(u))
         return sched.result(), starts, alloc
 
     @staticmethod
@@ -497,10 +501,18 @@ class Recorder:
         info = ev.info
         pid = ev.prog.pid if ev.prog is not None else ()
         if ev.kind == "d":
-            return Instr(ev.name, "DMA", partitions=max(1, min(128, int(info.get("rows", 1)))),
-                         free_elems=0, nbytes=int(info.get("nbytes", 0)), chunk_bytes=int(info.get("chunk", 0)),
-                         reads=reads, writes=writes, queue=info.get("tensor") or "dma", program=pid,
-                         op=info.get("op", ""), dge=info.get("dge", ""), label=ev.label)
+            # (a loop's DMAs repeat a few kinds: their fields are derived once per kind)
+            key = (ev.name, ev.label, info.get("rows", 1), info.get("nbytes", 0), info.get("chunk", 0),
+                   info.get("tensor"), info.get("op", ""), info.get("dge", ""))
+            fields = _DMA_FIELDS.get(key)
+            if fields is None:
+                if len(_DMA_FIELDS) >= 4096:
+                    _DMA_FIELDS.clear()
+                fields = _DMA_FIELDS[key] = {
+                    "name": ev.name, "engine": "DMA", "partitions": max(1, min(128, int(key[2]))), "free_elems": 0,
+                    "nbytes": int(key[3]), "chunk_bytes": int(key[4]), "queue": key[5] or "dma", "op": key[6],
+                    "dge": key[7], "label": ev.label}
+            return Instr(reads=reads, writes=writes, program=pid, **fields)
         if info.get("tiles") is not None:
             return self._declared_instr(ev, reads, writes, pid)
         read_recs = info.get("read_recs", [])
@@ -540,6 +552,8 @@ class Recorder:
 
 # (engine, label, shape, dtype out, op, dtypes read, elements read per operand) -> Instr fields
 _FIELDS = {}
+# (name, label, rows, bytes, contiguous bytes, tensor, op, DGE) of a DMA event -> Instr fields
+_DMA_FIELDS = {}
 
 
 def _compute_fields(engine, label, info) -> dict:

@@ -10,14 +10,6 @@ from dataclasses import dataclass
 from . import costs as _costs
 
 
-def first_partition(keys):
-    """The first partition of the first on-chip key with a box in ``keys`` (``None``: no such key)."""
-    for k in keys:
-        if k and (k[0] == "sbuf" or k[0] == "psum") and len(k) > 2 and k[2]:
-            return int(k[2][0][0])
-    return None
-
-
 class Lane:
     """Busy intervals of one DMA engine (sorted, coalesced); ``book`` fills the earliest fitting gap."""
 

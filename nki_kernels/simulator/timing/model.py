@@ -59,7 +59,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import costs as _costs
-from .dma import DmaStats, Lane, first_partition
+from .dma import DmaStats, Lane
 from .dma import plan as _plan
 from .hardware import COMPUTE, NeuronCore, core
 from .report import Result
@@ -238,8 +238,8 @@ class Scheduler:
         self._small = {e: False for e in COMPUTE}  # its last instruction streamed N <= MIN_II elements
         self.busy = {e: 0.0 for e in COMPUTE}
         self.count = {e: 0 for e in COMPUTE + ("DMA",)}
-        # (space, ident) -> ({box: its last writer's (end, index, "RAW"), (end, index, "WAW")}, {box: its last
-        # reader's (end, index, "WAR")}): one look-up finds both, and the dependencies are the stored tuples
+        # (space, ident) -> ({box: its last writer's (end, index)}, {box: its last reader's (end, index)}): one
+        # look-up finds both
         self._acc = {}
         self._queues = {}
         self._ports = {"sbuf": (0.0, None), "psum": (0.0, None)}
@@ -301,62 +301,56 @@ class Scheduler:
         return out
 
     def _deps(self, reads, writes):
-        # (the per-event hot path: the key split and the box test's common cases are inline)
-        deps = []
+        """``(dependencies, [(readers, box)] of the reads, [((writers, readers), box)] of the writes)``: what
+        the accesses wait for, in the order of the keys, and where :meth:`_commit` records them (each
+        location's tables are looked up once per access)."""
+        deps, rents, wents = [], [], []
         acc = self._acc
         for k in reads:
-            ent = acc.get((k[0], k[1]))
-            if ent is not None and ent[0]:
-                box = k[2] if len(k) > 2 else None
-                for b, v in ent[0].items():
+            loc = (k[0], k[1])
+            ent = acc.get(loc)
+            if ent is None:
+                ent = acc[loc] = ({}, {})
+            box = k[2] if len(k) > 2 else None
+            rents.append((ent[1], box))
+            if ent[0]:
+                for b, (t, j) in ent[0].items():  # (the box test's common cases inline)
                     if b is None or box is None or b == box or _overlap(b, box):
-                        deps.append(v[0])
+                        deps.append((t, j, "RAW"))
         for k in writes:
-            ent = acc.get((k[0], k[1]))
-            if ent is not None:
-                box = k[2] if len(k) > 2 else None
-                for b, v in ent[0].items():
-                    if b is None or box is None or b == box or _overlap(b, box):
-                        deps.append(v[1])
-                for b, v in ent[1].items():
-                    if b is None or box is None or b == box or _overlap(b, box):
-                        deps.append(v)
-        return deps
+            loc = (k[0], k[1])
+            ent = acc.get(loc)
+            if ent is None:
+                ent = acc[loc] = ({}, {})
+            box = k[2] if len(k) > 2 else None
+            wents.append((ent, box))
+            for b, (t, j) in ent[0].items():
+                if b is None or box is None or b == box or _overlap(b, box):
+                    deps.append((t, j, "WAW"))
+            for b, (t, j) in ent[1].items():
+                if b is None or box is None or b == box or _overlap(b, box):
+                    deps.append((t, j, "WAR"))
+        return deps, rents, wents
 
-    def _commit(self, idx, end, reads, writes):
-        acc = self._acc
-        if reads:
-            war = (end, idx, "WAR")
-            for k in reads:
-                loc = (k[0], k[1])
-                ent = acc.get(loc)
-                if ent is None:
-                    ent = acc[loc] = ({}, {})
-                rd = ent[1]
-                box = k[2] if len(k) > 2 else None
-                old = rd.get(box)
-                if old is None or old[0] < end:
-                    rd[box] = war
-        if writes:
-            written = ((end, idx, "RAW"), (end, idx, "WAW"))
-            for k in writes:
-                loc = (k[0], k[1])
-                ent = acc.get(loc)
-                if ent is None:
-                    ent = acc[loc] = ({}, {})
-                box = k[2] if len(k) > 2 else None
-                for d in ent:
-                    if not d:
-                        continue
-                    if len(d) == 1 and box in d:
-                        del d[box]  # rewriting the same region: the common case
-                        continue
-                    if box is None:
-                        d.clear()  # (the whole allocation contains every region of it)
-                        continue
-                    for b in [b for b in d if b == box or _contains(box, b)]:
-                        del d[b]
-                ent[0][box] = written
+    def _commit(self, idx, end, rents, wents):
+        done = (end, idx)  # (one tuple shared by every entry this event leaves: fewer objects for the collector)
+        for rd, box in rents:
+            old = rd.get(box)
+            if old is None or old[0] < end:
+                rd[box] = done
+        for ent, box in wents:
+            for d in ent:
+                if not d:
+                    continue
+                if len(d) == 1 and box in d:
+                    del d[box]  # rewriting the same region: the common case
+                    continue
+                if box is None:
+                    d.clear()  # (the whole allocation contains every region of it)
+                    continue
+                for b in [b for b in d if b == box or _contains(box, b)]:
+                    del d[b]
+            ent[0][box] = done
 
     # -- scheduling ---------------------------------------------------------------------------------------
     def add(self, ins: Instr):
@@ -374,7 +368,7 @@ class Scheduler:
             if k and k[0] == "psum":
                 writes = tuple(writes) + tuple(self._bank_keys(writes))
                 break
-        deps = self._deps(reads, writes)
+        deps, rents, wents = self._deps(reads, writes)
         if self._spill_pending:
             deps.extend(self._reloads(ins))
         ready, dep = 0.0, None
@@ -398,7 +392,7 @@ class Scheduler:
         self.cause.append(cause[0])
         if self.keep_events:
             self.events.append(ins)
-        self._commit(idx, end, reads, writes)
+        self._commit(idx, end, rents, wents)
         if self._spilled:
             for k in writes:
                 if k and k[0] == "sbuf" and self._is_spilled(k[1]):
@@ -548,9 +542,16 @@ class Scheduler:
             cause = ("queue", q[1]) if q[1] is not None else ("start", None)
         t0 = issue + (hw.hwdge_issue.value if ins.dge == "hwdge" else 0.0)
         q[0], q[1] = t0, idx
-        first = first_partition(ins.writes)
-        if first is None:
-            first = first_partition(ins.reads) or 0
+        first = 0  # (the first partition of its first on-chip key with a box, writes before reads)
+        for k in ins.writes:
+            if k and (k[0] == "sbuf" or k[0] == "psum") and len(k) > 2 and k[2]:
+                first = int(k[2][0][0])
+                break
+        else:
+            for k in ins.reads:
+                if k and (k[0] == "sbuf" or k[0] == "psum") and len(k) > 2 and k[2]:
+                    first = int(k[2][0][0])
+                    break
         split = self._rule(ins)  # (a DMA's declared cost is its split into per-engine transfers)
         if not getattr(split, "dma_split", False):
             # a DMA whose name declares no split (undeclared, or a compute instruction's cycle cost given a DMA
@@ -587,7 +588,12 @@ class Scheduler:
             s, p = lanes[0].book(t0, occ, owner)
             lanes[0].data += data
             end, bind, first_start = s + lat, (s, p), s
-            self._account(acct)
+            st = self.dma
+            st.transfers += acct[0]
+            st.bytes += acct[1]
+            st.small_transfers += acct[2]
+            st.fixed_s += acct[3]
+            st.busy_s += acct[4]
         else:
             if self._uniform:
                 base = lanes[0]
@@ -603,6 +609,7 @@ class Scheduler:
         return end, bind, first_start
 
     def _account(self, acct):
+        """Add one booking's :class:`DmaStats` increments (``acct`` of :func:`.dma.plan`)."""
         count, nbytes, small, fixed, busy = acct
         st = self.dma
         st.transfers += count
