@@ -18,11 +18,13 @@ class InstructionState:
     counts once), its ``op`` name and the kernel line ``where`` it was called from, found once per
     instruction (its accesses are logged under that line)."""
 
-    __slots__ = ("depth", "where", "op")
+    __slots__ = ("depth", "where", "op", "loops", "recorder")
 
     def __init__(self):
         self.depth = 0
         self.where = self.op = None
+        self.loops = None  # the thread's LoopStack (set with it: one thread-local lookup reaches both)
+        self.recorder = None  # the thread's profile recorder (RunContext.recorder keeps it here)
 
 
 class LoopStack(list):
@@ -33,13 +35,14 @@ class LoopStack(list):
     each field of a ``threading.local`` costs a lookup of the thread's dictionary (about 0.1 us on
     the development host), an attribute of this object a slot read."""
 
-    __slots__ = ("state", "reads_state", "reads")
+    __slots__ = ("state", "reads_state", "reads", "site")
 
     def __init__(self):
         super().__init__()
         self.state = 0
         self.reads_state = -1
         self.reads = set()
+        self.site = None  # the thread's InstructionState (a slot read where the stack is at hand)
 
 
 class RunContext(threading.local):
@@ -58,11 +61,26 @@ class RunContext(threading.local):
 
     def __init__(self):
         self.program = None
-        self.site = InstructionState()
-        self.loops = LoopStack()
-        self.recorder = None
+        # The running instruction and the loop stack are fixed for the thread's life (never reassigned):
+        # each names the other, so a hook holding one reaches the other without a thread-local lookup
+        # (each field of a threading.local costs a lookup of the thread's dictionary, several times a
+        # slot read).
+        self.site = site = InstructionState()
+        self.loops = loops = LoopStack()
+        site.loops, loops.site = loops, site
         self.lines = False
         self.worker = None
+
+    # The recorder is kept on the running instruction's state (its one place): an instruction's
+    # wrapper and the write path, which hold that state or the loop stack, read it as a slot.
+    @property
+    def recorder(self):
+        """The profile recorder receiving this thread's instruction and DMA hooks, or ``None``."""
+        return self.site.recorder
+
+    @recorder.setter
+    def recorder(self, rec):
+        self.site.recorder = rec
 
 
 _tls = RunContext()

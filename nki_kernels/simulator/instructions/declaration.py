@@ -14,6 +14,7 @@ import functools
 import sys
 
 from .. import diagnostics as _diag
+from ..source_lines import _is_sim_file
 from ..context import _tls  # (the running state without a call, on the per-instruction path)
 from ..errors import NotBatchable
 from . import registry as _registry
@@ -37,20 +38,26 @@ def instruction(fn=None, *, engine=None, cost=None, batched=False, sync=False, g
     if fn is None:
         return functools.partial(instruction, engine=engine, cost=cost, batched=batched, sync=sync, gen1=gen1)
     name = fn.__name__
+    _getframe = sys._getframe
 
     @functools.wraps(fn)
     def run(*args, **kwargs):
-        prog = _tls.program
-        if prog is not None and prog.nb and not batched:
-            raise NotBatchable(f"nisa.{name} runs one program at a time")
+        if not batched:
+            prog = _tls.program
+            if prog is not None and prog.nb:
+                raise NotBatchable(f"nisa.{name} runs one program at a time")
         iw = _tls.site
         depth = iw.depth
         if not depth:
             iw.op = name  # (Tensor Indirection views group their offsets by the engine)
-            if _tls.loops:  # its accesses are logged under its kernel line: found from the caller's frame
-                iw.where = _diag.where_from(sys._getframe(1))
+            if iw.loops:  # its accesses are logged under its kernel line: found from the caller's frame
+                f = _getframe(1)
+                code = f.f_code
+                file = code.co_filename
+                # (where_from's answer for a caller known to be the kernel's own file, without the call)
+                iw.where = (file, f.f_lineno, code.co_name) if _is_sim_file.get(file) is False else _diag.where_from(f)
         iw.depth = depth + 1
-        rec = _tls.recorder if not depth else None
+        rec = iw.recorder if not depth else None  # (RunContext.recorder's place, without its lookup)
         if rec is not None:  # a profile is recorded: it learns the instruction and its operands
             rec.begin(name, engine, args, kwargs)
         try:
