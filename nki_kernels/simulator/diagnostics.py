@@ -212,13 +212,9 @@ def _changed() -> None:
 def read(tile) -> None:
     """The read hook: an op reads ``tile`` as an operand. Every operand path calls this one function;
     its test (the tile has diagnostics state, or an ``affine_range`` loop is open) is the only place
-    the condition is written, and costs one attribute and one context field when both are off."""
-    if tile._diag is not None or _tls.loops:
-        on_read(tile)
-
-
-def on_read(tile) -> None:
-    """The read hook's work (:func:`read`, which decides when there is any)."""
+    the condition is written, and costs one context field and one attribute when both are off. The
+    test and the work are one function: a read is one Python call, and a read answered by the read
+    cache returns before anything else."""
     loops = _tls.loops  # (one thread-local lookup: the stack carries the read cache)
     if loops:
         if loops.reads_state != loops.state:
@@ -226,6 +222,8 @@ def on_read(tile) -> None:
             loops.reads_state = loops.state
         elif id(tile) in loops.reads:
             return  # (read again with nothing changed since: the same verdicts, the same log entry)
+    elif tile._diag is None:
+        return  # (no diagnostics state, no affine loop: nothing to check or log)
     info = tile._diag
     root, region = tile, None
     if info is not None:
@@ -251,6 +249,10 @@ def on_read(tile) -> None:
                     region = Region.whole(shape)
         _loop_log(root, region, "r", False, None, loops)
         loops.reads.add(id(tile))
+
+
+# The read hook's work under the name the callers that skip no test use (the same function).
+on_read = read
 
 
 def _region_of(tile, info):
@@ -309,8 +311,8 @@ def _new_checked(rinfo):
     return rinfo.checked
 
 
-def on_write(tile, index, value=None) -> None:
-    """Hook for ``tile[index] = value``."""
+def on_write(tile, index, value=None, loops=None) -> None:
+    """Hook for ``tile[index] = value`` (``loops``: the thread's loop stack, from a caller that has it)."""
     info = tile._diag
     root = tile if info is None or info.root is None else info.root
     if root is tile:
@@ -321,7 +323,8 @@ def on_write(tile, index, value=None) -> None:
     rinfo = root._diag
     if rinfo is not None and rinfo.written is not None:
         _set_written(root, rinfo, region)
-    loops = _tls.loops
+    if loops is None:
+        loops = _tls.loops
     if loops:
         if rinfo is not None and rinfo.created is loops[-1].tag:
             return  # (made in the running iteration of every loop: private to it, as _loop_log finds)
@@ -455,7 +458,7 @@ def _loop_log(obj, region, kind, hbm=False, key=None, loops=None):
             if k:
                 frames = frames[k:]
         key = id(obj)
-    iw = _tls.site
+    iw = loops.site  # (the thread's running instruction, reached from its loop stack: no thread-local lookup)
     wh = iw.where if iw.depth else None  # (a running dst= instruction's line: its accesses share it)
     read = kind == "r"
     for fr in frames:
