@@ -162,8 +162,11 @@ class ProgramMemory:
     def close(self, c: int) -> None:
         """Check the working set of slot ``ws_c`` and start slot ``c``."""
         rsum, wsum = self.rsum, self.wsum
-        # (a slot needs at most rsum + |wsum| bytes: most slots fit without a closer look)
-        if self.ws_bad is None and (rsum[0] + abs(wsum[0]) > CAPACITY[0] or rsum[1] + abs(wsum[1]) > CAPACITY[1]):
+        w0, w1 = wsum
+        # (a slot needs at most rsum + |wsum| bytes: most slots fit without a closer look; |w| without
+        # the builtin call, as this runs twice per dst= instruction)
+        if self.ws_bad is None and (rsum[0] + (w0 if w0 >= 0 else -w0) > CAPACITY[0]
+                                    or rsum[1] + (w1 if w1 >= 0 else -w1) > CAPACITY[1]):
             for b in (SBUF, PSUM):
                 need = rsum[b] + max(0, wsum[b] - self.rmax[b])
                 if need > CAPACITY[b] and self.ws_bad is None and len(self.ws_recs) <= MAX_INSTRUCTION_TILES:
@@ -191,7 +194,8 @@ class ProgramMemory:
 
 
 def touch(rec) -> None:
-    """An engine instruction reads (or updates in place) the tile of ``rec``: O(1)."""
+    """An engine instruction reads (or updates in place) the tile of ``rec``: O(1).
+    (:attr:`.core.Tile.data` does the same inline: a change here goes there too.)"""
     m = rec.mem
     c = m.ic
     if rec.last != c:
@@ -390,8 +394,18 @@ def wrote_dst(rec, prog) -> None:
         m.last_result = None
         m.wrote(rec, c - 1)
         return
-    if rec.last < c or rec.first is None or rec.first > c:
-        m.wrote(rec, c)
+    # (m.wrote(rec, c) inlined: once per dst= instruction)
+    if rec.first is None or rec.first > c:
+        rec.first = c
+    if rec.last < c:
+        rec.last = c
+        if m.ws_c < c:
+            m.close(c)
+        if m.ws_c == c:
+            m.wsum[rec.buf] += rec.nbytes
+            m.ws_recs.append(rec)
+        if m.lines:
+            rec.last_at = _diag.where()
     if m.last_alloc is None:  # (slot_done without the calls: nothing allocated in the slot)
         m.last_result = None
         m.ic = c + 1

@@ -14,7 +14,8 @@ from .diagnostics import hbm_access as _hbm_access
 
 
 def instruction(engine: str, out) -> None:
-    """Record one engine instruction producing ``out`` (and count its slot for memory live ranges)."""
+    """Record one engine instruction producing ``out`` (and count its slot for memory live ranges).
+    (:func:`.tile_writes.write`'s fast branch does the same inline: a change here goes there too.)"""
     prog = _tls.program
     if prog is not None:
         m = prog.mem
@@ -22,7 +23,7 @@ def instruction(engine: str, out) -> None:
             m.last_result, m.ic, m.fresh = None, m.ic + 1, True
         else:
             _memory.counted(prog, True)
-    rec = _tls.recorder
+    rec = _tls.site.recorder  # (the recorder's one place: RunContext.recorder reads it there)
     if rec is not None:
         rec.instruction(engine, out)
 
@@ -38,7 +39,7 @@ def dma(tensor, data, direction: str, access, mask, written=False) -> None:
             m.last_result, m.ic, m.fresh = None, m.ic + 1, False
         else:
             _memory.counted(prog, False)
-    rec = _tls.recorder
+    rec = _tls.site.recorder  # (the recorder's one place: RunContext.recorder reads it there)
     if rec is not None:
         rec.dma(tensor, data, direction, access, mask)
 
