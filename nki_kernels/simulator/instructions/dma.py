@@ -166,7 +166,8 @@ def dma_copy(dst, src, priority=None, oob_mode=_oob_mode.error, dge_mode=_dge_mo
         _cores.after_load(dst)  # (HBM into a fresh tile: it views HBM copy-on-write, as nl.load's tiles)
         return
     if (not batch and dst_rmw_op is None and type(dst) is Tile and dst.buffer is sbuf and type(vals) is np.ndarray
-            and vals.dtype == dst.dtype and vals.shape == dst.shape):
+            and ((vals.dtype == dst._data.dtype and vals.shape == dst._data.shape) if dst._thunk is None and not dst.nb
+                 else (vals.dtype == dst.dtype and vals.shape == dst.shape))):  # (without the properties' calls)
         # (into an SBUF tile of its dtype and shape outside a batch: store()'s steps for it, without its
         # tests for the other destinations)
         write(dst, vals, op, lazy_text(("source (shape {})", vals.shape)))
