@@ -28,6 +28,9 @@ from ..diagnostics import read as _diag_read
 from .. import tile_ops as _tile_ops
 from ..timing import costs as _costs  # (each instruction's cost, declared with it)
 
+# (an enum member read through its class is a Python-level lookup: read once here for the per-call test)
+_ENGINE_UNKNOWN = _engine.unknown
+
 # ---------------------------------------------------------------------------
 # selects and cumulative ops
 # ---------------------------------------------------------------------------
@@ -347,7 +350,7 @@ def tensor_tensor(dst, data1, data2, op, engine=_engine.unknown, name=None):
     fn = alu(op)
     if fn in _BITVEC:
         bitvec_on_integers(op, "tensor_tensor", ("data1", a), ("data2", b), ("dst", d))
-    if fn is np.power or (engine is not _engine.unknown and engine_name(engine) == "GpSimd"):
+    if fn is np.power or (engine is not _ENGINE_UNKNOWN and engine_name(engine) == "GpSimd"):
         no_gpsimd_psum("GpSimd", "tensor_tensor", a, b, d)
     thunk = d._thunk  # (_compute_dtype's common case, a float dst, without the call)
     cdt = dt.float32 if (thunk[3] if thunk is not None else d._data.dtype).kind not in "iu" else \
