@@ -394,18 +394,7 @@ def wrote_dst(rec, prog) -> None:
         m.last_result = None
         m.wrote(rec, c - 1)
         return
-    # (m.wrote(rec, c) inlined: once per dst= instruction)
-    if rec.first is None or rec.first > c:
-        rec.first = c
-    if rec.last < c:
-        rec.last = c
-        if m.ws_c < c:
-            m.close(c)
-        if m.ws_c == c:
-            m.wsum[rec.buf] += rec.nbytes
-            m.ws_recs.append(rec)
-        if m.lines:
-            rec.last_at = _diag.where()
+    m.wrote(rec, c)
     if m.last_alloc is None:  # (slot_done without the calls: nothing allocated in the slot)
         m.last_result = None
         m.ic = c + 1
