@@ -59,6 +59,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import costs as _costs
+from .boxes import BoxIndex
 from .dma import DmaStats, Lane
 from .dma import plan as _plan
 from .hardware import COMPUTE, NeuronCore, core
@@ -221,6 +222,9 @@ def _contains(outer, inner) -> bool:
     return all(o0 <= i0 and i1 <= o1 for (o0, o1), (i0, i1) in zip(outer, inner))
 
 
+_INDEX_AT = 48  # boxes at one location before it is indexed (below, the plain scan is as fast)
+
+
 class Scheduler:
     """Schedules :class:`Instr` events one at a time (``add``) and builds the :class:`Result`."""
 
@@ -310,47 +314,92 @@ class Scheduler:
             loc = (k[0], k[1])
             ent = acc.get(loc)
             if ent is None:
-                ent = acc[loc] = ({}, {})
+                ent = acc[loc] = [{}, {}, None, None]  # (writers, readers, their BoxIndex once large)
             box = k[2] if len(k) > 2 else None
-            rents.append((ent[1], box))
-            if ent[0]:
-                for b, (t, j) in ent[0].items():  # (the box test's common cases inline)
-                    if b is None or box is None or b == box or _overlap(b, box):
-                        deps.append((t, j, "RAW"))
+            rents.append((ent, box))
+            w = ent[0]
+            if w:
+                near = ent[2].near(box) if ent[2] is not None else None
+                if near is None:
+                    for b, (t, j) in w.items():  # (the box test's common cases inline)
+                        if b is None or box is None or b == box or _overlap(b, box):
+                            deps.append((t, j, "RAW"))
+                else:
+                    for b in near:
+                        if b is None or b == box or _overlap(b, box):
+                            t, j = w[b]
+                            deps.append((t, j, "RAW"))
         for k in writes:
             loc = (k[0], k[1])
             ent = acc.get(loc)
             if ent is None:
-                ent = acc[loc] = ({}, {})
+                ent = acc[loc] = [{}, {}, None, None]
             box = k[2] if len(k) > 2 else None
             wents.append((ent, box))
-            for b, (t, j) in ent[0].items():
-                if b is None or box is None or b == box or _overlap(b, box):
-                    deps.append((t, j, "WAW"))
-            for b, (t, j) in ent[1].items():
-                if b is None or box is None or b == box or _overlap(b, box):
-                    deps.append((t, j, "WAR"))
+            if ent[2] is None and ent[3] is None:
+                for b, (t, j) in ent[0].items():
+                    if b is None or box is None or b == box or _overlap(b, box):
+                        deps.append((t, j, "WAW"))
+                for b, (t, j) in ent[1].items():
+                    if b is None or box is None or b == box or _overlap(b, box):
+                        deps.append((t, j, "WAR"))
+                continue
+            for d, ix, why in ((ent[0], ent[2], "WAW"), (ent[1], ent[3], "WAR")):
+                near = ix.near(box) if ix is not None else None
+                if near is None:
+                    for b, (t, j) in d.items():
+                        if b is None or box is None or b == box or _overlap(b, box):
+                            deps.append((t, j, why))
+                else:
+                    for b in near:
+                        if b is None or b == box or _overlap(b, box):
+                            t, j = d[b]
+                            deps.append((t, j, why))
         return deps, rents, wents
 
     def _commit(self, idx, end, rents, wents):
         done = (end, idx)  # (one tuple shared by every entry this event leaves: fewer objects for the collector)
-        for rd, box in rents:
+        for ent, box in rents:
+            rd = ent[1]
             old = rd.get(box)
-            if old is None or old[0] < end:
+            if old is None:
+                rd[box] = done
+                if ent[3] is not None:
+                    ent[3].add(box)
+                elif len(rd) > _INDEX_AT:
+                    ent[3] = BoxIndex(rd)
+            elif old[0] < end:
                 rd[box] = done
         for ent, box in wents:
-            for d in ent:
+            for i in (0, 1):
+                d = ent[i]
                 if not d:
                     continue
+                ix = ent[i + 2]
                 if len(d) == 1 and box in d:
                     del d[box]  # rewriting the same region: the common case
+                    if ix is not None:
+                        ix.remove(box)
                     continue
                 if box is None:
                     d.clear()  # (the whole allocation contains every region of it)
+                    if ix is not None:
+                        ix.clear()
                     continue
-                for b in [b for b in d if b == box or _contains(box, b)]:
+                near = ix.near(box) if ix is not None else None
+                for b in [b for b in (d if near is None else near) if b == box or _contains(box, b)]:
                     del d[b]
-            ent[0][box] = done
+                    if ix is not None:
+                        ix.remove(b)
+            w = ent[0]
+            if box not in w:
+                w[box] = done
+                if ent[2] is not None:
+                    ent[2].add(box)
+                elif len(w) > _INDEX_AT:
+                    ent[2] = BoxIndex(w)
+            else:
+                w[box] = done
 
     # -- scheduling ---------------------------------------------------------------------------------------
     def add(self, ins: Instr):
