@@ -221,23 +221,8 @@ class Tile(NkiTensor):
         """The tile's values as a NumPy array (computing a deferred op now); an engine reading them
         (the tile is live at this instruction)."""
         m = self._mem
-        if m is not None:
-            mem = m.mem
-            c = mem.ic
-            if m.last != c:  # (memory.touch inlined: once per tile an instruction reads; a change there goes here)
-                m.last = c
-                if m.first is None:
-                    m.first = c
-                if mem.ws_c != c:
-                    mem.close(c)
-                b = m.buf
-                n = m.nbytes
-                mem.rsum[b] += n
-                if n > mem.rmax[b]:
-                    mem.rmax[b] = n
-                mem.ws_recs.append(m)
-                if mem.lines:
-                    m.last_at = _diag.where()
+        if m is not None and m.last != m.mem.ic:  # (touch's own test: a tile read again in one instruction is no call)
+            _memory.touch(m)
         if self._thunk is not None:
             self.force()
         return self._data

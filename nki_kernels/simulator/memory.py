@@ -194,8 +194,7 @@ class ProgramMemory:
 
 
 def touch(rec) -> None:
-    """An engine instruction reads (or updates in place) the tile of ``rec``: O(1).
-    (:attr:`.core.Tile.data` does the same inline: a change here goes there too.)"""
+    """An engine instruction reads (or updates in place) the tile of ``rec``: O(1)."""
     m = rec.mem
     c = m.ic
     if rec.last != c:

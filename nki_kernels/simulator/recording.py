@@ -14,8 +14,7 @@ from .diagnostics import hbm_access as _hbm_access
 
 
 def instruction(engine: str, out) -> None:
-    """Record one engine instruction producing ``out`` (and count its slot for memory live ranges).
-    (:func:`.tile_writes.write`'s fast branch does the same inline: a change here goes there too.)"""
+    """Record one engine instruction producing ``out`` (and count its slot for memory live ranges)."""
     prog = _tls.program
     if prog is not None:
         m = prog.mem

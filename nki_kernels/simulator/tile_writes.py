@@ -31,29 +31,6 @@ from .values import _fit, _host_values as _values, fit_dst
 _F32 = np.dtype(np.float32)
 
 
-def _positional_out_ufuncs():
-    """NumPy's two-input, one-output ufuncs that take ``out`` as a third positional argument on fp32
-    arrays silently: the same call as ``out=``, without NumPy parsing a keyword (a few tenths of a
-    microsecond per instruction). Found by trying each, as NumPy deprecates the positional form for
-    some (``np.maximum`` / ``np.minimum`` warn since 2.4): those keep ``out=``."""
-    import warnings
-
-    a = np.ones(1, _F32)
-    out = np.empty(1, _F32)
-    found = set()
-    for f in vars(np).values():
-        if type(f) is np.ufunc and f.nin == 2 and f.nout == 1:
-            with warnings.catch_warnings():
-                warnings.simplefilter("error")
-                try:
-                    f(a, a, out)
-                except Exception:  # noqa: BLE001, S112 - (a warning made an error, or no fp32 loop: keyword form)
-                    continue
-            found.add(f)
-    return frozenset(found)
-
-
-_BINARY_UFUNCS = _positional_out_ufuncs()
 # (bound by assignment: a module global's .get is one lookup, see core)
 _WHOLE_INDEX = _WHOLE_INDEX_CACHE
 
@@ -92,42 +69,15 @@ def write(dst, values, op=None, what="result", mask=None, add=False, key=None, c
         prog = _tls.program
         if prog is not None and prog.pending is not None:
             flush_pending()  # a deferred op may still read the memory about to be written
-        loops = _tls.loops
         if compute is None:
             data[...] = values
         else:
-            fn = compute[0]
-            if fn in _BINARY_UFUNCS:
-                fn(values, compute[1], data)
-            else:
-                fn(values, compute[1], out=data)
-            # (recording.instruction inlined, with the program at hand: the slot counted, the recorder told)
-            if prog is not None:
-                mem = prog.mem
-                if mem.last_alloc is None:  # (memory.counted's common case: nothing allocated in the slot)
-                    mem.last_result, mem.ic, mem.fresh = None, mem.ic + 1, True
-                else:
-                    _memory.counted(prog, True)
-            rec = loops.site.recorder  # (RunContext.recorder's place, reached from the loop stack)
-            if rec is not None:
-                rec.instruction(compute[3], data)
+            compute[0](values, compute[1], out=data)
+            _prof.instruction(compute[3], data)
         dst._written = None
-        # (memory.copied and wrote_whole inlined: the branch runs once per instruction)
         if m is not None:
-            mem = m.mem
-            c = mem.ic
-            if m.first is None:
-                m.first = c
-            if m.lastc < c:
-                m.lastc = c
-                if mem.lines:
-                    m.last_at = _diag.where()
-        if dst._diag is not None or loops:
-            shape = data.shape
-            idx = _WHOLE_INDEX.get(shape)
-            _diag.on_write(dst, idx if idx is not None else _whole_index(shape, dst.buffer.tile_label), data, loops)
-        if prog is not None and m is not None:  # the instruction wrote dst: one memory slot
-            _memory.wrote_dst(m, prog)
+            _memory.copied(m)
+        wrote_whole(dst, data, m, prog, data)
         return
     if compute is not None:
         fn, b, dtype, engine = compute
