@@ -26,11 +26,6 @@ from .. import access_pattern as ap
 from ..indexing import Index
 from ..timing import costs as _costs  # (each instruction's cost, declared with it)
 
-# (an enum member read through its class is a Python-level lookup: read once here for the per-call test)
-_OOB_ERROR = _oob_mode.error
-# The short path's message detail per source shape (a lazy_text is a Python-level construction per call).
-_SOURCE_WHAT = {}
-
 
 def read(src, op, name="src"):
     """The values of a DMA source: an HBM tensor/region or an SBUF tile (PSUM is not reachable)."""
@@ -150,7 +145,7 @@ def dma_copy(dst, src, priority=None, oob_mode=_oob_mode.error, dge_mode=_dge_mo
     """
     op = "dma_copy"
     _cores.before_load()  # (which tile takes an HBM read's values: the LNC race check asks if they are used)
-    if oob_mode is not _OOB_ERROR and getattr(oob_mode, "value", oob_mode) == "skip":
+    if oob_mode is not _oob_mode.error and getattr(oob_mode, "value", oob_mode) == "skip":
         if getattr(current_or_none(), "nb", 0):
             raise NotBatchable(f"nisa.{op}: oob_mode=skip in a batch of programs")
         if dst_rmw_op is not None:
@@ -171,16 +166,10 @@ def dma_copy(dst, src, priority=None, oob_mode=_oob_mode.error, dge_mode=_dge_mo
         _cores.after_load(dst)  # (HBM into a fresh tile: it views HBM copy-on-write, as nl.load's tiles)
         return
     if (not batch and dst_rmw_op is None and type(dst) is Tile and dst.buffer is sbuf and type(vals) is np.ndarray
-            and ((vals.dtype == dst._data.dtype and vals.shape == dst._data.shape) if dst._thunk is None and not dst.nb
-                 else (vals.dtype == dst.dtype and vals.shape == dst.shape))):  # (without the properties' calls)
+            and vals.dtype == dst.dtype and vals.shape == dst.shape):
         # (into an SBUF tile of its dtype and shape outside a batch: store()'s steps for it, without its
         # tests for the other destinations)
-        what = _SOURCE_WHAT.get(vals.shape)
-        if what is None:
-            what = lazy_text(("source (shape {})", vals.shape))
-            if len(_SOURCE_WHAT) < 1024:
-                _SOURCE_WHAT[vals.shape] = what
-        write(dst, vals, op, what)
+        write(dst, vals, op, lazy_text(("source (shape {})", vals.shape)))
         _cores.after_load(dst)
         return
     what = lazy_text(("source (shape {})", vals.shape))

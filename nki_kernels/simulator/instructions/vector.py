@@ -15,21 +15,16 @@ from ..core import Tile, psum
 from ..errors import NKIError
 from .registry import Gen1
 from . import functional as _functional  # the computing forms both generations share
-from .operands import (alu, bitvec_on_integers, check_dst, column, engine_name, first_generation,
+from .operands import (alu, bitvec_on_integers, check_dst, column, compute_into, engine_name, first_generation,
                        identity_of, instruction, is_bitvec, no_gpsimd_psum, one_per_partition, per_partition, rows, same_rows, scratch, tile_operand, values_of, write)
 from .operands import BITVEC as _BITVEC
-from .operands import ON_CHIP as _ON_CHIP, _F32
 from .target import engine as _engine
 from .target import reduce_cmd as _reduce_cmd
 from . import registers, target
 from .target import command
 from .. import op_functions as _op_functions
-from ..diagnostics import read as _diag_read
 from .. import tile_ops as _tile_ops
 from ..timing import costs as _costs  # (each instruction's cost, declared with it)
-
-# (an enum member read through its class is a Python-level lookup: read once here for the per-call test)
-_ENGINE_UNKNOWN = _engine.unknown
 
 # ---------------------------------------------------------------------------
 # selects and cumulative ops
@@ -282,9 +277,7 @@ def exponential(dst, src, max_value=0.0, reduce_res=None, reduce_cmd=_reduce_cmd
 # ---------------------------------------------------------------------------
 def _compute_dtype(dst, *tiles):
     """Native integer math when every tile is an integer tile, else fp32 (rounded once, on write)."""
-    thunk = dst._thunk
-    # (the common case, without the generator or the dtype property)
-    if (thunk[3] if thunk is not None else dst._data.dtype).kind not in "iu":
+    if dst.dtype.kind not in "iu":  # (the common case, without the generator)
         return dt.float32
     if all(t.dtype.kind in "iu" for t in (dst, *tiles)):  # (np.issubdtype(., np.integer), cheaper)
         return None
@@ -327,22 +320,11 @@ def tensor_tensor(dst, data1, data2, op, engine=_engine.unknown, name=None):
     rounded to ``dst.dtype``.
     """
 
-    d = dst if type(dst) is Tile and dst.buffer in _ON_CHIP else check_dst(dst, "tensor_tensor")
+    d = check_dst(dst, "tensor_tensor")
     gen1 = _functional
-    # (_tile's common case inline, an SBUF or PSUM tile with its values: the same read hook, in the same order)
-    a = data1 if type(data1) is Tile and data1._thunk is None and data1.buffer in _ON_CHIP else None
-    if a is None:
-        a = gen1._tile(data1, "data1", "tensor_tensor")
-    else:
-        _diag_read(a)
-    b = data2 if type(data2) is Tile and data2._thunk is None and data2.buffer in _ON_CHIP else None
-    if b is None:
-        b = gen1._tile(data2, "data2", "tensor_tensor")
-    else:
-        _diag_read(b)
-    # (Tile.shape without the property calls for tiles with their values outside a batch)
-    ash = a._data.shape if a._thunk is None and not a.nb else a.shape
-    bsh = b._data.shape if b._thunk is None and not b.nb else b.shape
+    a = gen1._tile(data1, "data1", "tensor_tensor")
+    b = gen1._tile(data2, "data2", "tensor_tensor")
+    ash, bsh = a.shape, b.shape
     if ash != bsh and (ash[0] != bsh[0] or per_partition(ash) != per_partition(bsh)):
         raise NKIError("operand shapes", f"nisa.tensor_tensor: data1 {a.shape} and data2 {b.shape} need the same "
                        "partition size and the same number of elements per partition (use nisa.tensor_scalar "
@@ -350,19 +332,14 @@ def tensor_tensor(dst, data1, data2, op, engine=_engine.unknown, name=None):
     fn = alu(op)
     if fn in _BITVEC:
         bitvec_on_integers(op, "tensor_tensor", ("data1", a), ("data2", b), ("dst", d))
-    if fn is np.power or (engine is not _ENGINE_UNKNOWN and engine_name(engine) == "GpSimd"):
+    if fn is np.power or (engine is not _engine.unknown and engine_name(engine) == "GpSimd"):
         no_gpsimd_psum("GpSimd", "tensor_tensor", a, b, d)
-    thunk = d._thunk  # (_compute_dtype's common case, a float dst, without the call)
-    cdt = dt.float32 if (thunk[3] if thunk is not None else d._data.dtype).kind not in "iu" else \
-        _compute_dtype(d, a, b)
+    cdt = _compute_dtype(d, a, b)
     if cdt is not None and (a.buffer is not psum or b.buffer is not psum):
         # fp32 math, as the first generation's nisa.tensor_tensor computes it, without its result tile
-        # (compute_into's write, and compute_view's fp32 case -- the array itself -- without the calls)
-        bd = b.data
-        bv = bd if bd.dtype is _F32 else dt.compute_view(bd)
-        av = bd if a is b else a.data  # (a tile read twice in one instruction: one read)
-        write(d, av if av.dtype is _F32 else dt.compute_view(av), "tensor_tensor",
-              compute=(fn, bv if bsh == ash else bv.reshape(ash), cdt, "Vector"))
+        bv = dt.compute_view(b.data)
+        compute_into(d, fn, dt.compute_view(a.data), bv if bsh == ash else bv.reshape(ash), cdt, "Vector",
+                     "tensor_tensor")
         return
     with scratch():
         if b.shape != a.shape:
