@@ -45,7 +45,7 @@ CURRENT_DOCUMENTED = {
     "register_load", "register_move", "register_store", "core_barrier", "sendrecv", "sendrecv_compute", "rng",
     "rand2", "rand_set_state", "rand_get_state", "set_rng_seed", "nonzero_with_count", "topk",
     "engine", "dma_engine", "reduce_cmd", "dge_mode", "oob_mode", "matmul_perf_mode", "nc_version",
-    "get_nc_version", "get_nc_sub_version", "NkiValidationError", "VirtualRegister",
+    "get_nc_version", "get_nc_sub_version", "NkiValidationError", "NkiInstruction", "VirtualRegister",
     "unknown_engine", "tensor_engine", "vector_engine", "scalar_engine", "gpsimd_engine",
 }
 # Documented but not simulated yet (see the isa helper's report for why): they must not be

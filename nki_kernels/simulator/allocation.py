@@ -229,28 +229,29 @@ def identity_tile(n, dtype=uint8):
     return tile
 
 
-def _memory_is(x, *buffers):
-    buf = x if isinstance(x, Buffer) else getattr(x, "buffer", None)
+def _memory_is(buffer, what, *buffers):
+    buf = buffer if isinstance(buffer, Buffer) else getattr(buffer, "buffer", None)
     if buf is None:
-        raise TypeError(f"expected an NKI tensor or memory, got {type(x).__name__}")
+        raise TypeError(f"nl.{what}: buffer must be a memory region (nl.sbuf, nl.psum, nl.hbm ...) or an NKI "
+                        f"tensor, got {type(buffer).__name__}")
     return buf in buffers
 
 
-def is_psum(x):
-    """Whether tensor (or memory) ``x`` is in PSUM (``nl.is_psum``)."""
-    return _memory_is(x, psum)
+def is_psum(buffer):
+    """Whether ``buffer`` (a memory region, or a tensor's) is in PSUM (``nl.is_psum``)."""
+    return _memory_is(buffer, "is_psum", psum)
 
 
-def is_sbuf(x):
-    """Whether tensor (or memory) ``x`` is in SBUF (``nl.is_sbuf``)."""
-    return _memory_is(x, sbuf)
+def is_sbuf(buffer):
+    """Whether ``buffer`` (a memory region, or a tensor's) is in SBUF (``nl.is_sbuf``)."""
+    return _memory_is(buffer, "is_sbuf", sbuf)
 
 
-def is_hbm(x):
-    """Whether tensor (or memory) ``x`` is in device memory, any HBM flavour (``nl.is_hbm``)."""
-    return _memory_is(x, hbm, shared_hbm, private_hbm)
+def is_hbm(buffer):
+    """Whether ``buffer`` (a memory region, or a tensor's) is device memory, any HBM flavour (``nl.is_hbm``)."""
+    return _memory_is(buffer, "is_hbm", hbm, shared_hbm, private_hbm)
 
 
-def is_on_chip(x):
-    """Whether tensor (or memory) ``x`` is in SBUF or PSUM (``nl.is_on_chip``)."""
-    return _memory_is(x, sbuf, psum)
+def is_on_chip(buffer):
+    """Whether ``buffer`` (a memory region, or a tensor's) is SBUF or PSUM (``nl.is_on_chip``)."""
+    return _memory_is(buffer, "is_on_chip", sbuf, psum)

@@ -16,7 +16,8 @@ from .instructions.target import get_nc_version
 
 
 class Buffer:
-    """A memory a tensor lives in (``nl.sbuf``, ``nl.psum``, ``nl.hbm``, ``nl.shared_hbm`` ...)."""
+    """A memory a tensor lives in (``nl.sbuf``, ``nl.psum``, ``nl.hbm``, ``nl.shared_hbm`` ...); the
+    current API's ``nl.MemoryRegion``, whose members ``MemoryRegion.sbuf`` ... are these objects."""
 
     def __init__(self, name: str, on_chip: bool):
         self.name = name
@@ -26,6 +27,12 @@ class Buffer:
 
     def __repr__(self):
         return f"nl.{self.name}"
+
+    @property
+    def value(self) -> str:
+        """The ``nl.MemoryRegion`` member's value: its name (``nl.hbm``, "Alias of private_hbm" on the
+        current ``nki.language`` page, gives ``'private_hbm'``)."""
+        return "private_hbm" if self.name == "hbm" else self.name
 
     def __call__(self, *args, **kwargs):
         # `nl.sbuf.view(...)`-style allocators are not modelled; calling a buffer is an error.
@@ -37,6 +44,8 @@ psum = Buffer("psum", True)
 hbm = Buffer("hbm", False)
 shared_hbm = Buffer("shared_hbm", False)
 private_hbm = Buffer("private_hbm", False)
+# nl.MemoryRegion's members (an Enum on the current page: sbuf, psum, private_hbm, shared_hbm)
+Buffer.sbuf, Buffer.psum, Buffer.private_hbm, Buffer.shared_hbm = sbuf, psum, private_hbm, shared_hbm
 
 
 def buffer_index(buffer) -> int:

@@ -30,6 +30,7 @@ from . import config as _config
 from . import cores as _cores
 from . import diagnostics as _diag
 from . import shadow as _shadow
+from . import scheduling as _scheduling
 from . import spmd_reduce as _spmd
 from . import vectorize as _vec
 from . import dtypes as dt
@@ -70,6 +71,8 @@ def normalize_grid(grid, lnc_brackets=False) -> tuple:
 class Kernel:
     """A function decorated with ``@nki.jit``: index it with a grid, then call it."""
 
+    schedule = ()  # with_schedule's checked pairs ((consumer, (producer, ...)), ...)
+
     def __init__(self, func, **options):
         self.func = func
         self.options = options
@@ -86,6 +89,18 @@ class Kernel:
             # kernel's program: same program ids, grid, memory and diagnostics, no new launch.
             return self.func(*args, **kwargs)
         return Launch(self, ())(*args, **kwargs)
+
+    def with_schedule(self, edges):
+        """The current API's ``kernel.with_schedule([(consumer, producer or [producers]), ...])``: the same
+        kernel with dependency edges between instructions named by their ``name=`` (each consumer runs
+        after its producers; see :mod:`.scheduling`). The pairs' form is checked here, the names when the
+        kernel has run."""
+        if not self.options.get("lnc_brackets"):
+            raise AttributeError("with_schedule belongs to the current nki API's kernels (nki.jit); this kernel "
+                                 "was decorated with neuronxcc.nki.jit")
+        scheduled = Kernel(self.func, **self.options)
+        scheduled.schedule = getattr(self, "schedule", ()) + _scheduling.check_schedule(edges)
+        return scheduled
 
     def __repr__(self):
         return f"<nki kernel {self.func.__module__}.{self.func.__qualname__}>"

@@ -59,6 +59,7 @@ from .profile_operands import (
     _tile_operand,
     _view_reads,
 )
+from . import scheduling as _scheduling
 from .profile_report import ENGINES
 from .timing import Instr, Scheduler, core
 
@@ -85,7 +86,7 @@ class _Event:
     """One recorded instruction before it is scheduled: ``kind`` ``"c"`` (compute) or ``"d"`` (DMA)."""
 
     __slots__ = ("kind", "engine", "name", "label", "prog", "slot", "reads", "writes", "info", "lst", "n0",
-                 "hbm", "declared")
+                 "hbm", "declared", "ordinal")
 
     def __init__(self, kind, engine, name, label, prog, slot, info):
         self.kind, self.engine, self.name, self.label = kind, engine, name, label
@@ -94,6 +95,7 @@ class _Event:
         self.lst, self.n0 = None, 0
         self.hbm = None
         self.declared = False
+        self.ordinal = None  # the declared instruction's number in its program (scheduling edges), if any
 
 
 class _ProgState:
@@ -122,12 +124,13 @@ class Recorder:
         self.orphans = []  # events outside any program (nothing to order them by but time)
 
     # -- hooks ----------------------------------------------------------------------------------------
-    def begin(self, name, engine, args, kwargs) -> None:
+    def begin(self, name, engine, args, kwargs, ordinal=None) -> None:
         """A declared instruction ``name`` (its registry engine, or ``None``) starts with these
-        arguments; the engine hooks it calls belong to it until :meth:`end`."""
+        arguments (``ordinal``: its number for the program's scheduling edges, :mod:`.scheduling`);
+        the engine hooks it calls belong to it until :meth:`end`."""
         # (the program is kept: a standalone instruction computes through its functional form with no
         # program current, so the memory model does not count those inner hooks)
-        self._local.cur = [name, engine, args, kwargs, False, current_or_none()]
+        self._local.cur = [name, engine, args, kwargs, False, current_or_none(), ordinal]
 
     def end(self) -> None:
         """The instruction begun last has returned (one that called no hook, e.g. an SBUF-to-SBUF
@@ -144,6 +147,7 @@ class Recorder:
         self._from_args(ev, name, cur[2], cur[3])
         if engine == "DMA":
             self._dma_size_from_tiles(ev)
+        ev.ordinal = cur[6]  # (the instruction has ended: _push no longer sees it as running)
         self._push(st, ev)
 
     def instruction(self, engine, out) -> None:
@@ -268,6 +272,9 @@ class Recorder:
             ev.lst, ev.n0 = m.ws_recs, len(m.ws_recs)
 
     def _push(self, st, ev):
+        cur = getattr(self._local, "cur", None)
+        if cur is not None:
+            ev.ordinal = cur[6]
         if st is None:
             self._finalize(None, ev)
             self.orphans.append(ev)
@@ -443,10 +450,14 @@ class Recorder:
         region = {}  # id(unit) -> ident
         units = {}  # keep the units alive while their ids are keys
         starts = []
+        waits = _scheduling.event_waits(events)  # (the kernel's depends_on / no_reorder / with_schedule)
         add, keys_of, instr, give = sched.add, self._keys_of, self._instr, alloc.give
         for i, ev in enumerate(events):
             reads, writes, freed = keys_of(ev, alloc, region, units, last, i)
-            starts.append(add(instr(ev, reads, writes))[0])
+            ins = instr(ev, reads, writes)
+            if waits and i in waits:
+                ins.after = waits[i]
+            starts.append(add(ins)[0])
             if freed:
                 for space, u in freed:  # (the allocations this event is the last to name, in operand order)
                     if u in region:

@@ -16,6 +16,7 @@ import weakref
 from . import memory as _memory
 from .context import _tls
 from .errors import NKIError
+from .scheduling import ProgramSchedule
 
 
 class Program:
@@ -29,6 +30,7 @@ class Program:
     nb = 0
     bshape = ()
     box = None  # the grid box a batch of programs stands for (vectorize.BatchProgram)
+    schedule = None  # (set per program: see __init__)
     sbuf_placed_low = None  # lowest byte of an SBUF tensor this program placed (a placement error's hint)
 
     def __init__(self, launch, pid: tuple):
@@ -39,11 +41,17 @@ class Program:
         self.psum_peak = 0
         self.pending = None  # weakref to the tile whose op is deferred
         self.mem = _memory.ProgramMemory(self)
+        # a current-API kernel's scheduling state (nisa.NkiInstruction handles, no_reorder, with_schedule)
+        kernel = getattr(launch, "kernel", None)
+        self.schedule = ProgramSchedule() if getattr(kernel, "options", {}).get("lnc_brackets") else None
 
     def finish(self, rerun=None) -> None:
         """The program ended: live ranges, peaks and the capacity / placement checks
-        (:func:`.memory.finish`; ``rerun()`` runs it again to name source lines in a report)."""
+        (:func:`.memory.finish`; ``rerun()`` runs it again to name source lines in a report), then its
+        scheduling edges (``kernel.with_schedule``'s names resolved, no cycle)."""
         _memory.finish(self, rerun)
+        if self.schedule is not None:
+            self.schedule.finish(getattr(getattr(self.launch, "kernel", None), "schedule", ()))
 
     def defer(self, tile) -> None:
         """Make ``tile`` the program's one pending deferred op (computing the previous one)."""

@@ -10,6 +10,7 @@ the trip count, as it does on the device.
 from __future__ import annotations
 
 from ..errors import NKIError
+from ..scheduling import dynamic_loop
 from .registers import VirtualRegister, value_of
 
 
@@ -23,7 +24,8 @@ class _DynamicRange:
         start, stop, step = (value_of(b, "nl.dynamic_range bound") for b in self._bounds)
         if step == 0:
             raise NKIError("dynamic_range", "nl.dynamic_range step must not be 0")
-        return iter(range(start, stop, step))
+        with dynamic_loop("nl.dynamic_range"):
+            yield from range(start, stop, step)
 
 
 def dynamic_range(start, stop=None, step=1):
@@ -41,8 +43,9 @@ def fori_loop(lower, upper, body_fun, step=1):
     dynamic = isinstance(lower, VirtualRegister) or isinstance(upper, VirtualRegister)
     lo = value_of(lower, "nl.fori_loop lower")
     hi = value_of(upper, "nl.fori_loop upper")
-    for i in range(lo, hi, step):
-        body_fun(VirtualRegister(i) if dynamic else i)
+    with dynamic_loop("nl.fori_loop"):
+        for i in range(lo, hi, step):
+            body_fun(VirtualRegister(i) if dynamic else i)
 
 
 def while_loop(init, body_fun):
@@ -51,9 +54,10 @@ def while_loop(init, body_fun):
     if not isinstance(init, VirtualRegister):
         raise NKIError("while_loop", f"nl.while_loop: init must be a VirtualRegister, got {type(init).__name__}")
     r = init
-    while value_of(r, "nl.while_loop condition") != 0:
-        nxt = body_fun(VirtualRegister(r.value))
-        if not isinstance(nxt, VirtualRegister):
-            raise NKIError("while_loop", "nl.while_loop: body_fun must return the next condition register "
-                           f"(a VirtualRegister), got {type(nxt).__name__}")
-        r = nxt
+    with dynamic_loop("nl.while_loop"):
+        while value_of(r, "nl.while_loop condition") != 0:
+            nxt = body_fun(VirtualRegister(r.value))
+            if not isinstance(nxt, VirtualRegister):
+                raise NKIError("while_loop", "nl.while_loop: body_fun must return the next condition register "
+                               f"(a VirtualRegister), got {type(nxt).__name__}")
+            r = nxt

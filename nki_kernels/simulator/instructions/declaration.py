@@ -3,8 +3,9 @@
 A declared instruction is recorded once in :mod:`.registry` (both API namespaces, the batch and
 sync sets and the profiler derive from it). Its wrapper runs on every call: it refuses a batch
 of programs unless the instruction is ``batched``, names the running instruction for the
-diagnostics (its kernel line, found once) and tells an installed profile recorder its name,
-engine and arguments. :func:`first_generation` makes the first generation's entry point of an
+diagnostics (its kernel line, found once), tells an installed profile recorder its name,
+engine and arguments, and in a current-API kernel numbers it for the scheduling edges and returns
+its ``nisa.NkiInstruction`` handle (:mod:`..scheduling`). :func:`first_generation` makes the first generation's entry point of an
 instruction whose body takes ``gen1=``. :mod:`.operands` re-exports both names.
 """
 
@@ -17,6 +18,7 @@ from .. import diagnostics as _diag
 from ..source_lines import _is_sim_file
 from ..context import _tls  # (the running state without a call, on the per-instruction path)
 from ..errors import NotBatchable
+from ..scheduling import NkiInstruction
 from . import registry as _registry
 
 
@@ -42,12 +44,14 @@ def instruction(fn=None, *, engine=None, cost=None, batched=False, sync=False, g
 
     @functools.wraps(fn)
     def run(*args, **kwargs):
-        if not batched:
-            prog = _tls.program
-            if prog is not None and prog.nb:
-                raise NotBatchable(f"nisa.{name} runs one program at a time")
+        prog = _tls.program
+        if not batched and prog is not None and prog.nb:
+            raise NotBatchable(f"nisa.{name} runs one program at a time")
         iw = _tls.site
         depth = iw.depth
+        # a current-API kernel's instruction is numbered for the scheduling edges (its returned handle)
+        sched = prog.schedule if prog is not None and not depth else None
+        ordinal = sched.issue(kwargs.get("name")) if sched is not None else None
         if not depth:
             iw.op = name  # (Tensor Indirection views group their offsets by the engine)
             if iw.loops:  # its accesses are logged under its kernel line: found from the caller's frame
@@ -59,15 +63,17 @@ def instruction(fn=None, *, engine=None, cost=None, batched=False, sync=False, g
         iw.depth = depth + 1
         rec = iw.recorder if not depth else None  # (RunContext.recorder's place, without its lookup)
         if rec is not None:  # a profile is recorded: it learns the instruction and its operands
-            rec.begin(name, engine, args, kwargs)
+            rec.begin(name, engine, args, kwargs, ordinal)
         try:
-            return fn(*args, **kwargs)  # (its dst write ends the memory model's instruction slot)
+            out = fn(*args, **kwargs)  # (its dst write ends the memory model's instruction slot)
         finally:
             iw.depth = depth
             if not depth:
                 iw.where = iw.op = None
             if rec is not None:
                 rec.end()
+        # "Returned by nki.isa operations during tracing" (nisa.NkiInstruction): a dst= instruction's handle
+        return NkiInstruction(sched, ordinal, name) if sched is not None and out is None else out
 
     if engine is not None:
         _registry.register(_registry.Spec(name, engine, run, batched, sync, gen1, fn.__module__, cost=cost))

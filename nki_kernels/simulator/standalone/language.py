@@ -52,6 +52,12 @@ from .dtype import *  # noqa: E402,F401,F403
 from . import dtype as _dtypes  # noqa: E402
 
 bool = bool_  # noqa: A001,F405 - nl.bool, as kernels spell it
+# The page's type names: ``nl.MemoryRegion`` (sbuf, psum, private_hbm, shared_hbm; ``nl.sbuf`` ... are
+# its members) and ``nl.DType``, the type of ``nl.float32`` ... (the page's stubs type them as
+# strings; here each is the NumPy dtype the simulator stores it in, see .dtype).
+MemoryRegion = _core.Buffer
+DType = np.dtype
+from ..scheduling import no_reorder  # noqa: E402,F401 - a block whose instructions keep program order
 
 
 class tile_size(_gen1.tile_size):
@@ -246,7 +252,7 @@ for _name in ("AffineExpr", "BExpr", "Mask", "NKIError", "NotBatchable", "PMAX",
     globals().pop(_name, None)
 del _name
 
-__all__ = sorted({*_gen1.__all__, *_CURRENT_ONLY, *_dtypes.__all__, "NKIObject", "NkiTensor", "bool", "ds", "bypass", "average",
+__all__ = sorted({*_gen1.__all__, *_CURRENT_ONLY, *_dtypes.__all__, "NKIObject", "NkiTensor", "MemoryRegion", "DType", "no_reorder", "bool", "ds", "bypass", "average",
                   "shared_identity_matrix", "tile_size",
                   "np_function"})
 __all__ = [n for n in __all__ if n in globals()]

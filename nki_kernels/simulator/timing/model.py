@@ -40,7 +40,8 @@ reusing its ``ident``: that is what makes the next writer wait for the last read
 
 Schedule. Each compute engine runs its instructions in program order; one starts when its engine is
 free and its dependencies are met: RAW (what it reads has been written), WAR (a writer waits for the
-last reader of the bytes it overwrites) and WAW (and for the last writer). An instruction that waits
+last reader of the bytes it overwrites) and WAW (and for the last writer), and the kernel's explicit
+scheduling edges (``Instr.after``: it starts once each producer has completed). An instruction that waits
 on a dependency, or reads what its engine's previous instruction wrote, pays the documented static
 overhead. DMA instructions issue in order per queue and split into per-engine transfers (see
 :func:`.costs.dma_transfers`) booked on the 16 DMA engines, filling idle gaps; queues overlap each
@@ -140,6 +141,8 @@ class Instr:
     the SBUF/PSUM access bandwidth). ``label``: the name the trace shows (the API call, e.g. ``nl.add``;
     default ``name``). ``cost``: a cost function ``(instr, hw) -> cycles`` (DMA: ``-> transfers``) that
     replaces the one declared for ``name`` (an event of an instruction the registry does not declare).
+    ``after``: indices of earlier events this one waits for besides its data dependencies (the
+    kernel's scheduling edges: ``depends_on``, ``no_reorder``, ``with_schedule``).
     """
 
     name: str
@@ -164,6 +167,7 @@ class Instr:
     stride_bytes: int = 0
     label: str = ""
     cost: object = None
+    after: tuple = ()
 
     @classmethod
     def of(cls, name, engine, inputs=(), outputs=(), **extra) -> Instr:
@@ -252,7 +256,7 @@ class Scheduler:
         self._uniform = True
         self.dma = DmaStats()
         self.flags = {"fp32_matmul": 0, "narrow_matmul": 0, "small_free": 0, "few_partitions": 0,
-                      "dependency_waits": 0, "psum_zero_folded": 0}
+                      "dependency_waits": 0, "psum_zero_folded": 0, "backward_edges": 0}
         self.default_costed = {}  # name -> count: events whose name declares no cost (their engine's default)
         # PSUM banks: an accumulation group lives in one bank, 8 per partition (psum_banks), so the next
         # allocation given a bank waits for the last reader of the one before it there (see _bank_keys)
@@ -420,6 +424,15 @@ class Scheduler:
         deps, rents, wents = self._deps(reads, writes)
         if self._spill_pending:
             deps.extend(self._reloads(ins))
+        if ins.after:
+            # an explicit edge "lowers to a hardware semaphore wait" (nki.isa.NkiInstruction): the instruction
+            # starts once each producer has completed; the model keeps program order, so it cannot honour an
+            # edge to a later instruction (counted, and said in the report's advice)
+            for j in ins.after:
+                if j < idx:
+                    deps.append((self.end[j], j, "edge"))
+                else:
+                    self.flags["backward_edges"] += 1
         ready, dep = 0.0, None
         for d in deps:
             if d[0] > ready:

@@ -61,7 +61,8 @@ class Result:
     def critical_path(self) -> list:
         """Instruction indices of the chain that determined the end, first to last. Each link is the
         constraint that set the instruction's start: its engine's previous instruction, a dependency
-        (RAW/WAR/WAW), its DMA queue's previous instruction, or the DMA engine it waited for."""
+        (RAW/WAR/WAW, or an explicit scheduling ``edge``), its DMA queue's previous instruction, or the
+        DMA engine it waited for."""
         if not self.end:
             return []
         i = max(range(len(self.end)), key=self.end.__getitem__)
@@ -132,9 +133,13 @@ class Result:
         if f["few_partitions"]:
             out.append(f"{f['few_partitions']:,} instructions use fewer than 64 partitions: "
                        "the idle lanes are paid for anyway")
+        if f.get("backward_edges"):
+            out.append(f"{f['backward_edges']:,} scheduling edges (depends_on / with_schedule) make an instruction "
+                       "wait for one later in program order: the estimate keeps program order and does not honour "
+                       "them (the compiler would reorder)")
         if bound != "Tensor" and self.count.get("Tensor") and u.get("Tensor", 0) < 0.5:
             cp = self.critical_path_summary()["links_by_kind"]
-            waits = {k: v for k, v in cp.items() if k in ("RAW", "WAR", "WAW", "dma-engine", "queue")}
+            waits = {k: v for k, v in cp.items() if k in ("RAW", "WAR", "WAW", "dma-engine", "queue", "edge")}
             if waits:
                 top = max(waits, key=waits.get)
                 out.append(f"Tensor busy {u['Tensor']:.0%}: the critical path is mostly {top} waits "
