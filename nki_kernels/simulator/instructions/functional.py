@@ -89,9 +89,11 @@ def nc_matmul(stationary, moving, *, is_stationary_onezero=False, is_moving_onez
                        engine="Tensor")
 
 
-def _matmul_product(stationary, moving, perf_mode=None):
+def _matmul_product(stationary, moving, perf_mode=None, moving_fmax=None):
     """The checked operands' product ``stationary.T @ moving`` in fp32 (an array; the standalone
-    ``nc_matmul`` writes it into its ``dst``)."""
+    ``nc_matmul`` writes it into its ``dst``). ``moving_fmax``: the largest moving free size, when the
+    caller's target allows more than ``gemm_moving_fmax`` (the standalone ``nc_matmul`` from
+    NeuronCore-v4: the whole PSUM, 4096 fp32 or 8192 bf16 results)."""
     # The first generation's compiler places tiles: a PSUM result fed to nc_matmul (the official
     # flash-attention backward transposes dy on the Tensor engine and multiplies it) is copied to
     # SBUF for it, so PSUM operands are accepted here; the standalone API (dst=) has no such copies.
@@ -117,9 +119,10 @@ def _matmul_product(stationary, moving, perf_mode=None):
     if mm > tile_size.gemm_stationary_fmax:
         raise _NKIError("matmul operands", f"stationary free size {mm} (shape {s.shape}) > "
                        f"{tile_size.gemm_stationary_fmax} (gemm_stationary_fmax)")
-    if n > tile_size.gemm_moving_fmax:
-        raise _NKIError("matmul operands", f"moving free size {n} (shape {m.shape}) > "
-                       f"{tile_size.gemm_moving_fmax} (gemm_moving_fmax)")
+    if n > (moving_fmax or tile_size.gemm_moving_fmax):
+        limit = (f"{moving_fmax} (8 PSUM banks of the result's dtype)" if moving_fmax else
+                 f"{tile_size.gemm_moving_fmax} (gemm_moving_fmax)")
+        raise _NKIError("matmul operands", f"moving free size {n} (shape {m.shape}) > {limit}")
     a = _dt.compute_view(s.data).astype(_np.float32, copy=False)
     b = _dt.compute_view(m.data).astype(_np.float32, copy=False)
     if pair:  # contract the pair with the partitions: out[i, j] = sum_{k, l} a[k, l, i] * b[k, l, j]

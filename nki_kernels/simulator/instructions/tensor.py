@@ -11,7 +11,7 @@ from __future__ import annotations
 from .. import dtypes as dt
 from .. import recording as _prof
 from ..access_pattern import layout_of
-from ..core import PSUM_BANK_BYTES, Tile, psum, sbuf
+from ..core import PSUM_BANK_BYTES, PSUM_BYTES_PER_PARTITION, Tile, psum, sbuf
 from ..errors import NKIError, NotBatchable
 from ..timing import costs as _costs  # (each instruction's cost, declared with it)
 from .registry import Gen1
@@ -53,6 +53,16 @@ def one_bank(d, op):
                        f"{PSUM_BANK_BYTES} B bank (nl.tile_size.psum_fmax fp32 elements)")
 
 
+def moving_fmax(d):
+    """The largest moving free size of a matmul into ``d``, or ``None`` for ``gemm_moving_fmax`` (512, one
+    PSUM bank of fp32) before NeuronCore-v4. From v4 the result may fill the whole PSUM, 8 banks of
+    2 KiB: 4096 elements of a float32 ``dst``, 8192 of a bfloat16 one (nc_matmul page, Neuron 2.32;
+    the 8192 bf16 limit is NKI 0.5.0's release note)."""
+    if get_nc_version() < nc_version.gen4:
+        return None
+    return PSUM_BYTES_PER_PARTITION // (2 if d.dtype == dt.bfloat16 else 4)
+
+
 def _row_pairs(perf_mode, stationary, moving) -> bool:
     """``perf_mode=double_row`` with both operands ``[K, 2, free]`` (a pair of rows per partition)."""
     if perf_mode is _PERF_NONE:  # (the default, without the enum's value property)
@@ -76,7 +86,8 @@ def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_on
     """``dst = stationary.T @ moving`` (or ``+=``) on the Tensor engine; ``dst`` must be a PSUM tile.
 
     stationary [K, M] and moving [K, N] are SBUF tiles with K <= 128, M <= 128,
-    N <= 512; ``dst`` is [M, N], fp32 (bf16 from NeuronCore-v4). ``accumulate``:
+    N <= 512 inside one PSUM bank (from NeuronCore-v4: N <= 4096 for a float32 ``dst``, 8192 for a
+    bfloat16 one, across the 8 banks); ``dst`` is [M, N], fp32 (bf16 from NeuronCore-v4). ``accumulate``:
     ``False`` overwrites, ``True`` adds to what ``dst`` holds (which must have
     been written before), ``None`` (default) overwrites the elements never
     written and accumulates onto the others, as the compiler infers "first write
@@ -111,13 +122,16 @@ def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_on
     if not pairs:
         stationary, moving = _unit_free_axes_dropped(stationary), _unit_free_axes_dropped(moving)
     gen1._perf_mode_rule(perf_mode, stationary, moving)
-    one_bank(d, "nc_matmul")
+    fmax = moving_fmax(d)
+    if fmax is None:
+        one_bank(d, "nc_matmul")  # (from NeuronCore-v4 a result may span the 8 banks: moving_fmax)
     if pairs:
         # FP8 double-row mode packs two rows per PE: operands [K, 2, M] / [K, 2, N] contract over K and
         # the pair (nki-library output_projection_tkg: heads 2p and 2p+1 in one matmul)
-        prod = sum(gen1._matmul_product(stationary.select(1, j), moving.select(1, j)) for j in range(2))
+        prod = sum(gen1._matmul_product(stationary.select(1, j), moving.select(1, j), moving_fmax=fmax)
+                   for j in range(2))
     else:
-        prod = gen1._matmul_product(stationary, moving)
+        prod = gen1._matmul_product(stationary, moving, moving_fmax=fmax)
     _prof.instruction("Tensor", prod)
     vals = fit_dst(d, prod, "nc_matmul", lazy_text(("product stationary.T @ moving ({}x{})", prod.shape[-2],
                                                      prod.shape[-1])))
