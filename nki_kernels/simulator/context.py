@@ -16,13 +16,14 @@ import threading
 class InstructionState:
     """The running instruction of a thread: its nesting ``depth`` (an instruction calling another
     counts once), its ``op`` name and the kernel line ``where`` it was called from, found once per
-    instruction (its accesses are logged under that line)."""
+    instruction (its accesses are logged under that line), and the ``prog`` it runs in (which stays
+    known while its body computes with no program current)."""
 
-    __slots__ = ("depth", "where", "op", "loops", "recorder")
+    __slots__ = ("depth", "where", "op", "prog", "loops", "recorder")
 
     def __init__(self):
         self.depth = 0
-        self.where = self.op = None
+        self.where = self.op = self.prog = None
         self.loops = None  # the thread's LoopStack (set with it: one thread-local lookup reaches both)
         self.recorder = None  # the thread's profile recorder (RunContext.recorder keeps it here)
 

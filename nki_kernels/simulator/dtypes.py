@@ -11,6 +11,7 @@ import functools
 import ml_dtypes
 import numpy as np
 
+from .context import _tls
 from .errors import NKIError
 
 float32 = np.dtype(np.float32)
@@ -227,13 +228,20 @@ def cast(values, dtype: np.dtype) -> np.ndarray:
                        "values per element and are written by quantize_mx / read by nc_matmul_mx (or viewed "
                        "with .view(dtype)), not converted element-wise")
     if np.issubdtype(dtype, np.integer) and not np.issubdtype(values.dtype, np.integer):
-        # float -> int truncates toward zero, saturated. No page states the mode; the official CPU
-        # simulator converts with NumPy (truncation), and the official nki-samples
-        # resize_nearest_fixed_dma_kernel needs it: nl.floor(iota / out_w, dtype=int32) is its row
-        # index, and the int32 quotient (the promoted type of an int32 tile and a weak int, computed
-        # in fp32) rounded to nearest instead reads past its image (row 30 of 30 at 59x38).
         info = np.iinfo(dtype)
-        values = np.clip(np.trunc(values), info.min, info.max)
+        prog = _tls.program or _tls.site.prog  # (an instruction's body computes with no program current)
+        if prog is not None and prog.current_api:
+            # The current API: "fp32-to-integer casts match hardware (round to nearest, ties to even;
+            # saturate to the destination range) instead of numpy's default behavior" (NKI 0.6.0 release
+            # notes, Neuron 2.32, nki.simulate correctness fixes).
+            values = np.clip(np.rint(values), info.min, info.max)
+        else:
+            # The first generation truncates toward zero, saturated: its official CPU simulator converts
+            # with NumPy (truncation), and the official nki-samples resize_nearest_fixed_dma_kernel needs
+            # it: nl.floor(iota / out_w, dtype=int32) is its row index, and the int32 quotient (the
+            # promoted type of an int32 tile and a weak int, computed in fp32) rounded to nearest instead
+            # reads past its image (row 30 of 30 at 59x38).
+            values = np.clip(np.trunc(values), info.min, info.max)
     elif dtype in _LOW_FLOATS and not _rows_contiguous(values):
         values = np.ascontiguousarray(values)
     return values.astype(dtype)

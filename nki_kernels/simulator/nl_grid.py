@@ -6,6 +6,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from . import diagnostics as _diag
@@ -194,7 +196,10 @@ def ds(start, size):
 
 def dynamic_range(start, stop=None, step=1):
     """A loop whose bounds may be registers (``nl.dynamic_range``), read at run time; ``step`` "must be
-    a compile-time positive integer (not VirtualRegister)"."""
+    a compile-time positive integer (not VirtualRegister)". Deprecated: "NKI emits a deprecation warning
+    when it encounters ``for i in nl.dynamic_range(...)``" (NKI 0.6.0 release notes; use nl.fori_loop)."""
+    warnings.warn("for i in nl.dynamic_range(...) loops are deprecated and will be removed in a future NKI "
+                  "release; use nl.fori_loop", DeprecationWarning, stacklevel=2)
     if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step <= 0:
         raise NKIError("dynamic_range step", "nl.dynamic_range: step must be a compile-time positive integer "
                        f"(not a VirtualRegister), got {step!r}")

@@ -31,6 +31,7 @@ class Program:
     bshape = ()
     box = None  # the grid box a batch of programs stands for (vectorize.BatchProgram)
     schedule = None  # (set per program: see __init__)
+    current_api = False  # a kernel of the current (standalone) nki API, not neuronxcc.nki's
     sbuf_placed_low = None  # lowest byte of an SBUF tensor this program placed (a placement error's hint)
 
     def __init__(self, launch, pid: tuple):
@@ -43,7 +44,8 @@ class Program:
         self.mem = _memory.ProgramMemory(self)
         # a current-API kernel's scheduling state (nisa.NkiInstruction handles, no_reorder, with_schedule)
         kernel = getattr(launch, "kernel", None)
-        self.schedule = ProgramSchedule() if getattr(kernel, "options", {}).get("lnc_brackets") else None
+        self.current_api = bool(getattr(kernel, "options", {}).get("lnc_brackets"))
+        self.schedule = ProgramSchedule() if self.current_api else None
 
     def finish(self, rerun=None) -> None:
         """The program ended: live ranges, peaks and the capacity / placement checks

@@ -54,6 +54,7 @@ def instruction(fn=None, *, engine=None, cost=None, batched=False, sync=False, g
         ordinal = sched.issue(kwargs.get("name")) if sched is not None else None
         if not depth:
             iw.op = name  # (Tensor Indirection views group their offsets by the engine)
+            iw.prog = prog  # (its body may compute with no program current: dtypes.cast reads it)
             if iw.loops:  # its accesses are logged under its kernel line: found from the caller's frame
                 f = _getframe(1)
                 code = f.f_code
@@ -69,7 +70,7 @@ def instruction(fn=None, *, engine=None, cost=None, batched=False, sync=False, g
         finally:
             iw.depth = depth
             if not depth:
-                iw.where = iw.op = None
+                iw.where = iw.op = iw.prog = None
             if rec is not None:
                 rec.end()
         # "Returned by nki.isa operations during tracing" (nisa.NkiInstruction): a dst= instruction's handle

@@ -16,6 +16,8 @@ instructions with ``reduce`` really accumulates across instructions.
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from .. import core
@@ -47,6 +49,10 @@ class VirtualRegister:
     __index__ = __int__
 
     def __bool__(self):
+        # a register as a Python condition is the dynamic ``while reg:`` loop: "NKI emits a deprecation
+        # warning when it encounters ... ``while reg:`` loops" (NKI 0.6.0 release notes)
+        warnings.warn("while reg: loops are deprecated and will be removed in a future NKI release; use "
+                      "nl.while_loop", DeprecationWarning, stacklevel=2)
         return self._get() != 0
 
     def __repr__(self):
