@@ -346,3 +346,17 @@ def test_memory_region_and_dtype_names():
     assert nl.is_on_chip(buffer=nl.psum) and not nl.is_on_chip(buffer=nl.hbm) and not nl.is_sbuf(nl.psum)
     with pytest.raises(TypeError, match="nl.is_sbuf: buffer must be"):
         nl.is_sbuf(3)
+
+
+def test_jit_takes_its_function_as_fn():
+    """``nki.jit(fn=None, **kwargs)`` (the nki page): the function may be passed by keyword."""
+    def copy(t):
+        x = nl.ndarray(t.shape, t.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=x, src=t)
+        out = nl.ndarray(t.shape, t.dtype, buffer=nl.hbm)
+        nisa.dma_copy(dst=out, src=x)
+        return out
+
+    x = _inputs(1, (4, 8))[0]
+    np.testing.assert_array_equal(nki.jit(fn=copy)(x), x)
+    np.testing.assert_array_equal(nki.jit()(copy)(x), x)

@@ -26,10 +26,11 @@ from .simulate import simulate
 __nki_ops_simulator__ = True
 
 
-def jit(func=None, **options):
-    """Decorate a kernel of the standalone API (``@nki.jit`` / ``@nki.jit(mode=...)``): here
-    ``kernel[n]`` names the number of logical cores (``kernel[2]`` is LNC=2), not an SPMD grid."""
-    return _launch.jit(func, lnc_brackets=True, **options)
+def jit(fn=None, **options):
+    """Decorate a kernel of the standalone API (``@nki.jit`` / ``@nki.jit(mode=...)``, the page's
+    ``jit(fn=None, **kwargs)``): here ``kernel[n]`` names the number of logical cores (``kernel[2]``
+    is LNC=2), not an SPMD grid."""
+    return _launch.jit(fn, lnc_brackets=True, **options)
 
 # nki.isa.constants and nki.language.dtypes are modules of the official layout; the objects
 # are shared with nki.isa / nki.language.
