@@ -247,7 +247,7 @@ def matmul_kernel(a, b, out_dtype=nl.float32, perf_mode=nisa.matmul_perf_mode.no
 
 def test_bf16_matmul_result_needs_neuroncore_v4():
     a = np.ones((32, 16), np.float32)
-    with pytest.raises(NKIError, match="NeuronCore-v4"):
+    with target.use("gen3"), pytest.raises(NKIError, match="NeuronCore-v4"):
         nki.simulate(matmul_kernel)(a, a, out_dtype=nl.bfloat16, cast=nl.bfloat16)
     with target.use("gen4"):
         got = nki.simulate(matmul_kernel)(a, a, out_dtype=nl.bfloat16, cast=nl.bfloat16)

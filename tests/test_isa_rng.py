@@ -84,7 +84,7 @@ def test_rand_state_round_trip_and_rules():
 
 def test_rand2_needs_neuroncore_v4():
     x = np.ones((16, 32), np.float32)
-    with pytest.raises(NKIError, match="NeuronCore-v4"):
+    with target.use("gen3"), pytest.raises(NKIError, match="NeuronCore-v4"):
         nki.simulate(draws)(np.array([[1]], np.uint32), x, 0.5)
 
 

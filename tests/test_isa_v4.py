@@ -46,7 +46,7 @@ def test_activate2_pairs_and_reduction():
 def test_activate2_rules():
     x = np.ones((4, 8), np.float32)
     col = np.ones((4, 1), np.float32)
-    with pytest.raises(NKIError, match="NeuronCore-v4"):
+    with target.use("gen3"), pytest.raises(NKIError, match="NeuronCore-v4"):
         nki.simulate(activate2_kernel)(x, col, nl.multiply, nl.add)
     with target.use("gen4"), pytest.raises(NKIError, match="supported pairs"):
         nki.simulate(activate2_kernel)(x, col, nl.add, nl.multiply)

@@ -12,7 +12,7 @@ Two sets of names for the same sizes: the data model's (``PMAX``, ``*_PER_PARTIT
 from __future__ import annotations
 
 from .errors import NKIError
-from .instructions.target import get_nc_version
+from .instructions.target import get_nc_version, version_for
 
 
 class Buffer:
@@ -78,8 +78,9 @@ PSUM_BYTES_PER_PARTITION = 16 * 1024  # 8 banks x 2 KiB
 PSUM_BANK_BYTES = 2 * 1024
 
 
-def sbuf_bytes() -> int:
-    """SBUF bytes per partition of the simulated NeuronCore version."""
+def sbuf_bytes(prog=None) -> int:
+    """SBUF bytes per partition of the simulated NeuronCore version (of program ``prog``'s target when
+    given: the running one's otherwise)."""
 
-    v = get_nc_version()
+    v = get_nc_version() if prog is None else version_for(prog)
     return _SBUF_BY_VERSION.get(int(getattr(v, "value", v)), SBUF_BYTES)

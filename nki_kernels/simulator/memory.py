@@ -125,10 +125,13 @@ class ProgramMemory:
 
     __slots__ = ("prog", "ic", "fresh", "recs", "ws_c", "rsum", "rmax", "wsum", "ws_recs", "ws_bad",
                  "storage", "placed", "flags", "curve", "peak", "peak_at", "last_result", "last_alloc",
-                 "loops", "entries", "traced", "traces_loops", "lines")
+                 "loops", "entries", "traced", "traces_loops", "lines", "cap")
 
     def __init__(self, prog):
         self.prog = prog
+        # bytes per partition of SBUF and PSUM on the program's target (SBUF: 192 / 224 / 256 KiB on
+        # NeuronCore-v2 / v3 / v4, the architecture guides)
+        self.cap = (sbuf_bytes(prog), PSUM_BYTES)
         self.ic = 0  # instruction slot counter
         self.fresh = False  # the last event was an engine instruction: its result tile comes next
         self.recs = []
@@ -165,11 +168,12 @@ class ProgramMemory:
         w0, w1 = wsum
         # (a slot needs at most rsum + |wsum| bytes: most slots fit without a closer look; |w| without
         # the builtin call, as this runs twice per dst= instruction)
-        if self.ws_bad is None and (rsum[0] + (w0 if w0 >= 0 else -w0) > CAPACITY[0]
-                                    or rsum[1] + (w1 if w1 >= 0 else -w1) > CAPACITY[1]):
+        cap = self.cap
+        if self.ws_bad is None and (rsum[0] + (w0 if w0 >= 0 else -w0) > cap[0]
+                                    or rsum[1] + (w1 if w1 >= 0 else -w1) > cap[1]):
             for b in (SBUF, PSUM):
                 need = rsum[b] + max(0, wsum[b] - self.rmax[b])
-                if need > CAPACITY[b] and self.ws_bad is None and len(self.ws_recs) <= MAX_INSTRUCTION_TILES:
+                if need > cap[b] and self.ws_bad is None and len(self.ws_recs) <= MAX_INSTRUCTION_TILES:
                     self.ws_bad = (self.ws_c, need, b, [r for r in self.ws_recs if r.buf == b])
         rsum[0] = rsum[1] = wsum[0] = wsum[1] = 0  # (in place: no one keeps these lists, unlike ws_recs)
         rmax = self.rmax
@@ -250,12 +254,13 @@ def on_alloc(tile, prog, shape, dtype):
     if m.lines:
         rec.alloc_at = _diag.where()
     per_block = nbytes // math.prod(shape[:pdim]) if pdim else nbytes
-    if per_block > CAPACITY[buf] and _config.enabled("capacity"):
+    cap = m.cap[buf]
+    if per_block > cap and _config.enabled("capacity"):
         what = "a block of " if pdim else ""
         _config.report("capacity", NKIError(
             f"{NAMES[buf]} capacity",
             f"{what}a {NAMES[buf]} tile of shape {shape} {dtype} needs {per_block} B per partition, "
-            f"more than the {CAPACITY[buf]} B ({CAPACITY[buf] // 1024} KiB) a partition has; no allocation "
+            f"more than the {cap} B ({cap // 1024} KiB) a partition has; no allocation "
             "can hold it (split it into smaller tiles)"))
     if pdim:
         rec.blocks = {}  # a block-dimension tensor: its blocks are live only when used

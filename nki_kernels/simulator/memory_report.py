@@ -19,7 +19,7 @@ import numpy as np
 
 from . import config as _config
 from . import diagnostics as _diag
-from .buffers import CAPACITY, NAMES, PSUM, SBUF
+from .buffers import NAMES, PSUM, SBUF
 from .context import _tls, current_or_none, set_current
 from .errors import NKIError
 
@@ -98,8 +98,8 @@ def _ws_error(m, live):
     return NKIError(
         f"{NAMES[buf]} capacity",
         f"instruction #{c} of program {m.prog.pid} needs {need} B per partition of {NAMES[buf]} at once "
-        f"(its operands and result), over the {CAPACITY[buf]} B a partition has "
-        f"({'8 banks x 2 KiB' if buf == PSUM else '192 KiB'}); no allocation or spill can make it fit. "
+        f"(its operands and result), over the {m.cap[buf]} B a partition has "
+        f"({'8 banks x 2 KiB' if buf == PSUM else f'{m.cap[buf] // 1024} KiB'}); no allocation or spill can make it fit. "
         f"Tiles of the instruction:\n{_tile_lines(recs)}\n"
         f"{sum(r.nbytes for r in live_here)} B/partition live there (peak {peak} at instruction "
         f"#{m.peak_at[buf]}):\n{_tile_lines(live_here)}",

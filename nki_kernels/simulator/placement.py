@@ -27,7 +27,7 @@ import numpy as np
 from . import buffer_pool as _pool
 from . import config as _config
 from . import diagnostics as _diag
-from .buffers import CAPACITY, PMAX, PSUM, PSUM_BANK, PSUM_BANKS, SBUF_RESERVED, buffer_index, sbuf_bytes
+from .buffers import PMAX, PSUM, PSUM_BANK, PSUM_BANKS, SBUF_RESERVED, buffer_index, sbuf_bytes
 from .context import current_or_none
 from .errors import NKIError
 
@@ -94,7 +94,7 @@ def resolve_buffer(buffer, address=None):
 def _storage(m, buf):
     s = m.storage[buf]
     if s is None:
-        n = sbuf_bytes() if buf == 0 else CAPACITY[buf]
+        n = m.cap[buf]
         # 0xFF bytes are NaN in every float format (and -1 in ints): never-written placed memory poisons.
         # (24 MiB of SBUF per core and launch: a pooled buffer, already mapped, fills 10x faster.)
         s = _pool.empty((PMAX, n), np.uint8)

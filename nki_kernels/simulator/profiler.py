@@ -19,9 +19,12 @@ This module is the profiler's face; the work is in the modules below it:
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 
 from . import recording as _prof_hooks
+from .instructions import target as _target
 from .launch import Kernel, Launch, _bind, _unwrap, normalize_grid, run_programs
 
 # Re-exported: callers import these from here (tests, nki/, the package's __init__), as before the
@@ -76,7 +79,7 @@ def profile(kernel, *arrays, grid=None, version=None, sbuf_spare=SBUF_SPARE, **s
 
     ``report.outputs`` holds the kernel's results. ``version`` (2/3/4, ``"trn2"`` ...) picks the
     NeuronCore of the timing model; by default the simulated target's
-    (:func:`.instructions.target.get_nc_version`). ``sbuf_spare``: free SBUF regions of a size the
+    (:func:`.instructions.target.get_nc_version`: the kernel's API default when none is selected). ``sbuf_spare``: free SBUF regions of a size the
     allocator stand-in keeps before reusing one (1: double buffering).
     """
     if isinstance(kernel, Launch):
@@ -86,15 +89,19 @@ def profile(kernel, *arrays, grid=None, version=None, sbuf_spare=SBUF_SPARE, **s
         kernel = Kernel(getattr(kernel, "func", kernel))
     grid = normalize_grid(grid)
     report = Report(getattr(kernel.func, "__qualname__", str(kernel)), grid)
-    rec = Recorder(report, version, sbuf_spare)
-    args, kw = _bind(kernel, arrays, static)
-    prev = _prof_hooks.recorder()
-    _prof_hooks.set_recorder(rec)
-    try:
-        result, state = run_programs(kernel, grid, args, kw)
-    finally:
-        _prof_hooks.set_recorder(prev)
-    rec.finish()
+    # (the target a plain call of this kernel simulates: its API's default unless one is selected)
+    current = bool(kernel.options.get("lnc_brackets"))
+    with (_target.use(_target.default_version(current_api=current)) if _target.selected_version() is None
+          else contextlib.nullcontext()):
+        rec = Recorder(report, version, sbuf_spare)
+        args, kw = _bind(kernel, arrays, static)
+        prev = _prof_hooks.recorder()
+        _prof_hooks.set_recorder(rec)
+        try:
+            result, state = run_programs(kernel, grid, args, kw)
+        finally:
+            _prof_hooks.set_recorder(prev)
+        rec.finish()
     report.programs = state.programs
     report.outputs = _unwrap(result, kernel)
     report.min_bytes = sum(_nbytes(a) for a in arrays) + _nbytes(report.outputs)

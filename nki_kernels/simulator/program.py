@@ -41,10 +41,10 @@ class Program:
         self.sbuf_peak = 0  # live bytes per partition at the peak (set when the program ends)
         self.psum_peak = 0
         self.pending = None  # weakref to the tile whose op is deferred
+        kernel = getattr(launch, "kernel", None)
+        self.current_api = bool(getattr(kernel, "options", {}).get("lnc_brackets"))  # (the memory model reads it)
         self.mem = _memory.ProgramMemory(self)
         # a current-API kernel's scheduling state (nisa.NkiInstruction handles, no_reorder, with_schedule)
-        kernel = getattr(launch, "kernel", None)
-        self.current_api = bool(getattr(kernel, "options", {}).get("lnc_brackets"))
         self.schedule = ProgramSchedule() if self.current_api else None
 
     def finish(self, rerun=None) -> None:

@@ -1,11 +1,13 @@
 """The simulated target (``nki.isa.nc_version`` / ``get_nc_version``) and the ISA config enums.
 
-The target defaults to NeuronCore-v3 (Trn2). Select another with the
-environment variable ``NKI_SIM_NC_VERSION`` (``gen2`` / ``gen3`` / ``gen4``), or the
-official ``NEURON_PLATFORM_TARGET_OVERRIDE`` (``trn1`` / ``trn2`` / ``trn3``) when that is unset,
-or, in code, ``with target.use(nc_version.gen4): ...``; rules that depend on
-the version (matmul dtypes, NeuronCore-v4-only instructions) read
-:func:`get_nc_version` when an instruction runs.
+The target defaults to NeuronCore-v4 (Trn3) for a kernel of the current ``nki`` API, as the official
+simulator does ("*(unset)*: Auto-detect (uses the Neuron chip detected on the running machine,
+otherwise defaults to ``trn3``)", NKI CPU Simulator page; no Neuron chip is found here), and to
+NeuronCore-v3 (Trn2) for the first generation's kernels and outside a kernel. Select another with
+the environment variable ``NKI_SIM_NC_VERSION`` (``gen2`` / ``gen3`` / ``gen4``), or the official
+``NEURON_PLATFORM_TARGET_OVERRIDE`` (``trn1`` / ``trn2`` / ``trn3``) when that is unset, or, in
+code, ``with target.use(nc_version.gen4): ...``; rules that depend on the version (matmul dtypes,
+NeuronCore-v4-only instructions) read :func:`get_nc_version` when an instruction runs.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import functools
 import os
 import threading
 
+from ..context import _tls
 from ..errors import NKIError
 
 
@@ -44,10 +47,12 @@ _local = threading.local()
 
 def _from_env():
     # NKI_SIM_NC_VERSION, else the official simulator's NEURON_PLATFORM_TARGET_OVERRIDE (the target
-    # `NKI_SIMULATOR=1 python script.py` runs unmodified scripts' kernels for), else Trn2
+    # `NKI_SIMULATOR=1 python script.py` runs unmodified scripts' kernels for), else None
     var = next((v for v in ("NKI_SIM_NC_VERSION", "NEURON_PLATFORM_TARGET_OVERRIDE") if os.environ.get(v, "").strip()),
                None)
-    name = os.environ[var].strip().lower() if var else "gen3"
+    if var is None:
+        return None
+    name = os.environ[var].strip().lower()
     aliases = {"trn1": "gen2", "inf2": "gen2", "trn2": "gen3", "trn3": "gen4", "v2": "gen2", "v3": "gen3",
                "v4": "gen4"}
     name = aliases.get(name, name)
@@ -57,7 +62,34 @@ def _from_env():
 
 
 def get_nc_version():
-    """The ``nc_version`` of the current target context (default ``gen3``, Trn2)."""
+    """The ``nc_version`` of the current target context: a :func:`use` block, else the environment
+    (see the module docstring), else the running kernel's default: ``gen4`` (Trn3) for the current
+    ``nki`` API, ``gen3`` (Trn2) for the first generation and outside a kernel."""
+    v = getattr(_local, "version", None)
+    if v is not None:
+        return v
+    v = _from_env()
+    if v is not None:
+        return v
+    return default_version(_tls.program or _tls.site.prog)
+
+
+def default_version(prog=None, current_api=None):
+    """The target when nothing selects one: ``gen4`` for a program (or, ``current_api=True``, a kernel)
+    of the current ``nki`` API, as the official simulator defaults to trn3; ``gen3`` otherwise."""
+    if current_api is None:
+        current_api = prog is not None and prog.current_api
+    return nc_version.gen4 if current_api else nc_version.gen3
+
+
+def version_for(prog):
+    """The target program ``prog`` runs on: a :func:`use` block or the environment, else its API's default."""
+    v = selected_version()
+    return v if v is not None else default_version(prog)
+
+
+def selected_version():
+    """The target a :func:`use` block or the environment selects, or ``None`` (the kernel's default)."""
     v = getattr(_local, "version", None)
     return v if v is not None else _from_env()
 
