@@ -360,3 +360,14 @@ def test_jit_takes_its_function_as_fn():
     x = _inputs(1, (4, 8))[0]
     np.testing.assert_array_equal(nki.jit(fn=copy)(x), x)
     np.testing.assert_array_equal(nki.jit()(copy)(x), x)
+
+
+def test_nki_tensor_moved_to_nki_meta_tensor():
+    """"``nki.tensor`` has moved to ``nki.meta.tensor``" (NKI 0.2.0 release notes): both imports work."""
+    import importlib
+
+    moved = importlib.import_module("nki.meta.tensor")
+    from nki.meta import tensor
+
+    assert moved is tensor is nki.tensor
+    assert issubclass(nl.NkiTensor, tensor.NkiTensor) or tensor.NkiTensor is nl.NkiTensor

@@ -102,7 +102,8 @@ def install() -> bool:
 
 def standalone_layout(prefix: str, root) -> dict:
     """``sys.modules`` entries of the standalone package under ``prefix``: the package, its
-    ``language`` (``.language.dtypes``), ``isa`` (``.isa.constants``), ``dtype``, ``tensor``,
+    ``language`` (``.language.dtypes``), ``isa`` (``.isa.constants``), ``dtype``, ``tensor`` (also
+    ``meta.tensor``),
     ``typing``, ``simulator`` (``simulate_kernel``, as vllm-neuron's CPU mode imports it) and,
     where the simulator has them, ``collectives`` and ``compiler``."""
 
@@ -110,7 +111,8 @@ def standalone_layout(prefix: str, root) -> dict:
     mods = {prefix: root, f"{prefix}.language": standalone.language,
             f"{prefix}.language.dtypes": standalone.dtype, f"{prefix}.isa": standalone.isa,
             f"{prefix}.isa.constants": standalone.isa.constants, f"{prefix}.dtype": standalone.dtype,
-            f"{prefix}.tensor": standalone.tensor, f"{prefix}.typing": standalone.typing,
+            f"{prefix}.tensor": standalone.tensor, f"{prefix}.meta": standalone.meta,
+            f"{prefix}.meta.tensor": standalone.tensor, f"{prefix}.typing": standalone.typing,
             f"{prefix}.simulator": simulator}
     for name in ("collectives", "compiler"):
         if hasattr(standalone, name):

@@ -1,6 +1,6 @@
 """The simulator's standalone ``nki`` package (``import nki``), listing the current API only:
 ``jit``, ``simulate`` and the submodules ``language``, ``isa`` (with ``isa.constants``),
-``dtype``, ``tensor``, ``typing`` (and ``collectives`` / ``compiler`` where the simulator has them).
+``dtype``, ``tensor`` (also ``meta.tensor``), ``typing`` (and ``collectives`` / ``compiler`` where the simulator has them).
 
 Kernels of this API generation declare their tensors (``nl.ndarray(shape, dtype,
 buffer=nl.sbuf)``), address them through views and access patterns
@@ -20,7 +20,7 @@ import importlib as _importlib
 from .. import launch as _launch
 from ..nki import typing
 from . import constants as _constants
-from . import dtype, isa, language, tensor
+from . import dtype, isa, language, meta, tensor
 from .simulate import simulate
 
 __nki_ops_simulator__ = True
@@ -40,7 +40,7 @@ language.dtypes = dtype
 language = _importlib.import_module("..install", __package__).namespace(language, "nki.language", ("dtypes",))
 del constants  # noqa: F821 - bound by the submodule import; the public name is nki.isa.constants
 
-__all__ = ["dtype", "isa", "jit", "language", "simulate", "tensor", "typing"]
+__all__ = ["dtype", "isa", "jit", "language", "meta", "simulate", "tensor", "typing"]
 
 # Modules other parts of the simulator provide as they land (nki.collectives, nki.compiler).
 for _name, _module in (("collectives", "..collectives"), ("compiler", "..compiler")):
