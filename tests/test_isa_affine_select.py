@@ -32,7 +32,8 @@ def causal_kernel(x, pattern, offset, channel_multiplier, positional=False):
     nisa.dma_copy(dst=t, src=x)
     r = nl.ndarray(x.shape, dtype=nl.float32, buffer=nl.sbuf)
     if positional:
-        nisa.affine_select(r, pattern, offset, channel_multiplier, t, -9.0, nl.greater_equal)
+        # the Neuron 2.32 page's positional order (NKI 0.3.0 moved offset to a keyword after cmp_op)
+        nisa.affine_select(r, pattern, channel_multiplier, t, -9.0, nl.greater_equal, offset)
     else:
         nisa.affine_select(dst=r, pattern=pattern, offset=offset, channel_multiplier=channel_multiplier,
                            cmp_op=nl.greater_equal, on_true_tile=t, on_false_value=-9.0)
@@ -43,7 +44,7 @@ def causal_kernel(x, pattern, offset, channel_multiplier, positional=False):
 
 def test_signature_follows_the_page():
     assert list(inspect.signature(nisa.affine_select).parameters) == [
-        "dst", "pattern", "offset", "channel_multiplier", "on_true_tile", "on_false_value", "cmp_op", "name"]
+        "dst", "pattern", "channel_multiplier", "on_true_tile", "on_false_value", "cmp_op", "offset", "name"]
 
 
 def test_causal_mask_with_offset_keyword_and_positional():

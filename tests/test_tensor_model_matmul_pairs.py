@@ -35,9 +35,17 @@ def test_double_row_pairs_of_views_of_a_wider_tile():
     np.testing.assert_allclose(dst.data, want, rtol=1e-5, atol=1e-4)
 
 
-def test_three_d_operands_without_double_row_are_rejected():
+def test_three_d_operands_without_double_row_are_their_flattened_matrices():
+    # NKI 0.4.0: "nc_matmul with 3D+ operand shapes now copies all elements" -- without double_row a
+    # [K, 2, 4] operand is the [K, 8] matrix of its free axes; a dst of another size is refused
+    rng = np.random.default_rng(38)
+    a = rng.uniform(-2, 2, (8, 2, 4)).astype(nl.float8_e4m3)
+    dst = Tile(np.zeros((8, 8), np.float32), psum)
+    nisa.nc_matmul(dst, Tile(a, sbuf), Tile(a, sbuf))
+    f = a.reshape(8, 8).astype(np.float64)
+    np.testing.assert_allclose(dst.data, f.T @ f, rtol=1e-5, atol=1e-4)
     st = Tile(np.zeros((8, 2, 4), nl.float8_e4m3), sbuf)
-    with pytest.raises(NKIError, match="2-D"):
+    with pytest.raises(NKIError, match="dst"):
         nisa.nc_matmul(Tile(np.zeros((4, 4), np.float32), psum), st, st)
     with pytest.raises(NKIError, match="FP8"):  # double row is the FP8 mode
         b = Tile(np.zeros((8, 2, 4), nl.bfloat16), sbuf)
@@ -57,7 +65,12 @@ def test_size_one_free_axes_are_the_plain_matrix(st_shape, mv_shape):
     np.testing.assert_allclose(dst.data, s2.astype(np.float64).T @ m2.astype(np.float64), rtol=1e-5, atol=1e-4)
 
 
-def test_a_free_axis_of_two_without_double_row_is_still_rejected_next_to_a_size_one_axis():
-    st = Tile(np.zeros((8, 1, 2, 4), nl.bfloat16), sbuf)
-    with pytest.raises(NKIError, match="2-D"):
-        nisa.nc_matmul(Tile(np.zeros((8, 4), np.float32), psum), st, Tile(np.zeros((8, 4), nl.bfloat16), sbuf))
+def test_a_free_axis_of_two_without_double_row_next_to_a_size_one_axis_flattens():
+    # [8, 1, 2, 4] without double_row: the size-1 axis dropped, then the [8, 8] matrix (NKI 0.4.0)
+    rng = np.random.default_rng(60)
+    st = rng.uniform(-1, 1, (8, 1, 2, 4)).astype(nl.bfloat16)
+    mv = rng.uniform(-1, 1, (8, 4)).astype(nl.bfloat16)
+    dst = Tile(np.zeros((8, 4), np.float32), psum)
+    nisa.nc_matmul(dst, Tile(st, sbuf), Tile(mv, sbuf))
+    np.testing.assert_allclose(dst.data, st.reshape(8, 8).astype(np.float64).T @ mv.astype(np.float64), rtol=1e-5,
+                               atol=1e-4)

@@ -144,6 +144,13 @@ def dma_copy(dst, src, priority=None, oob_mode=_oob_mode.error, dge_mode=_dge_mo
     (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/generated/nki.isa.dma_copy.html)
     """
     op = "dma_copy"
+    if getattr(dge_mode, "value", None) == "hwdge":
+        sdt, ddt = getattr(src, "dtype", None), getattr(dst, "dtype", None)
+        if sdt is not None and ddt is not None and np.dtype(sdt) != np.dtype(ddt):
+            # NKI 0.3.0: "Enforces matching source and destination element types when using
+            # dge_mode=dge_mode.hwdge. Use .view() to reinterpret types."
+            raise NKIError("dtype", f"nisa.{op}(dge_mode=hwdge): src dtype {sdt} and dst dtype {ddt} differ; a "
+                           "Hardware DGE copy moves elements of one type (use .view() to reinterpret)")
     _cores.before_load()  # (which tile takes an HBM read's values: the LNC race check asks if they are used)
     if oob_mode is not _oob_mode.error and getattr(oob_mode, "value", oob_mode) == "skip":
         if getattr(current_or_none(), "nb", 0):
@@ -192,10 +199,14 @@ def dma_copy(dst, src, priority=None, oob_mode=_oob_mode.error, dge_mode=_dge_mo
 
 
 @instruction(engine="DMA", cost=_costs.dma_transfers)
-def dma_compute(dst, srcs, reduce_op, scales=None, unique_indices=True, oob_mode=None, name=None):
+def dma_compute(dst, srcs, reduce_op, scales=None, unique_indices=True, oob_mode=_oob_mode.error, name=None):
     """``dst = reduce_op(srcs[0] * scales[0], srcs[1] * scales[1], ...)`` inside the DMA engines (fp32,
     rounded to dst's dtype). Sources and dst are in HBM or SBUF with the same element count;
-    ``reduce_op`` must be ``nl.add`` and every scale 1.0 (or ``scales=None``).
+    ``reduce_op`` must be ``nl.add`` and every scale 1.0 (or ``scales=None``): the engines have no other
+    scale (NKI 0.4.0 removed the official simulator's "fictional additive scale mode").
+    ``oob_mode`` (NKI 0.4.0): ``error`` refuses an out-of-bounds run-time offset; ``skip``, only with
+    indirect (``vector_offset``) operands, reads an out-of-bounds element as nothing added and drops
+    its write, so a gather leaves those dst partitions and a scatter those HBM rows unmodified.
     (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/generated/nki.isa.dma_compute.html)
     """
     op = "dma_compute"
@@ -208,15 +219,61 @@ def dma_compute(dst, srcs, reduce_op, scales=None, unique_indices=True, oob_mode
     if len(scales) != len(srcs) or any(float(s) != 1.0 for s in scales):
         raise NKIError("scales", f"nisa.{op}: scales {scales} must be one 1.0 per source (the only supported "
                        "scale)")
-    vals = [dt.compute_view(np.asarray(read(s, op, f"srcs[{i}]"))).astype(np.float32) for i, s in enumerate(srcs)]
+    skip = _compute_oob_mode(oob_mode, dst, srcs)
+    vals = [dt.compute_view(np.asarray(_read_skipping(s, op, f"srcs[{i}]") if skip else read(s, op, f"srcs[{i}]")))
+            .astype(np.float32) for i, s in enumerate(srcs)]
     n = {int(v.size) for v in vals}
     if len(n) != 1:
         raise NKIError("operand shapes", f"nisa.{op}: sources have different element counts "
                        f"{[tuple(v.shape) for v in vals]}")
     acc = vals[0].reshape(-1).copy()
-    for v, s in zip(vals[1:], scales[1:]):
-        acc += v.reshape(-1) * np.float32(s)
-    store(dst, acc * np.float32(scales[0]) if scales[0] != 1.0 else acc, op, "reduction")
+    for v in vals[1:]:
+        acc += v.reshape(-1)  # (every scale is 1.0: the rule above)
+    lay = dynamic_layout(dst) if skip else None
+    if lay is None:
+        store(dst, acc, op, "reduction")
+        return
+    keep, addr, flat = _in_bounds(lay, f"nisa.{op}(oob_mode=skip)")
+    if addr.size != acc.size:
+        raise NKIError("dst shape", f"nisa.{op}: dst {tuple(lay.shape)} has {addr.size} elements, the reduction "
+                       f"{acc.size}")
+    sel = np.flatnonzero(keep.reshape(-1))
+    if sel.size:
+        at = addr.reshape(-1)[sel]
+        _transfers.store(Access(flat, Index(flat.shape, at.shape, [at])), dt.through_fp32(acc[sel], lay.dtype))
+
+
+def _compute_oob_mode(oob_mode, dst, srcs):
+    """Whether ``dma_compute`` skips out-of-bounds elements: ``oob_mode`` is ``oob_mode.error`` or
+    ``oob_mode.skip``, and "validation ensures oob_mode.skip is used only with indirect indexing" (NKI
+    0.4.0 release notes): an operand with run-time (``vector_offset``) offsets."""
+    mode = getattr(oob_mode, "value", None)
+    if not isinstance(oob_mode, _oob_mode) or mode not in ("error", "skip"):
+        raise NKIError("oob_mode", f"nisa.dma_compute: oob_mode={oob_mode!r}; it must be nki.isa.oob_mode.error "
+                       "or nki.isa.oob_mode.skip")
+    if mode == "error":
+        return False
+    if all(dynamic_layout(x) is None for x in (dst, *srcs)):
+        raise NKIError("oob_mode", "nisa.dma_compute: oob_mode=skip is only for indirect gather / scatter (an "
+                       "operand with a vector_offset access pattern); no operand has run-time offsets")
+    if getattr(current_or_none(), "nb", 0):
+        raise NotBatchable("nisa.dma_compute: oob_mode=skip in a batch of programs")
+    return True
+
+
+def _read_skipping(x, op, what):
+    """The values of DMA operand ``x``, an element whose run-time offset is out of bounds read as 0 (it
+    adds nothing to the reduction: ``oob_mode.skip`` "silently skips any operations involving
+    out-of-bounds indices")."""
+    lay = dynamic_layout(x)
+    if lay is None:
+        return np.asarray(read(x, op, what))
+    keep, addr, flat = _in_bounds(lay, f"nisa.{op}(oob_mode=skip)")
+    out = np.zeros(addr.shape, lay.dtype)
+    if keep.any():
+        at = addr[keep]
+        out[keep] = Index(flat.shape, at.shape, [at]).read(flat.data, None, what=flat.name)
+    return out
 
 
 _TRANSPOSE_AXES = ((1, 0), (2, 1, 0), (3, 1, 2, 0))  # the page's "Supported axes"

@@ -218,18 +218,12 @@ def iota(dst, pattern, offset=0, channel_multiplier=0, name=None):
 
 
 @instruction(engine="GpSimd", cost=_costs.gpsimd_start)
-def affine_select(dst, pattern, offset=0, channel_multiplier=0, on_true_tile=None, on_false_value=None,
-                  cmp_op=np.equal, name=None):
+def affine_select(dst, pattern, channel_multiplier, on_true_tile, on_false_value, cmp_op=np.equal, offset=0, name=None):
     """``dst = where(cmp_op(offset + p * channel_multiplier + pattern, 0), on_true_tile, on_false_value)``
-    (GpSimd engine, SBUF only; ``cmp_op`` defaults to equality). Positional order as the reference page:
-    ``(dst, pattern, offset, channel_multiplier, on_true_tile, on_false_value, cmp_op, name)``.
-    The page gives ``offset`` and ``channel_multiplier`` no default, but nki-library's cascaded max
-    (2026-04) calls it without ``offset``: both default to 0, as ``nisa.iota``'s ``channel_multiplier``
-    does; ``on_true_tile`` and ``on_false_value`` are required."""
-
-    for arg, value in (("on_true_tile", on_true_tile), ("on_false_value", on_false_value)):
-        if value is None:
-            raise TypeError(f"nisa.affine_select() missing required argument: '{arg}'")
+    (GpSimd engine, SBUF only; ``cmp_op`` defaults to equality). NKI 0.3.0 moved ``offset`` "from 3rd
+    positional argument to keyword argument with default 0" (release notes): the positional order is
+    the Neuron 2.32 page's ``(dst, pattern, channel_multiplier, on_true_tile, on_false_value, cmp_op,
+    offset, name)``; ``offset`` may be a register (read when the instruction runs)."""
 
     d = check_dst(dst, "affine_select", _SB)
     x = tile_operand(on_true_tile, "on_true_tile", "affine_select", _SB)

@@ -90,10 +90,38 @@ def bitvec_on_integers(op, opname, *tiles):
 
 
 _REDUCERS = {np.add: np.sum, np.maximum: np.max, np.minimum: np.min, np.multiply: np.prod}
+V4_OPERATORS = ("abs_max", "abs_min")  # ALU operators of NeuronCore-v4 ("trn3 only", NKI 0.4.0 release notes)
+
+
+def v4_operator(op):
+    """The name of ``op`` when it is ``nl.abs_max`` / ``nl.abs_min`` (NeuronCore-v4 operators), else ``None``."""
+    name = getattr(op, "__name__", None)
+    return name if name in V4_OPERATORS and "nki_kernels" in (getattr(op, "__module__", "") or "") else None
+
+
+def _magnitude_reduction(larger):
+    """The reduction of ``abs_max`` (``larger``) / ``abs_min``: the signed element of largest (smallest)
+    magnitude. The pairwise operator keeps ``x`` only when ``|x|`` is strictly beyond ``|y|`` (the
+    page: "x if |x| > |y|, else y"), so a fold from the left gives a tie to the later element."""
+
+    def reduce(values, axis=-1, keepdims=False):
+        v = np.asarray(values)
+        mag = np.flip(np.abs(v), axis)
+        last = v.shape[axis] - 1 - (np.argmax(mag, axis) if larger else np.argmin(mag, axis))
+        out = np.take_along_axis(v, np.expand_dims(last, axis), axis)
+        return out if keepdims else np.squeeze(out, axis)
+
+    return reduce
+
+
+_MAGNITUDE_REDUCERS = {"abs_max": _magnitude_reduction(True), "abs_min": _magnitude_reduction(False)}
 
 
 def reducer(op):
     """``f(values, axis=..., keepdims=...)`` reducing with operator ``op`` (``nl.add``, ``np.max`` ...)."""
+    name = v4_operator(op)
+    if name is not None:  # (activate2's reduce_op takes them: "nl.abs_max, nl.abs_min")
+        return _MAGNITUDE_REDUCERS[name]
     fn = alu(op)
     if fn in _REDUCERS:
         return _REDUCERS[fn]
@@ -106,6 +134,10 @@ def reducer(op):
 
 
 def identity_of(op):
-    """The reduction identity of ``op`` (0 for add, 1 for multiply, -inf for max, +inf for min)."""
+    """The reduction identity of ``op`` (0 for add, 1 for multiply, -inf for max, +inf for min; 0 for
+    abs_max and +inf for abs_min, the magnitudes every value reaches)."""
+    name = v4_operator(op)
+    if name is not None:
+        return 0.0 if name == "abs_max" else np.inf
     fn = alu(op if op is not None else np.add)
     return {np.multiply: 1.0, np.maximum: -np.inf, np.minimum: np.inf}.get(fn, 0.0)

@@ -19,6 +19,7 @@ from .target import engine as _engine
 from .target import reduce_cmd as _reduce_cmd
 from . import registers, target
 from .operands import scratch
+from .operators import v4_operator
 
 # The six (op0, op1) pairs of the tensor-scalar stage, by NumPy function (identity = bypass).
 _IDENTITY = "bypass"
@@ -40,8 +41,8 @@ _PAIRS = {("multiply", "add"), ("multiply", "subtract"), ("multiply", _IDENTITY)
 def activate2(dst, op, data, imm0, imm1, op0, op1, relu_param=0.0, reverse0=False, reverse1=False, reduce_op=None,
               reduce_res=None, reduce_cmd=_reduce_cmd.idle, engine=_engine.scalar, name=None):
     """``dst = op((data op0 imm0) op1 imm1)`` (``imm0 op0 data`` with ``reverse0``, ``imm1 op1 x`` with
-    ``reverse1``), fp32 inside, with an optional free-axis reduction (``reduce_op``: add, max or
-    min) into the Scalar engine's registers per ``reduce_cmd``; (op0, op1) is one of the six pairs
+    ``reverse1``), fp32 inside, with an optional free-axis reduction (``reduce_op``: add, max,
+    min, abs_max or abs_min) into the Scalar engine's registers per ``reduce_cmd``; (op0, op1) is one of the six pairs
     the page lists; ``relu_param`` is the negative slope when ``op`` is ``nl.relu``. NeuronCore-v4+.
     (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/generated/nki.isa.activate2.html)
     """
@@ -78,8 +79,11 @@ def activate2(dst, op, data, imm0, imm1, op0, op1, relu_param=0.0, reverse0=Fals
     if reduce_op is not None or reduce_res is not None:
         if eng != "Scalar":
             raise NKIError("reduce_cmd", f"nisa.{name_}: the accumulation registers are on the Scalar engine only")
-        if reduce_op is not None and alu(reduce_op) not in (np.add, np.maximum, np.minimum):
-            raise NKIError("reduce_op", f"nisa.{name_}: reduce_op {reduce_op!r}: add, maximum or minimum")
+        # the page: "Supported: nl.add, nl.maximum, nl.minimum, nl.abs_max, nl.abs_min"
+        if reduce_op is not None and alu(reduce_op) not in (np.add, np.maximum, np.minimum) \
+                and v4_operator(reduce_op) is None:
+            raise NKIError("reduce_op", f"nisa.{name_}: reduce_op {reduce_op!r}: add, maximum, minimum, abs_max "
+                           "or abs_min")
     registers.accumulate(name_, "Scalar", out, parts, reduce_op, reduce_res, reduce_cmd)
 
 

@@ -8,6 +8,8 @@ rules of the current reference and PSUM accumulation. ``nc_matmul_mx`` is in
 
 from __future__ import annotations
 
+import numpy as np
+
 from .. import dtypes as dt
 from .. import recording as _prof
 from ..access_pattern import layout_of
@@ -80,6 +82,30 @@ def _unit_free_axes_dropped(t):
     return t
 
 
+def _free_axes_flattened(t):
+    """A 3-D+ operand ``t`` [K, a, b, ...] as the [K, a * b * ...] matrix of its free axes in row-major
+    order (a scratch copy, read only): the engine streams every element of an access pattern, and NKI
+    0.4.0 fixed the official simulator's 3-D+ operands ("nc_matmul with 3D+ operand shapes now copies all
+    elements", release notes); the page sizes dst by the operands' free sizes."""
+    if not isinstance(t, Tile) or len(t.shape) <= 2:
+        return t
+    data = t.data
+    with scratch():
+        return Tile(np.reshape(data, data.shape[:t.nb] + (t.shape[0], -1)), t.buffer)
+
+
+def _fp8_flavours(stationary, moving):
+    """The page's float8_e4m3fn rules: "Starting NeuronCore-v4, float8_e4m3fn (OCP FP8) is also supported;
+    float8_e4m3 (legacy) and float8_e4m3fn cannot be mixed in the same matmul" (NKI 0.4.0)."""
+    kinds = {getattr(t, "dtype", None) for t in (stationary, moving)}
+    if dt.float8_e4m3fn in kinds and dt.float8_e4m3 in kinds:
+        raise NKIError("matmul operands", "nisa.nc_matmul: float8_e4m3 (legacy) and float8_e4m3fn (OCP FP8) "
+                       "operands cannot be mixed in the same matmul")
+    if dt.float8_e4m3fn in kinds and get_nc_version() < nc_version.gen4:
+        raise NKIError("matmul operands", "nisa.nc_matmul: float8_e4m3fn (OCP FP8) operands need NeuronCore-v4; "
+                       f"the target is {get_nc_version().name} (use float8_e4m3)")
+
+
 @instruction(engine="Tensor", cost=_costs.matmul, batched=True, gen1=Gen1(batched=True))
 def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_onezero=False, is_transpose=False,
               accumulate=None, tile_position=(), tile_size=(), perf_mode=matmul_perf_mode.none, name=None):
@@ -93,7 +119,9 @@ def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_on
     written and accumulates onto the others, as the compiler infers "first write
     overwrites, later writes accumulate". ``perf_mode=double_row`` (FP8 double
     performance mode, NeuronCore-v3+) gives the same results; ``tile_position`` /
-    ``tile_size`` (PE-array tiling) do not change results.
+    ``tile_size`` (PE-array tiling) do not change results. Without double_row a 3-D+ operand is the
+    matrix of its flattened free axes (:func:`_free_axes_flattened`); float8_e4m3fn operands need
+    NeuronCore-v4 and never meet float8_e4m3 ones (:func:`_fp8_flavours`).
     (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/generated/nki.isa.nc_matmul.html).
     """
     gen1 = _functional
@@ -121,7 +149,9 @@ def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_on
     pairs = _row_pairs(perf_mode, stationary, moving)
     if not pairs:
         stationary, moving = _unit_free_axes_dropped(stationary), _unit_free_axes_dropped(moving)
+        stationary, moving = _free_axes_flattened(stationary), _free_axes_flattened(moving)
     gen1._perf_mode_rule(perf_mode, stationary, moving)
+    _fp8_flavours(stationary, moving)
     fmax = moving_fmax(d)
     if fmax is None:
         one_bank(d, "nc_matmul")  # (from NeuronCore-v4 a result may span the 8 banks: moving_fmax)

@@ -18,12 +18,14 @@ from . import functional as _functional  # the computing forms both generations 
 from .operands import (alu, bitvec_on_integers, check_dst, column, compute_into, engine_name, first_generation,
                        identity_of, instruction, is_bitvec, no_gpsimd_psum, one_per_partition, per_partition, rows, same_rows, scratch, tile_operand, values_of, write)
 from .operands import BITVEC as _BITVEC
+from .operators import v4_operator
 from .target import engine as _engine
 from .target import reduce_cmd as _reduce_cmd
 from . import registers, target
 from .target import command
 from .. import op_functions as _op_functions
 from .. import tile_ops as _tile_ops
+from .. import core as _core
 from ..timing import costs as _costs  # (each instruction's cost, declared with it)
 
 # ---------------------------------------------------------------------------
@@ -329,6 +331,7 @@ def tensor_tensor(dst, data1, data2, op, engine=_engine.unknown, name=None):
         raise NKIError("operand shapes", f"nisa.tensor_tensor: data1 {a.shape} and data2 {b.shape} need the same "
                        "partition size and the same number of elements per partition (use nisa.tensor_scalar "
                        "to broadcast a [P, 1] operand)")
+    v4_operators_rule("tensor_tensor", op)
     fn = alu(op)
     if fn in _BITVEC:
         bitvec_on_integers(op, "tensor_tensor", ("data1", a), ("data2", b), ("dst", d))
@@ -360,10 +363,23 @@ def _unary_operand(opname, op0, operand0):
     return True
 
 
+def v4_operators_rule(opname, *ops):
+    """``nl.abs_max`` / ``nl.abs_min`` as an instruction's operator: "These are trn3 only and run on the
+    Vector Engine. Also usable as op0 with nki.isa.tensor_scalar and nki.isa.tensor_scalar_reduce"
+    (NKI 0.4.0 release notes), so an older target refuses them."""
+    for op in ops:
+        name = v4_operator(op)
+        if name is not None and target.get_nc_version().value < target.nc_version.gen4.value:
+            cur = target.get_nc_version()
+            raise NKIError("target", f"nisa.{opname}: op nl.{name} is available only on NeuronCore-v4 (trn3) and "
+                           f"newer; the simulated target is {cur.name} (NeuronCore-v{cur.value})")
+
+
 def _scalar_ops_rules(opname, d, x, op0, operand0, op1, operand1, eng="unknown"):
     """tensor_scalar's operator rules: op1 needs operand1; op0 and op1 are both bitvec or both
     arithmetic; bitvec operators run on the Vector engine, on integer tiles; the GpSimd engine is
     "only allowed for rsqrt"."""
+    v4_operators_rule(opname, op0, op1)
     if op1 is not None and operand1 is None:
         raise NKIError("operand1", f"nisa.{opname}: op1={getattr(op1, '__name__', op1)} is given without operand1; "
                        "op1 and operand1 are used together (both None when unused)")
@@ -421,6 +437,10 @@ def tensor_scalar_reduce(dst, data, op0, operand0, reduce_op, reduce_res=None, r
 
     d = check_dst(dst, "tensor_scalar_reduce")
     x = _functional._tile(data, "data", "tensor_scalar_reduce")
+    v4_operators_rule("tensor_scalar_reduce", op0)
+    if v4_operator(reduce_op) is not None:  # (NKI 0.4.0 adds them "as op0"; the page's reduce_op list stays)
+        raise NKIError("reduce_op", f"nisa.tensor_scalar_reduce: reduce_op nl.{v4_operator(reduce_op)}; the "
+                       "reduce_op can be nl.add, nl.multiply, nl.max or nl.min (abs_max / abs_min are op0 operators)")
     if _unary_operand("tensor_scalar_reduce", op0, operand0):  # nki-library: op0=nl.abs, operand0=0.0
         out = np.asarray(alu(op0)(dt.compute_view(x.data).astype(np.float32)), np.float32)
     else:
@@ -446,6 +466,7 @@ def tensor_reduce(dst, op, data, axis, negate=False, keepdims=False, name=None):
     (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/generated/nki.isa.tensor_reduce.html)
     """
 
+    v4_operators_rule("tensor_reduce", op)
     d = check_dst(dst, "tensor_reduce")
     x = _functional._tile(data, "data", "tensor_reduce")
     axes = sorted(_tile_ops._axes(x, axis, "tensor_reduce"))
@@ -509,6 +530,18 @@ def tensor_tensor_scan(dst, data0, data1, initial, op0, op1, reverse0=False, rev
     write(d, out.reshape(d.shape), op)
 
 
+def _memset_value_rule(d, value):
+    """NKI 0.3.0: "nisa.memset - Enforces strict type matching between value and destination dtype ...
+    Kernels that pass float values to integer-typed tensors (e.g., value=2.0 instead of value=2) will now
+    raise an error" (release notes). The current API's kernels only: the first generation kept its rules."""
+    prog = _core.current_or_none()
+    if prog is None or not getattr(prog, "current_api", False) or d.dtype.kind not in "iu":
+        return
+    if isinstance(value, (float, np.floating)):
+        raise NKIError("memset value", f"nisa.memset: value={value!r} is a float but dst (shape {d.shape}) is "
+                       f"{d.dtype}; the value must match the destination dtype (an int for an integer tile)")
+
+
 @instruction(engine="Vector", cost=_costs.memset, batched=True, gen1=Gen1(batched=True))
 def memset(dst, value, engine=_engine.unknown, name=None):
     """Fill ``dst`` with the compile-time constant ``value`` (Vector or GpSimd engine; GpSimd cannot reach
@@ -523,6 +556,7 @@ def memset(dst, value, engine=_engine.unknown, name=None):
         raise NKIError("engine", f"nisa.memset: engine={engine!r}; memset runs on nki.isa.engine.vector or "
                        "nki.isa.engine.gpsimd (or engine.unknown, the compiler's choice)")
     no_gpsimd_psum(eng, "memset", d)
+    _memset_value_rule(d, value)
     if d.dtype in dt.PACKED_X4:
         if isinstance(value, Tile) or float(value) != 0.0:
             raise NKIError("packed dtype", f"nisa.memset: dst (shape {d.shape}) has the x4 packed dtype "

@@ -35,6 +35,7 @@ import numpy as np
 from .. import core as _core
 from .. import language as _gen1
 from ..core import sbuf
+from .. import buffers as _buffers
 from ..errors import NKIError as _NKIError
 from ..language import *  # noqa: F401,F403 - the shared surface (buffers, dtypes, ops, ranges)
 from ..language import _allocate, _parse_shape  # noqa: F401 - used by the isa front end
@@ -60,17 +61,41 @@ DType = np.dtype
 from ..scheduling import no_reorder  # noqa: E402,F401 - a block whose instructions keep program order
 
 
-class tile_size(_gen1.tile_size):
+class _SbufOfTarget(type):
+    """The SBUF fields of ``nl.tile_size``, read on the simulated target: SBUF is 24 MiB on NeuronCore-v2,
+    28 MiB on v3 (Trn2) and 32 MiB on v4 (Trn3) over 128 partitions (the architecture guides), the
+    capacity the memory model places tiles in (``buffers.sbuf_bytes``)."""
+
+    @property
+    def sbuf_fmax_bytes(cls):
+        """SBUF bytes per partition ("maximum free dimension of a tile on SBUF buffer, in bytes")."""
+        return _buffers.sbuf_bytes()
+
+    @property
+    def sbuf_fmax(cls):
+        """The same in fp32 elements."""
+        return _buffers.sbuf_bytes() // 4
+
+    @property
+    def sbuf_size_bytes(cls):
+        """SBUF bytes over the 128 partitions ("total SBUF capacity in bytes (all partitions combined)")."""
+        return _gen1.tile_size.pmax * _buffers.sbuf_bytes()
+
+    @property
+    def total_available_sbuf_size(cls):
+        """Deprecated (NKI 0.4.0): "returns the usable SBUF free dimension per partition", sbuf_fmax_bytes."""
+        return _buffers.sbuf_bytes()
+
+
+class tile_size(_gen1.tile_size, metaclass=_SbufOfTarget):
     """Hardware tile limits (``nl.tile_size``), with the standalone package's byte-sized fields.
-    ``psum_fmax`` is the deprecated name of ``psum_bank_fmax`` (fp32 elements of one PSUM bank)."""
+    ``psum_fmax`` is the deprecated name of ``psum_bank_fmax`` (fp32 elements of one PSUM bank); the
+    SBUF fields follow the simulated target (:class:`_SbufOfTarget`)."""
 
     psum_bank_fmax = _gen1.tile_size.psum_fmax
     psum_bank_fmax_bytes = psum_bank_fmax * 4
     psum_fmax_bytes = psum_bank_fmax_bytes
     psum_num_banks = 8
-    sbuf_fmax_bytes = 192 * 1024
-    sbuf_fmax = sbuf_fmax_bytes // 4
-    sbuf_size_bytes = 128 * 192 * 1024
     psum_min_align = 4
     sbuf_min_align = 4
 
