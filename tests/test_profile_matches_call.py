@@ -149,3 +149,34 @@ def test_an_unmasked_out_of_bounds_gather_is_rejected_on_both_paths():
     ok = np.random.default_rng(1).standard_normal((128, C)).astype(np.float32)
     np.testing.assert_array_equal(unmasked_gather(ok), ok)
     np.testing.assert_array_equal(profile(unmasked_gather, ok).outputs, ok)
+
+
+def test_profile_pauses_the_collector_and_restores_it():
+    """``profile()`` pauses Python's cyclic collector while it records and schedules, and leaves it as it
+    found it: on, off, or after the kernel raised."""
+    import gc
+
+    seen = []
+
+    @nki.jit
+    def k(x, fail=False):
+        seen.append(gc.isenabled())
+        if fail:
+            raise ValueError("planted")
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        nl.store(out, value=nl.load(x))
+        return out
+
+    x = np.ones((4, 4), np.float32)
+    assert gc.isenabled()
+    np.testing.assert_array_equal(profile(k, x).outputs, x)
+    assert gc.isenabled() and seen == [False]
+    with pytest.raises(ValueError, match="planted"):
+        profile(k, x, fail=True)
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        profile(k, x)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
