@@ -566,7 +566,11 @@ def test_memset_value_matches_the_destination_dtype():
     np.testing.assert_array_equal(k(x, 2, nl.float32), np.full((2, 4), 2, np.float32))  # edge: int into float
     for dtype in (nl.int32, nl.uint8):
         with pytest.raises(NKIError, match="memset"):
-            k(x, 2.0, dtype)
+            k(x, 2.5, dtype)
+    # edge: a whole float into an integer tile, as nki-library's cross_partition_copy fills a uint32 tile
+    # with value=0.0 (the release note's example refuses 2.0; the official library's kernel must run)
+    np.testing.assert_array_equal(k(x, 0.0, nl.uint32), np.zeros((2, 4), np.uint32))
+    np.testing.assert_array_equal(k(x, 2.0, nl.int32), np.full((2, 4), 2, np.int32))
     with pytest.raises(NKIError, match="x4|packed"):
         k(x, 1.0, nl.float8_e4m3fn_x4)
 

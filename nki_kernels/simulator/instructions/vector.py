@@ -533,13 +533,18 @@ def tensor_tensor_scan(dst, data0, data1, initial, op0, op1, reverse0=False, rev
 def _memset_value_rule(d, value):
     """NKI 0.3.0: "nisa.memset - Enforces strict type matching between value and destination dtype ...
     Kernels that pass float values to integer-typed tensors (e.g., value=2.0 instead of value=2) will now
-    raise an error" (release notes). The current API's kernels only: the first generation kept its rules."""
+    raise an error" (release notes). Refused here: a float with a fraction, which an integer tile cannot
+    hold. A whole float (0.0, 2.0) is accepted although the note's example refuses it: nki-library
+    (d2ad3a5), hardware-tested, fills uint32 tiles with value=0.0 (utils/cross_partition_copy.py, under
+    router_topk), so refusing it would reject official kernels. The current API's kernels only: the first
+    generation kept its rules."""
     prog = _core.current_or_none()
     if prog is None or not getattr(prog, "current_api", False) or d.dtype.kind not in "iu":
         return
-    if isinstance(value, (float, np.floating)):
-        raise NKIError("memset value", f"nisa.memset: value={value!r} is a float but dst (shape {d.shape}) is "
-                       f"{d.dtype}; the value must match the destination dtype (an int for an integer tile)")
+    if isinstance(value, (float, np.floating)) and not float(value).is_integer():
+        raise NKIError("memset value", f"nisa.memset: value={value!r} is a float with a fraction but dst (shape "
+                       f"{d.shape}) is {d.dtype}; the value must match the destination dtype (an int for an "
+                       "integer tile)")
 
 
 @instruction(engine="Vector", cost=_costs.memset, batched=True, gen1=Gen1(batched=True))
