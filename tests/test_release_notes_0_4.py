@@ -22,6 +22,7 @@ import pytest
 
 from nki_kernels.simulator import NKIError, install
 from nki_kernels.simulator.instructions import target
+from tests.isa_helpers import to_hbm, to_sbuf
 from nki_kernels.simulator.instructions.mx import use_scale_rule
 
 install()
@@ -33,18 +34,8 @@ RNG = np.random.default_rng(404)
 BF16 = ml_dtypes.bfloat16
 
 
-def _load(x, dtype=None):
-    """An SBUF copy of HBM tensor ``x``."""
-    t = nl.ndarray(x.shape, dtype or x.dtype, buffer=nl.sbuf)
-    nisa.dma_copy(dst=t, src=x)
-    return t
-
-
-def _store(t):
-    """An HBM copy of SBUF tile ``t``."""
-    o = nl.ndarray(t.shape, t.dtype, buffer=nl.shared_hbm)
-    nisa.dma_copy(dst=o, src=t)
-    return o
+# (an SBUF copy of an HBM tensor, and an HBM copy of a tile: the helpers of the test_isa_* files)
+_load, _store = to_sbuf, to_hbm
 
 
 # --------------------------------------------------------------------------------------------------------
