@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from nki_kernels.simulator import install
+from nki_kernels.simulator.instructions import target
 
 install()
 import neuronxcc.nki as nki1  # noqa: E402
@@ -111,3 +112,68 @@ def test_dynamic_loop_forms_and_their_deprecation(form, deprecated):
     assert bool(dep) == deprecated
     if deprecated:  # pointed at the kernel's own line
         assert all(w.filename == __file__ for w in dep)
+
+
+# --------------------------------------------------------------------------------------------------------
+# "On NeuronCore-v2 and NeuronCore-v3, matmul accumulating into a PSUM location that was value-initialized
+# by a non-matmul instruction (e.g., memset, tensor_copy) is not supported and is undefined behavior on
+# hardware" (nki.isa.nc_matmul page); NKI 0.6.0's simulator "warns on PSUM accumulation patterns that
+# produce incorrect results on hardware": a warning here too, the sum computed as NeuronCore-v4 gives it.
+# --------------------------------------------------------------------------------------------------------
+@nki.jit
+def psum_start(a, b, start, accumulate, region):
+    x = nl.ndarray(a.shape, a.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=x, src=a)
+    y = nl.ndarray(b.shape, b.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=y, src=b)
+    acc = nl.ndarray((a.shape[1], 2 * b.shape[1]), nl.float32, buffer=nl.psum)
+    n = b.shape[1]
+    first, second = acc[:, 0:n], acc[:, n:2 * n]
+    nisa.nc_matmul(dst=second, stationary=x, moving=y, accumulate=False)  # the other half: a matmul's value
+    if start == "memset":
+        nisa.memset(dst=first, value=1.0)
+    elif start == "tensor_copy":
+        ones = nl.ndarray(first.shape, nl.float32, buffer=nl.sbuf)
+        nisa.memset(dst=ones, value=1.0)
+        nisa.tensor_copy(dst=first, src=ones)
+    elif start == "memset then overwrite":
+        nisa.memset(dst=first, value=1.0)
+        nisa.nc_matmul(dst=first, stationary=x, moving=y, accumulate=False)
+    else:  # a matmul starts it
+        nisa.nc_matmul(dst=first, stationary=x, moving=y, accumulate=False)
+    nisa.nc_matmul(dst=first if region == "first" else second, stationary=x, moving=y, accumulate=accumulate)
+    r = nl.ndarray(acc.shape, nl.float32, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=r, src=acc)
+    o = nl.ndarray(acc.shape, nl.float32, buffer=nl.hbm)
+    nisa.dma_copy(dst=o, src=r)
+    return o
+
+
+@pytest.mark.parametrize("version,start,accumulate,region,warns", [
+    ("gen3", "memset", True, "first", True),
+    ("gen3", "tensor_copy", None, "first", True),
+    ("gen2", "memset", None, "first", True),
+    ("gen4", "memset", True, "first", False),                    # supported from NeuronCore-v4
+    ("gen3", "matmul", True, "first", False),                    # a matmul started it
+    ("gen3", "memset then overwrite", True, "first", False),     # a matmul overwrote the memset values
+    ("gen3", "memset", True, "second", False),                   # the memset half is not accumulated onto
+])
+def test_matmul_accumulating_onto_values_a_non_matmul_wrote(version, start, accumulate, region, warns):
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal((16, 8)).astype(np.float32)
+    b = rng.standard_normal((16, 6)).astype(np.float32)
+    prod = a.astype(np.float64).T @ b.astype(np.float64)
+    first = np.ones_like(prod) if start in ("memset", "tensor_copy") else prod.copy()
+    second = prod.copy()
+    if region == "first":
+        first = first + prod
+    else:
+        second = second + prod
+    with target.use(version), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = psum_start(a, b, start, accumulate, region)
+    np.testing.assert_allclose(got, np.concatenate([first, second], axis=1), rtol=1e-5, atol=1e-5)
+    hits = [w for w in caught if "[psum accumulate]" in str(w.message)]
+    assert bool(hits) == warns
+    if warns:
+        assert "NeuronCore-v2 / v3" in str(hits[0].message) and "test_current_api_conversions.py" in str(hits[0].message)

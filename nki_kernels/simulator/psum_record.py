@@ -149,3 +149,44 @@ def mark_all(root) -> None:
     """Every element of PSUM tile ``root`` holds a value (a batch of programs wrote it whole)."""
     _written_mask(root, create=True)[...] = True
     _psum_written[id(root)][2] = True
+
+
+# Per PSUM tile (by id), the elements whose value a non-matmul instruction wrote last (memset,
+# tensor_copy ...): [weakref, bool mask]. Kept only for tiles such an instruction wrote; a matmul's
+# overwrite clears its region. On NeuronCore-v2/v3 a matmul accumulating onto those elements "is not
+# supported and is undefined behavior on hardware" (nki.isa.nc_matmul page): see initialized_by_other.
+_by_other = {}
+MATMUL_OPS = frozenset({"nc_matmul", "nc_matmul_mx", "nc_transpose"})
+
+
+def mark_writer(root, dst, keep, op) -> None:
+    """Instruction ``op`` wrote ``dst`` (of PSUM tile ``root``) where ``keep`` says (None: everywhere):
+    a matmul's write clears those elements from the non-matmul record, any other write adds them."""
+    ent = _by_other.get(id(root))
+    if ent is not None and ent[0]() is not root:
+        ent = None
+    matmul = op in MATMUL_OPS
+    if ent is None:
+        if matmul:
+            return  # (no non-matmul value in this tile: nothing to clear)
+        key = id(root)
+        ent = _by_other[key] = [weakref.ref(root, lambda _, k=key: _by_other.pop(k, None)),
+                                np.zeros(root.shape, dtype=bool)]
+    region = _region_mask(ent[1], root, dst)
+    if region is None:
+        region = ent[1]  # (a view not placed in its root: the whole tile, conservatively)
+    sel = np.True_ if keep is None else np.broadcast_to(keep, region.shape)
+    if matmul:
+        region[...] = region & ~sel
+    else:
+        region[...] = region | sel
+
+
+def initialized_by_other(dst) -> bool:
+    """Whether some element of ``dst`` (a PSUM tile or view) holds a value a non-matmul instruction wrote."""
+    root = root_of(dst)
+    ent = _by_other.get(id(root))
+    if ent is None or ent[0]() is not root:
+        return False
+    region = _region_mask(ent[1], root, dst)
+    return bool((ent[1] if region is None else region).any())

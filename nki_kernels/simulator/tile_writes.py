@@ -125,6 +125,7 @@ def write(dst, values, op=None, what="result", mask=None, add=False, key=None, c
         _memory.wrote_dst(dst._mem, prog)
     if root.buffer is psum and not add:  # (an add writes only elements that hold a value already)
         _psum_record.mark(root, dst, keep)
+        _psum_record.mark_writer(root, dst, keep, op)
 
 
 def _write_all(dst, values, add):
@@ -182,6 +183,7 @@ def _write_batched(dst, vals, op, what, mask, add):
         _write_all(dst, new, False)
     if root.buffer is psum:
         _psum_record.mark_all(root)
+        _psum_record.mark_writer(root, root, None, op)
 
 
 def _assign(self, key, value):

@@ -20,9 +20,13 @@
 from __future__ import annotations
 
 
+import warnings
+
 import numpy as np
 
+from .. import config as _config
 from .. import core
+from .. import psum_record as _psum_record
 from ..context import _tls  # (the running state without a call, on the per-instruction path)
 from .. import diagnostics as _diag
 from .. import memory as _memory
@@ -35,6 +39,7 @@ from ..index_expr import Mask
 # The declaration of an instruction and the operator tables live in their own modules; their names
 # stay importable from here, where the instructions import them with the operand checks.
 from .declaration import first_generation, instruction  # noqa: F401
+from .target import get_nc_version, nc_version
 # The record of which PSUM elements hold a value lives below the data model (the one write path marks it).
 from ..values import fit_dst, per_partition  # noqa: F401 - (the one write path fits with them)
 from ..psum_record import (_WHOLE_VIEWS_MAX, _all_written, _index_of, _offset_in_root, _psum_written,  # noqa: F401
@@ -252,6 +257,8 @@ def write_accumulating(dst, values, accumulate, op):
         if not (isinstance(accumulate, Mask) and accumulate.all_true()):
             raise NotBatchable(f"nisa.{op}: accumulate={accumulate!r} differs between the programs of a batch")
         accumulate = True
+    if accumulate is not False and _psum_record._by_other and _psum_record.initialized_by_other(dst):
+        _onto_other_values(dst, op)
     if accumulate is not False and _add_in_place(dst, values):
         return
     if accumulate is not False and dst.dtype == np.float32 and not dst.nb:
@@ -263,6 +270,22 @@ def write_accumulating(dst, values, accumulate, op):
             write(dst, vals, op, add=True)
             return
     write(dst, psum_accumulate(dst, values, accumulate, op), op)
+
+
+def _onto_other_values(dst, op) -> None:
+    """A matmul accumulates onto PSUM elements a non-matmul instruction wrote (memset, tensor_copy ...):
+    "On NeuronCore-v2 and NeuronCore-v3, matmul accumulating into a PSUM location that was
+    value-initialized by a non-matmul instruction ... is not supported and is undefined behavior on
+    hardware" (nki.isa.nc_matmul page); NKI 0.6.0's simulator "warns on PSUM accumulation patterns that
+    produce incorrect results on hardware". A warning, as there: the sum computed here is what v4 gives."""
+    v = get_nc_version()
+    if v.value >= nc_version.gen4.value:
+        return
+    warnings.warn(str(NKIError("psum accumulate", f"nisa.{op} accumulates into PSUM dst {dst.shape} that a "
+                               "non-matmul instruction (memset, tensor_copy ...) wrote: undefined behavior on "
+                               f"NeuronCore-v2 / v3 hardware (simulated: {v.name}); start the accumulation "
+                               "with a matmul that overwrites (accumulate=False), or target NeuronCore-v4")),
+                  _config.NKIWarning, stacklevel=2)
 
 
 def _add_in_place(dst, vals) -> bool:
