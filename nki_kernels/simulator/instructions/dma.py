@@ -144,7 +144,8 @@ def dma_copy(dst, src, priority=None, oob_mode=_oob_mode.error, dge_mode=_dge_mo
     (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/generated/nki.isa.dma_copy.html)
     """
     op = "dma_copy"
-    if getattr(dge_mode, "value", None) == "hwdge":
+    # (the default mode is tested by identity first: an enum's .value is two Python calls per DMA)
+    if dge_mode is not _dge_mode.unknown and getattr(dge_mode, "value", None) == "hwdge":
         sdt, ddt = getattr(src, "dtype", None), getattr(dst, "dtype", None)
         if sdt is not None and ddt is not None and np.dtype(sdt) != np.dtype(ddt):
             # NKI 0.3.0: "Enforces matching source and destination element types when using

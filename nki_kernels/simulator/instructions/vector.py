@@ -363,12 +363,20 @@ def _unary_operand(opname, op0, operand0):
     return True
 
 
+_V4_NAMES = {}  # operator -> v4_operator's answer
+
+
 def v4_operators_rule(opname, *ops):
     """``nl.abs_max`` / ``nl.abs_min`` as an instruction's operator: "These are trn3 only and run on the
     Vector Engine. Also usable as op0 with nki.isa.tensor_scalar and nki.isa.tensor_scalar_reduce"
     (NKI 0.4.0 release notes), so an older target refuses them."""
     for op in ops:
-        name = v4_operator(op)
+        try:
+            name = _V4_NAMES[op]  # (each operator is looked at once: this runs per Vector instruction)
+        except KeyError:
+            name = _V4_NAMES[op] = v4_operator(op)
+        except TypeError:  # (an unhashable operator argument: answered each time)
+            name = v4_operator(op)
         if name is not None and target.get_nc_version().value < target.nc_version.gen4.value:
             cur = target.get_nc_version()
             raise NKIError("target", f"nisa.{opname}: op nl.{name} is available only on NeuronCore-v4 (trn3) and "
