@@ -371,3 +371,15 @@ def test_nki_tensor_moved_to_nki_meta_tensor():
 
     assert moved is tensor is nki.tensor
     assert issubclass(nl.NkiTensor, tensor.NkiTensor) or tensor.NkiTensor is nl.NkiTensor
+
+
+def test_with_schedule_keeps_the_kernels_options_and_compiler_flags():
+    import nki.compiler as ncc
+
+    flagged = ncc.skip_middle_end_transformations(nki.jit(additional_compile_opt="-O1")(recip_plus1.func))
+    scheduled = flagged.with_schedule([("plus1", "recip")])
+    assert scheduled is not flagged and flagged.schedule == ()
+    assert scheduled.options == flagged.options
+    assert scheduled._nki_compiler_flags == flagged._nki_compiler_flags
+    x = _inputs(1)[0]
+    np.testing.assert_allclose(scheduled(x), 1.0 / x + (x + 1.0), rtol=1e-6)

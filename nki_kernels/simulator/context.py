@@ -87,6 +87,12 @@ class RunContext(threading.local):
 _tls = RunContext()
 
 
+def running_program():
+    """The program whose code runs on this thread: the current one, else the one the running instruction
+    belongs to (an instruction's body may compute with no program current)."""
+    return _tls.program or _tls.site.prog
+
+
 def current_or_none():
     """The running program or ``None``."""
     return _tls.program

@@ -11,7 +11,7 @@ import functools
 import ml_dtypes
 import numpy as np
 
-from .context import _tls
+from .context import running_program
 from .errors import NKIError
 
 float32 = np.dtype(np.float32)
@@ -229,7 +229,7 @@ def cast(values, dtype: np.dtype) -> np.ndarray:
                        "with .view(dtype)), not converted element-wise")
     if np.issubdtype(dtype, np.integer) and not np.issubdtype(values.dtype, np.integer):
         info = np.iinfo(dtype)
-        prog = _tls.program or _tls.site.prog  # (an instruction's body computes with no program current)
+        prog = running_program()
         if prog is not None and prog.current_api:
             # The current API: "fp32-to-integer casts match hardware (round to nearest, ties to even;
             # saturate to the destination range) instead of numpy's default behavior" (NKI 0.6.0 release

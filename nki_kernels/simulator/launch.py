@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import contextlib
+import copy
 import importlib
 import inspect
 import itertools
@@ -98,8 +99,8 @@ class Kernel:
         if not self.options.get("lnc_brackets"):
             raise AttributeError("with_schedule belongs to the current nki API's kernels (nki.jit); this kernel "
                                  "was decorated with neuronxcc.nki.jit")
-        scheduled = Kernel(self.func, **self.options)
-        scheduled.schedule = getattr(self, "schedule", ()) + _scheduling.check_schedule(edges)
+        scheduled = copy.copy(self)  # (the kernel's options and compiler flags stay with it)
+        scheduled.schedule = self.schedule + _scheduling.check_schedule(edges)
         return scheduled
 
     def __repr__(self):

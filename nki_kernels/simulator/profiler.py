@@ -98,7 +98,7 @@ def profile(kernel, *arrays, grid=None, version=None, sbuf_spare=SBUF_SPARE, **s
     collecting = gc.isenabled()
     gc.disable()
     try:
-        with (_target.use(_target.default_version(current_api=current)) if _target.selected_version() is None
+        with (_target.use(_target.default_version(current)) if _target.selected_version() is None
               else contextlib.nullcontext()):
             rec = Recorder(report, version, sbuf_spare)
             args, kw = _bind(kernel, arrays, static)

@@ -18,7 +18,7 @@ import functools
 import os
 import threading
 
-from ..context import _tls
+from ..context import running_program
 from ..errors import NKIError
 
 
@@ -71,21 +71,20 @@ def get_nc_version():
     v = _from_env()
     if v is not None:
         return v
-    return default_version(_tls.program or _tls.site.prog)
+    prog = running_program()
+    return default_version(prog is not None and prog.current_api)
 
 
-def default_version(prog=None, current_api=None):
-    """The target when nothing selects one: ``gen4`` for a program (or, ``current_api=True``, a kernel)
-    of the current ``nki`` API, as the official simulator defaults to trn3; ``gen3`` otherwise."""
-    if current_api is None:
-        current_api = prog is not None and prog.current_api
+def default_version(current_api):
+    """The target when nothing selects one: ``gen4`` for a kernel of the current ``nki`` API
+    (``current_api``), as the official simulator defaults to trn3; ``gen3`` otherwise."""
     return nc_version.gen4 if current_api else nc_version.gen3
 
 
 def version_for(prog):
     """The target program ``prog`` runs on: a :func:`use` block or the environment, else its API's default."""
     v = selected_version()
-    return v if v is not None else default_version(prog)
+    return v if v is not None else default_version(prog.current_api)
 
 
 def selected_version():

@@ -377,10 +377,8 @@ def v4_operators_rule(opname, *ops):
             name = _V4_NAMES[op] = v4_operator(op)
         except TypeError:  # (an unhashable operator argument: answered each time)
             name = v4_operator(op)
-        if name is not None and target.get_nc_version().value < target.nc_version.gen4.value:
-            cur = target.get_nc_version()
-            raise NKIError("target", f"nisa.{opname}: op nl.{name} is available only on NeuronCore-v4 (trn3) and "
-                           f"newer; the simulated target is {cur.name} (NeuronCore-v{cur.value})")
+        if name is not None:
+            target.require(f"{opname}: op nl.{name}", target.nc_version.gen4)
 
 
 def _scalar_ops_rules(opname, d, x, op0, operand0, op1, operand1, eng="unknown"):
