@@ -59,6 +59,7 @@ bool = bool_  # noqa: A001,F405 - nl.bool, as kernels spell it
 MemoryRegion = _core.Buffer
 DType = np.dtype
 from ..scheduling import no_reorder  # noqa: E402,F401 - a block whose instructions keep program order
+from .grid import tiles, blocks, alloc_tiles, alloc_blocks, NkiGrid, NkiTileGrid, NkiBlockGrid  # noqa: E402,F401
 
 
 class _SbufOfTarget(type):
@@ -278,6 +279,7 @@ for _name in ("AffineExpr", "BExpr", "Mask", "NKIError", "NotBatchable", "PMAX",
 del _name
 
 __all__ = sorted({*_gen1.__all__, *_CURRENT_ONLY, *_dtypes.__all__, "NKIObject", "NkiTensor", "MemoryRegion", "DType", "no_reorder", "bool", "ds", "bypass", "average",
-                  "shared_identity_matrix", "tile_size",
+                  "shared_identity_matrix", "tile_size", "tiles", "blocks", "alloc_tiles",
+                  "alloc_blocks", "NkiGrid", "NkiTileGrid", "NkiBlockGrid",
                   "np_function"})
 __all__ = [n for n in __all__ if n in globals()]
