@@ -47,6 +47,8 @@ CURRENT_DOCUMENTED = {
     "engine", "dma_engine", "reduce_cmd", "dge_mode", "oob_mode", "matmul_perf_mode", "nc_version",
     "get_nc_version", "get_nc_sub_version", "NkiValidationError", "NkiInstruction", "VirtualRegister",
     "unknown_engine", "tensor_engine", "vector_engine", "scalar_engine", "gpsimd_engine",
+    # NKI 0.7.0 (Neuron 2.33): NkiScalar, "the future replacement for VirtualRegister", and its load / store
+    "NkiScalar", "scalar_load", "scalar_store",
 }
 # Documented but not simulated yet (see the isa helper's report for why): they must not be
 # half-present, and this list shrinks as they land.

@@ -253,14 +253,19 @@ def _loop_kernel(case):
     ("while_loop in block", "no_reorder"), ("edge out of a dynamic loop", "depends_on"),
     ("edge between two dynamic loops", "depends_on"), ("producer not a handle", "depends_on"),
     ("self", "depends_on")])
-def test_rule_refuses(case, rule):
+def test_rule_refuses(case, rule, monkeypatch):
+    if "dynamic_range" in case or "two dynamic loops" in case:
+        # nl.dynamic_range: NKI 0.7.0 keeps it only under the previous specialization (NKI_COMPILER_FRONTEND=custom)
+        monkeypatch.setenv("NKI_COMPILER_FRONTEND", "custom")
     with pytest.raises(NKIError, match=rf"\[{rule}\]"):
         _loop_kernel(case)(np.ones((128, 8), np.float32))
 
 
 @pytest.mark.parametrize("case,adds", [("block in dynamic_range", 3), ("static loops in block", 3),
                                        ("producer in an enclosing scope", 3), ("same dynamic loop", 3)])
-def test_rule_allows(case, adds):
+def test_rule_allows(case, adds, monkeypatch):
+    if case in ("block in dynamic_range", "producer in an enclosing scope"):
+        monkeypatch.setenv("NKI_COMPILER_FRONTEND", "custom")  # nl.dynamic_range: see test_rule_refuses
     x = _inputs(1, (128, 8))[0]
     np.testing.assert_allclose(_loop_kernel(case)(x), adds * x, rtol=1e-6)
 

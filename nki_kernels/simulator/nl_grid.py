@@ -6,12 +6,12 @@
 
 from __future__ import annotations
 
-import warnings
 
 import numpy as np
 
 from . import diagnostics as _diag
 from . import memory as _memory
+from . import specialization as _specialization
 from .core import current
 from .errors import NKIError, NotBatchable
 from .index_expr import AffineExpr, BExpr
@@ -196,10 +196,11 @@ def ds(start, size):
 
 def dynamic_range(start, stop=None, step=1):
     """A loop whose bounds may be registers (``nl.dynamic_range``), read at run time; ``step`` "must be
-    a compile-time positive integer (not VirtualRegister)". Deprecated: "NKI emits a deprecation warning
-    when it encounters ``for i in nl.dynamic_range(...)``" (NKI 0.6.0 release notes; use nl.fori_loop)."""
-    warnings.warn("for i in nl.dynamic_range(...) loops are deprecated and will be removed in a future NKI "
-                  "release; use nl.fori_loop", DeprecationWarning, stacklevel=2)
+    a compile-time positive integer (not VirtualRegister)". Deprecated by NKI 0.6.0 ("NKI emits a
+    deprecation warning when it encounters ``for i in nl.dynamic_range(...)``") and removed by NKI 0.7.0
+    from the default (tracing) specialization: an NKIError naming nl.fori_loop there, the 0.6.0 warning
+    under ``NKI_COMPILER_FRONTEND=custom`` (see :mod:`.specialization`)."""
+    _specialization.removed_dynamic_loop("for i in nl.dynamic_range(...)", "nl.fori_loop(lower, upper, body_fun)")
     if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step <= 0:
         raise NKIError("dynamic_range step", "nl.dynamic_range: step must be a compile-time positive integer "
                        f"(not a VirtualRegister), got {step!r}")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import weakref
 
 from . import memory as _memory
+from . import specialization as _specialization
 from .context import _tls
 from .errors import NKIError
 from .scheduling import ProgramSchedule
@@ -32,6 +33,7 @@ class Program:
     box = None  # the grid box a batch of programs stands for (vectorize.BatchProgram)
     schedule = None  # (set per program: see __init__)
     current_api = False  # a kernel of the current (standalone) nki API, not neuronxcc.nki's
+    custom_frontend = False  # a current-API kernel launched with NKI_COMPILER_FRONTEND=custom (specialization)
     sbuf_placed_low = None  # lowest byte of an SBUF tensor this program placed (a placement error's hint)
 
     def __init__(self, launch, pid: tuple):
@@ -43,6 +45,8 @@ class Program:
         self.pending = None  # weakref to the tile whose op is deferred
         kernel = getattr(launch, "kernel", None)
         self.current_api = bool(getattr(kernel, "options", {}).get("lnc_brackets"))  # (the memory model reads it)
+        # NKI 0.7.0: the environment's specialization, read per launch (see .specialization)
+        self.custom_frontend = self.current_api and _specialization.custom_requested()
         self.mem = _memory.ProgramMemory(self)
         # a current-API kernel's scheduling state (nisa.NkiInstruction handles, no_reorder, with_schedule)
         self.schedule = ProgramSchedule() if self.current_api else None

@@ -9,9 +9,13 @@ the trip count, as it does on the device.
 
 from __future__ import annotations
 
+import numpy as np
+
+from .. import specialization as _specialization
 from ..errors import NKIError
 from ..scheduling import dynamic_loop
 from .registers import VirtualRegister, value_of
+from .scalars import NkiScalar
 
 
 class _DynamicRange:
@@ -36,16 +40,21 @@ def dynamic_range(start, stop=None, step=1):
 
 
 def fori_loop(lower, upper, body_fun, step=1):
-    """``for i in range(lower, upper, step): body_fun(i)`` with bounds that may be registers; ``i``
-    is passed by value (a register when a bound is one, else an int); returns ``None``."""
-    if isinstance(step, VirtualRegister) or not isinstance(step, int) or step <= 0:
+    """``for i in range(lower, upper, step): body_fun(i)`` with bounds that may be registers or 32-bit
+    NkiScalars; ``i`` is passed by value: "i is a NkiScalar unless either lower or upper is a
+    VirtualRegister, then it will be a VirtualRegister" (nl.fori_loop, Neuron 2.33.0). Under the previous
+    specialization (``NKI_COMPILER_FRONTEND=custom``, no NkiScalar) ``i`` is an int when no bound is a
+    register, as in NKI 0.6.0. Returns ``None``."""
+    if isinstance(step, (VirtualRegister, NkiScalar)) or isinstance(step, bool) or not isinstance(step, int) \
+            or step <= 0:
         raise NKIError("fori_loop", f"nl.fori_loop: step must be a compile-time positive integer, got {step!r}")
     dynamic = isinstance(lower, VirtualRegister) or isinstance(upper, VirtualRegister)
     lo = value_of(lower, "nl.fori_loop lower")
     hi = value_of(upper, "nl.fori_loop upper")
+    scalars = not dynamic and _specialization.frontend() == _specialization.TRACING
     with dynamic_loop("nl.fori_loop"):
         for i in range(lo, hi, step):
-            body_fun(VirtualRegister(i) if dynamic else i)
+            body_fun(VirtualRegister(i) if dynamic else NkiScalar(i, np.int32) if scalars else i)
 
 
 def while_loop(init, body_fun):

@@ -16,15 +16,16 @@ instructions with ``reduce`` really accumulates across instructions.
 
 from __future__ import annotations
 
-import warnings
 
 import numpy as np
 
 from .. import core
 from .. import dtypes as dt
+from .. import specialization as _specialization
 from .. import transfers as _transfers
 from ..core import Access, HBMTensor, Tile, sbuf
 from ..errors import NKIError
+from .scalars import NkiScalar
 from .operands import alu, check_dst, identity_of, reducer, tile_operand, write
 from .target import command
 
@@ -50,9 +51,9 @@ class VirtualRegister:
 
     def __bool__(self):
         # a register as a Python condition is the dynamic ``while reg:`` loop: "NKI emits a deprecation
-        # warning when it encounters ... ``while reg:`` loops" (NKI 0.6.0 release notes)
-        warnings.warn("while reg: loops are deprecated and will be removed in a future NKI release; use "
-                      "nl.while_loop", DeprecationWarning, stacklevel=2)
+        # warning when it encounters ... ``while reg:`` loops" (NKI 0.6.0 release notes), removed by NKI 0.7.0
+        # from the default (tracing) specialization (see specialization.removed_dynamic_loop)
+        _specialization.removed_dynamic_loop("while reg:", "nl.while_loop(init, body_fun)")
         return self._get() != 0
 
     def __repr__(self):
@@ -122,7 +123,10 @@ def register_store(dst, src):
 
 
 def value_of(x, what):
-    """An integer bound: a Python int or a register's value now."""
+    """An integer bound: a Python int, a register's value now, or a 32-bit NkiScalar's value (NKI 0.7.0:
+    "lower / upper (int, VirtualRegister, or NkiScalar)"; "A bound must be 32-bit")."""
+    if isinstance(x, NkiScalar):
+        return x.bound(what)
     return _int32(x, what)
 
 

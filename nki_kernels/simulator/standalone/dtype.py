@@ -14,6 +14,7 @@ bool_ = _dt.bool_
 int8 = _dt.int8
 int16 = _dt.int16
 int32 = _dt.int32
+int64 = _dt.int64  # NKI 0.7.0: the width of a 64-bit NkiScalar (nisa.scalar_load / scalar_store)
 uint8 = _dt.uint8
 uint16 = _dt.uint16
 uint32 = _dt.uint32
@@ -29,6 +30,6 @@ float8_e4m3fn_x4 = _dt.float8_e4m3fn_x4
 float8_e5m2_x4 = _dt.float8_e5m2_x4
 float4_e2m1fn_x4 = _dt.float4_e2m1fn_x4
 
-__all__ = ["bool_", "int8", "int16", "int32", "uint8", "uint16", "uint32", "float16", "float32", "bfloat16",
+__all__ = ["bool_", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "float16", "float32", "bfloat16",
            "tfloat32", "float8_e4m3", "float8_e4m3fn", "float8_e5m2", "float8_e8m0fnu", "float8_e4m3fn_x4",
            "float8_e5m2_x4", "float4_e2m1fn_x4"]

@@ -20,6 +20,7 @@ from ..instructions import vector_search as _vector_search  # noqa: F401
 from ..instructions import registry as _registry
 from ..instructions.registers import (VirtualRegister, register_alloc, register_load, register_move,
                                       register_store)
+from ..instructions.scalars import NkiScalar, scalar_load, scalar_store  # noqa: F401 - NKI 0.7.0 scalars
 from ..errors import NKIError as NkiValidationError  # noqa: F401 - the page's name for a broken hardware rule
 from ..scheduling import NkiInstruction  # noqa: F401 - the handle every instruction returns (depends_on)
 from ..instructions.target import (dge_mode, dma_engine, engine, get_nc_sub_version, get_nc_version,
@@ -47,4 +48,5 @@ __all__ = sorted(n for n in (
     "rand2", "rand_set_state", "rand_get_state", "set_rng_seed", "nonzero_with_count", "topk",
     "engine", "dma_engine", "reduce_cmd", "dge_mode", "oob_mode", "matmul_perf_mode", "nc_version",
     "get_nc_version", "get_nc_sub_version", "NkiValidationError", "NkiInstruction", "VirtualRegister",
+    "NkiScalar", "scalar_load", "scalar_store",
     "unknown_engine", "tensor_engine", "vector_engine", "scalar_engine", "gpsimd_engine") if n in globals())

@@ -1,0 +1,347 @@
+"""Items of the NKI 0.7.0 release (Neuron 2.33.0) against the simulator, each checked with a small
+current-API kernel against an independent reference (NumPy / Python integer math, or the documented
+error), a refused case for every rule and an allowed edge case beside it:
+
+* specialization by tracing: ``for i in nl.dynamic_range(...)`` and ``while reg:`` (deprecated in 0.6.0)
+  are removed from the default specialization; ``NKI_COMPILER_FRONTEND=custom`` keeps them, deprecated
+  (release notes, "Announcing changes to NKI specialization", "Migrating from NKI 0.6.0 to NKI 0.7.0");
+  first-generation (``neuronxcc.nki``) kernels are not NKI 0.7 and keep their behaviour;
+* ``nki.isa.NkiScalar`` with ``nisa.scalar_load`` / ``scalar_store`` (NkiScalar, scalar_load /
+  scalar_store pages, "NKI Scalar Values"), the iteration value of ``nl.fori_loop`` (its 2.33.0 page:
+  "i is a NkiScalar unless either lower or upper is a VirtualRegister") and a 32-bit bound;
+* the kernel / compiler LNC degree check (migration guide; compiler error NCC_EVRF066);
+* the prepare / trigger split of ``all_to_all_v`` / ``all_gather_v`` (their nki.collectives pages).
+"""
+
+import warnings
+
+import numpy as np
+import pytest
+
+from nki_kernels.simulator import NKIError, install
+from tests.isa_helpers import to_hbm, to_sbuf
+
+install()
+import nki  # noqa: E402
+import nki.isa as nisa  # noqa: E402
+import nki.language as nl  # noqa: E402
+
+ENV = "NKI_COMPILER_FRONTEND"
+
+
+@pytest.fixture(autouse=True)
+def _default_frontend(monkeypatch):
+    monkeypatch.delenv(ENV, raising=False)
+
+
+def _i32(v):
+    """Two's-complement wrap to 32 bits (the independent reference of NkiScalar's int32 arithmetic)."""
+    return (v + 2 ** 31) % 2 ** 32 - 2 ** 31
+
+
+# --------------------------------------------------------------------------------------------------------
+# 1. Specialization by tracing: the dynamic loop constructs deprecated in 0.6.0 are removed
+# --------------------------------------------------------------------------------------------------------
+@nki.jit
+def _loops(x, form):
+    t = to_sbuf(x)
+    n = nisa.register_alloc(3)
+
+    def add(i=None):
+        nisa.tensor_scalar(dst=t, data=t, op0=nl.add, operand0=1.0)
+
+    if form == "dynamic_range":
+        for _ in nl.dynamic_range(n):
+            add()
+    elif form == "while reg":
+        c = nl.ndarray((1, 1), nl.int32, buffer=nl.sbuf)
+        nisa.memset(dst=c, value=3)
+        one = nl.ndarray((1, 1), nl.int32, buffer=nl.sbuf)
+        nisa.memset(dst=one, value=1)
+        while n:
+            add()
+            nisa.tensor_tensor(dst=c, data1=c, data2=one, op=nl.subtract)
+            nisa.register_load(n, c)
+    elif form == "fori_loop":
+        nl.fori_loop(0, n, add)
+    else:  # while_loop
+
+        def body(r):
+            add()
+            nxt = nisa.register_alloc()
+            nisa.register_move(nxt, int(r) - 1)
+            return nxt
+
+        nl.while_loop(n, body)
+    return to_hbm(t)
+
+
+@pytest.mark.parametrize("form,replacement", [("dynamic_range", r"nl\.fori_loop"),
+                                              ("while reg", r"nl\.while_loop")])
+def test_removed_dynamic_loops_are_refused_by_default_naming_the_replacement(form, replacement):
+    with pytest.raises(NKIError, match=rf"\[dynamic loop\].*removed in NKI 0\.7\.0.*use {replacement}.*"
+                                       rf"{ENV}=custom"):
+        _loops(np.zeros((1, 4), np.float32), form)
+
+
+@pytest.mark.parametrize("form", ["fori_loop", "while_loop"])
+def test_replacements_run_by_default_without_warning(form):
+    x = np.zeros((1, 4), np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)
+        np.testing.assert_array_equal(_loops(x, form), x + 3)
+
+
+@pytest.mark.parametrize("value", ["custom", " Custom "])
+@pytest.mark.parametrize("form", ["dynamic_range", "while reg"])
+def test_custom_frontend_keeps_the_previous_specialization_deprecated(form, value, monkeypatch):
+    monkeypatch.setenv(ENV, value)
+    x = np.zeros((1, 4), np.float32)
+    with pytest.warns(DeprecationWarning, match=rf"deprecated.*{ENV}=custom.*deprecated in Neuron 2\.33\.0") as rec:
+        got = _loops(x, form)
+    np.testing.assert_array_equal(got, x + 3)
+    assert all(w.filename == __file__ for w in rec if issubclass(w.category, DeprecationWarning))
+
+
+def test_frontend_is_read_per_launch(monkeypatch):
+    x = np.zeros((1, 4), np.float32)
+    monkeypatch.setenv(ENV, "custom")
+    with pytest.warns(DeprecationWarning):
+        np.testing.assert_array_equal(_loops(x, "dynamic_range"), x + 3)
+    monkeypatch.setenv(ENV, "tracing")  # (any other value is the default specialization)
+    with pytest.raises(NKIError, match=r"\[dynamic loop\]"):
+        _loops(x, "dynamic_range")
+
+
+def test_first_generation_kernels_keep_their_dynamic_range():
+    from nki_kernels.simulator import language as gen1_nl
+    from nki_kernels.simulator import nki as gen1_nki
+
+    @gen1_nki.jit
+    def k(x):
+        out = gen1_nl.ndarray(x.shape, x.dtype, buffer=gen1_nl.shared_hbm)
+        t = gen1_nl.load(x)
+        for _ in gen1_nl.dynamic_range(2):
+            t = gen1_nl.add(t, 1.0)
+        gen1_nl.store(out, t)
+        return out
+
+    x = np.zeros((1, 4), np.float32)
+    with pytest.warns(DeprecationWarning, match="deprecated"):  # (0.6.0's warning; no 0.7 error)
+        np.testing.assert_array_equal(k(x), x + 2)
+
+
+# --------------------------------------------------------------------------------------------------------
+# 2. NkiScalar, scalar_load / scalar_store
+# --------------------------------------------------------------------------------------------------------
+def _scalar_kernel(expr, dtype=np.int32, out_dtype=None):
+    @nki.jit
+    def k(v):
+        s = nisa.scalar_load(to_sbuf(v))
+        r = expr(s)
+        o = nl.ndarray((1, 1), out_dtype or dtype, buffer=nl.sbuf)
+        nisa.scalar_store(o, r)
+        return to_hbm(o)
+
+    return k
+
+
+@pytest.mark.parametrize("v,expr,ref", [
+    (5, lambda i: i * 4 + 1, lambda v: v * 4 + 1),                    # the NKI Scalar Values example
+    (100000, lambda i: i * 100000, lambda v: _i32(v * 100000)),       # "100000 * 100000 yields 1410065408"
+    (2 ** 31 - 1, lambda i: i + 1, lambda v: _i32(v + 1)),            # "adding 1 to the largest nl.int32 ..."
+    (7, lambda i: 10 - i, lambda v: 10 - v),                          # reflected
+    (7, lambda i: -i * 3 - (i - 2), lambda v: -v * 3 - (v - 2)),
+])
+def test_int32_scalar_arithmetic_wraps(v, expr, ref):
+    got = _scalar_kernel(expr)(np.array([[v]], np.int32))
+    assert got.dtype == np.int32 and int(got[0, 0]) == ref(v)
+    assert ref(100000) == 1410065408 or v != 100000
+
+
+def test_int64_scalar_keeps_its_width_from_hbm():
+    @nki.jit
+    def k(v):
+        s = nisa.scalar_load(v)  # (a 1x1 HBM tensor)
+        o = nl.ndarray((1, 1), nl.int64, buffer=nl.shared_hbm)
+        nisa.scalar_store(o, s * 3 + 1)
+        return o
+
+    v = 2 ** 40 + 7
+    got = k(np.array([[v]], np.int64))
+    assert got.dtype == np.int64 and int(got[0, 0]) == 3 * v + 1
+
+
+@pytest.mark.parametrize("dtype,shape,match", [
+    (np.uint32, (1, 1), "unsigned dtypes are not accepted"),
+    (np.float32, (1, 1), "nl.int32 or nl.int64"),
+    (np.int32, (1, 2), "must be a 1x1 tensor"),
+])
+def test_scalar_load_refuses(dtype, shape, match):
+    @nki.jit
+    def k(v):
+        nisa.scalar_load(to_sbuf(v))
+        return v
+
+    with pytest.raises(NKIError, match=match):
+        k(np.zeros(shape, dtype))
+
+
+def test_scalar_store_refuses_a_python_int_and_another_width():
+    @nki.jit
+    def k(v, case):
+        s = nisa.scalar_load(to_sbuf(v))
+        o = nl.ndarray((1, 1), nl.int64 if case == "width" else nl.int32, buffer=nl.sbuf)
+        nisa.scalar_store(o, 3 if case == "int" else s)
+        return to_hbm(o)
+
+    with pytest.raises(NKIError, match="value must be an NkiScalar"):
+        k(np.zeros((1, 1), np.int32), "int")
+    with pytest.raises(NKIError, match="same width as value"):
+        k(np.zeros((1, 1), np.int32), "width")
+    assert int(k(np.full((1, 1), 9, np.int32), "ok")[0, 0]) == 9  # (edge: same width)
+
+
+@pytest.mark.parametrize("expr,match", [
+    (lambda a, b: a + b, "dtypes must match"),                   # int32 + int64
+    (lambda a, b: b < 3, "int64 scalars are rejected"),          # 64-bit comparison
+    (lambda a, b: (a < 3) + 1, "result cannot be used"),          # 32-bit comparison: traced, unusable
+    (lambda a, b: bool(a), "cannot decide a Python if"),
+    (lambda a, b: int(a), "no Python value"),
+])
+def test_scalar_operations_refused(expr, match):
+    @nki.jit
+    def k(v32, v64):
+        expr(nisa.scalar_load(to_sbuf(v32)), nisa.scalar_load(to_sbuf(v64)))
+        return v32
+
+    with pytest.raises(NKIError, match=match):
+        k(np.ones((1, 1), np.int32), np.ones((1, 1), np.int64))
+
+
+def test_int32_comparison_is_traced():
+    @nki.jit
+    def k(v):
+        c = nisa.scalar_load(to_sbuf(v)) < 3  # (edge: allowed at 32 bits, only its use is refused)
+        assert isinstance(c, nisa.NkiScalar)
+        return v
+
+    k(np.ones((1, 1), np.int32))
+
+
+@pytest.mark.parametrize("api", ["scalar_load", "scalar_store"])
+def test_scalars_need_the_tracer_frontend(api, monkeypatch):
+    @nki.jit
+    def k(v):
+        t = to_sbuf(v)
+        if api == "scalar_load":
+            nisa.scalar_load(t)
+        else:
+            nisa.scalar_store(t, nisa.NkiScalar(1, nl.int32))
+        return v
+
+    monkeypatch.setenv(ENV, "custom")
+    with pytest.raises(NKIError, match="parser frontend"):
+        k(np.ones((1, 1), np.int32))
+    monkeypatch.delenv(ENV)
+    k(np.ones((1, 1), np.int32))  # (edge: the default tracer accepts it)
+
+
+# -- fori_loop: NkiScalar iteration value, NkiScalar / 32-bit bounds, scalar_offset -----------------------
+def _gather_rows(x, lower, upper, kind):
+    """out[j] = x[j] for j in [lower, upper): the row is addressed by the loop's i as a scalar_offset."""
+
+    @nki.jit
+    def k(x, b):
+        R, F = x.shape
+        out = nl.ndarray((R, F), x.dtype, buffer=nl.shared_hbm)
+        zero = nl.zeros((R, F), x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=out, src=zero)
+        bt = to_sbuf(b)
+        if kind == "scalar":
+            lo, hi = nisa.scalar_load(bt[0:1, 0:1]), nisa.scalar_load(bt[0:1, 1:2]) - 0
+        elif kind == "register":
+            lo, hi = lower, nisa.register_alloc()
+            nisa.register_load(hi, bt[0:1, 1:2])
+        else:
+            lo, hi = lower, upper
+        kinds = []
+
+        def body(i):
+            kinds.append(type(i).__name__)
+            row = nl.ndarray((1, F), x.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=row, src=x.ap([[F, 1], [1, F]], scalar_offset=i))
+            nisa.dma_copy(dst=out.ap([[F, 1], [1, F]], scalar_offset=i), src=row)
+
+        nl.fori_loop(lo, hi, body)
+        k.kinds = kinds
+        return out
+
+    got = k(x, np.array([[lower, upper]], np.int32))
+    return got, set(k.kinds)
+
+
+@pytest.mark.parametrize("kind,want", [("int", {"NkiScalar"}), ("scalar", {"NkiScalar"}),
+                                       ("register", {"VirtualRegister"})])
+def test_fori_loop_body_value_and_bounds(kind, want):
+    x = np.arange(24, dtype=np.float32).reshape(6, 4)
+    got, kinds = _gather_rows(x, 1, 5, kind)
+    ref = np.zeros_like(x)
+    ref[1:5] = x[1:5]
+    np.testing.assert_array_equal(got, ref)
+    assert kinds == want
+
+
+def test_fori_loop_refuses_an_int64_bound_and_takes_an_int32_expression():
+    @nki.jit
+    def k(v, wide):
+        s = nisa.scalar_load(to_sbuf(v))
+        acc = nl.zeros((1, 1), nl.float32, buffer=nl.sbuf)
+
+        def body(i):
+            nisa.tensor_scalar(dst=acc, data=acc, op0=nl.add, operand0=1.0)
+
+        nl.fori_loop(0, s * 2 + 1, body)  # "Supported, including an arithmetic expression" (int32)
+        return to_hbm(acc)
+
+    assert k(np.full((1, 1), 3, np.int32), False)[0, 0] == 7.0
+    with pytest.raises(NKIError, match="int64 NkiScalar cannot bound nl.fori_loop"):
+        k(np.full((1, 1), 3, np.int64), True)
+
+
+@pytest.mark.parametrize("buffer,dtype,ok", [("sbuf", np.int64, False), ("sbuf", np.int32, True),
+                                             ("hbm", np.int64, True)])
+def test_int64_scalar_offset_only_on_hbm(buffer, dtype, ok):
+    @nki.jit
+    def k(x, v):
+        s = nisa.scalar_load(to_sbuf(v))
+        src = to_sbuf(x) if buffer == "sbuf" else x
+        row = nl.ndarray((1, 4), x.dtype, buffer=nl.sbuf)
+        if buffer == "sbuf":  # the offset moves along the free axis of one partition
+            nisa.tensor_copy(dst=row, src=src.ap([[8, 1], [1, 4]], scalar_offset=s, indirect_dim=1))
+        else:
+            nisa.dma_copy(dst=row, src=src.ap([[4, 1], [1, 4]], scalar_offset=s))
+        return to_hbm(row)
+
+    x = np.arange(8, dtype=np.float32).reshape(1, 8) if buffer == "sbuf" else \
+        np.arange(12, dtype=np.float32).reshape(3, 4)
+    v = np.full((1, 1), 1, dtype)
+    if not ok:
+        with pytest.raises(NKIError, match="cannot be the scalar_offset of an SBUF or PSUM"):
+            k(x, v)
+        return
+    want = x[0, 1:5] if buffer == "sbuf" else x[1]
+    np.testing.assert_array_equal(k(x, v)[0], want)
+
+
+def test_fori_loop_under_custom_frontend_passes_an_int(monkeypatch):
+    monkeypatch.setenv(ENV, "custom")
+    seen = []
+
+    @nki.jit
+    def k(x):
+        nl.fori_loop(0, 3, lambda i: seen.append(i))
+        return x
+
+    k(np.zeros((1, 1), np.float32))
+    assert seen == [0, 1, 2] and all(type(i) is int for i in seen)
