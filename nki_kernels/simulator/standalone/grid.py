@@ -314,8 +314,8 @@ class NkiGrid(NKIObject):
         return self.shape[0]
 
     def _derive(self, **changes):
-        state = dict(base=self._base, slots=self._slots, coords=self._coords, ntiled=self._ntiled,
-                     tile_shape=self._tile, block_shape=self._block, consumed=self._consumed)
+        state = {"base": self._base, "slots": self._slots, "coords": self._coords, "ntiled": self._ntiled,
+                     "tile_shape": self._tile, "block_shape": self._block, "consumed": self._consumed}
         state.update(changes)
         return type(self)(_key=_CREATING, **state)
 
@@ -381,7 +381,7 @@ def _from_source(source, tile_shape, block_shape, fn):
             raise NKIError(f"{fn} tile_shape", f"nl.{fn}: tile_shape {t!r} leaves leading dimensions of the "
                            f"{source.buffer.name} selection {source.element_shape} untiled; only HBM tensors have "
                            "an untiled leading prefix (on chip the first dimension is the partition dimension)")
-        state = dict(base=source._base, slots=source._slots, coords=list(source._coords), ntiled=len(t))
+        state = {"base": source._base, "slots": source._slots, "coords": list(source._coords), "ntiled": len(t)}
     elif isinstance(source, NkiTensor):
         if tile_shape is None:
             raise _GridTypeError(f"{fn} tile_shape", f"nl.{fn}: tile_shape is required when source is a tensor "
@@ -392,7 +392,7 @@ def _from_source(source, tile_shape, block_shape, fn):
             raise NKIError(f"{fn} tile_shape", f"nl.{fn}: tile_shape {t!r} leaves leading dimensions of the "
                            f"{source.buffer.name} tensor {shape} untiled; only HBM tensors have an untiled "
                            "leading prefix (on chip the first dimension is the partition dimension)")
-        state = dict(base=source, slots=None, coords=[np.arange(s) for s in shape], ntiled=len(t))
+        state = {"base": source, "slots": None, "coords": [np.arange(s) for s in shape], "ntiled": len(t)}
     else:
         raise _GridTypeError(f"{fn} source", f"nl.{fn}: source must be an NkiTensor, NkiTileGrid or NkiBlockGrid, "
                              f"got {type(source).__name__}")
@@ -506,4 +506,4 @@ def alloc_blocks(*, tile_shape, block_shape, element_shape, buffer, dtype, addre
     return _allocate(tile_shape, block_shape, element_shape, buffer, dtype, address, name, "alloc_blocks")
 
 
-__all__ = ["NkiGrid", "NkiTileGrid", "NkiBlockGrid", "tiles", "blocks", "alloc_tiles", "alloc_blocks"]
+__all__ = ["NkiBlockGrid", "NkiGrid", "NkiTileGrid", "alloc_blocks", "alloc_tiles", "blocks", "tiles"]
