@@ -345,3 +345,112 @@ def test_fori_loop_under_custom_frontend_passes_an_int(monkeypatch):
 
     k(np.zeros((1, 1), np.float32))
     assert seen == [0, 1, 2] and all(type(i) is int for i in seen)
+
+
+# --------------------------------------------------------------------------------------------------------
+# 4. prepare / trigger splits of the variable-length collectives
+# --------------------------------------------------------------------------------------------------------
+from nki_kernels.simulator import collectives as cc  # noqa: E402
+from nki_kernels.simulator.ranks import simulate_ranks  # noqa: E402
+
+_RNG = np.random.default_rng(733)
+
+
+def _hbm_copy(x, value=None):
+    """A kernel-local HBM tensor shaped like 2-D ``x``: a copy of it, or filled with ``value``."""
+    t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.hbm)
+    s = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+    if value is None:
+        nisa.dma_copy(dst=s, src=x)
+    else:
+        nisa.memset(dst=s, value=value)
+    nisa.dma_copy(dst=t, src=s)
+    return t
+
+
+@nki.jit
+def _split_k(x, meta, op="a2a", out_elems=0, case="ok"):
+    out = nl.ndarray((1, out_elems), dtype=x.dtype, buffer=nl.shared_hbm)
+    fill = nl.ndarray((1, out_elems), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.memset(dst=fill, value=-1.0)
+    nisa.dma_copy(dst=out, src=fill)
+    src = _hbm_copy(x, value=0.0)          # srcs not filled yet: prepare does not read them
+    m = _hbm_copy(meta)
+    rg = cc.ReplicaGroup([[0, 1]])
+    prep, trig = ((cc.all_to_all_v_prepare, cc.all_to_all_v_trigger) if op == "a2a" else
+                  (cc.all_gather_v_prepare, cc.all_gather_v_trigger))
+    p = prep(srcs=[src], dsts=[out], replica_group=rg, metadata_tensor=m)
+    zero = nl.ndarray(meta.shape, dtype=meta.dtype, buffer=nl.sbuf)
+    nisa.memset(dst=zero, value=0)
+    nisa.dma_copy(dst=m, src=zero)         # metadata changed after prepare: the prepare's read stands
+    nisa.dma_copy(dst=src, src=to_sbuf(x))  # srcs filled now, after the prepare
+    if case == "two prepares":
+        prep(srcs=[src], dsts=[out], replica_group=rg, metadata_tensor=m)
+    elif case == "other kind":
+        p2 = cc.all_gather_v_prepare(srcs=[src], dsts=[out], replica_group=rg, metadata_tensor=m)
+    if case == "not a handle":
+        trig(m)
+    elif case == "wrong trigger":
+        (cc.all_gather_v_trigger if op == "a2a" else cc.all_to_all_v_trigger)(p)
+    elif case != "untriggered":
+        trig(p)
+    if case == "twice":
+        trig(p)
+    if case == "again":  # (edge: a second prepare after the first one's trigger)
+        p2 = prep(srcs=[src], dsts=[out], replica_group=rg, metadata_tensor=_hbm_copy(meta))
+        trig(p2)
+    if case == "other kind":
+        cc.all_gather_v_trigger(p2)
+    return out
+
+
+def _a2av_case(case="ok"):
+    world, size, out_elems = 2, 10, 16
+    xs = [_RNG.standard_normal((1, size)).astype(np.float32) for _ in range(world)]
+    counts = np.array([[2, 3], [4, 1]])  # counts[j, k]: elements rank j sends to rank k
+    metas = []
+    for j in range(world):
+        recv = counts[:, j]
+        metas.append(np.stack([counts[j], [0, 5], recv, np.concatenate([[0], np.cumsum(recv)[:-1]])]
+                              ).astype(np.uint32))
+    expect = [np.full(out_elems, -1.0, np.float32) for _ in range(world)]
+    for k in range(world):
+        at = 0
+        for j in range(world):
+            cnt, start = counts[j, k], metas[j][1][k]
+            expect[k][at:at + cnt] = xs[j][0, start:start + cnt]
+            at += cnt
+    return simulate_ranks(_split_k, world, xs, metas, op="a2a", out_elems=out_elems, case=case), expect
+
+
+@pytest.mark.parametrize("case", ["ok", "again"])
+def test_all_to_all_v_prepare_trigger_against_numpy(case):
+    outs, expect = _a2av_case(case)
+    for got, want in zip(outs, expect):
+        np.testing.assert_array_equal(got.reshape(-1), want)
+
+
+def test_all_gather_v_prepare_trigger_against_numpy():
+    world, size, slot = 2, 10, 6
+    xs = [_RNG.standard_normal((1, size)).astype(np.float32) for _ in range(world)]
+    counts, starts = [3, 6], [2, 4]
+    metas = [np.stack([np.full(2, counts[r]), np.full(2, starts[r])]).astype(np.uint32) for r in range(world)]
+    outs = simulate_ranks(_split_k, world, xs, metas, op="ag", out_elems=2 * slot)
+    want = np.full(2 * slot, -1.0, np.float32)
+    for s in range(world):
+        want[s * slot:s * slot + counts[s]] = xs[s][0, starts[s]:starts[s] + counts[s]]
+    for got in outs:
+        np.testing.assert_array_equal(got.reshape(-1), want)
+
+
+@pytest.mark.parametrize("case,match", [
+    ("two prepares", "has not been triggered; prepares share a single slot"),
+    ("other kind", "has not been triggered; prepares share a single slot"),   # "of any kind"
+    ("untriggered", "is never triggered"),
+    ("twice", "already triggered"),
+    ("not a handle", "prepare_instr must be the instruction"),
+    ("wrong trigger", "pair it with all_to_all_v_trigger"),
+])
+def test_prepare_trigger_pairing_refused(case, match):
+    with pytest.raises(NKIError, match=match):
+        _a2av_case(case)

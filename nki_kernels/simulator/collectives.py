@@ -26,7 +26,7 @@ from . import cores as _cores
 from . import diagnostics as _diag
 from . import dtypes as dt
 from . import transfers as _transfers
-from .core import Access, HBMTensor, Tile, psum
+from .core import Access, HBMTensor, Tile, current_or_none, psum
 from .errors import NKIError
 from .instructions import lnc as _lnc
 from .instructions.registers import VirtualRegister
@@ -476,8 +476,13 @@ def all_to_all_v(srcs, dsts, replica_group, metadata_tensor, recv_counts_known=F
     op = "all_to_all_v"
     _tensor_lists(op, srcs, dsts, hbm_only=True, exactly_one=True)
     w, rank, rl = _rank_list(replica_group, op)
-    n, k = len(rl), rl.index(rank)
-    meta = _metadata(metadata_tensor, op, _v_rows(recv_counts_known, has_rdispls), n)
+    meta = _metadata(metadata_tensor, op, _v_rows(recv_counts_known, has_rdispls), len(rl))
+    _all_to_all_v_run(op, srcs, dsts, w, rank, rl, meta, recv_counts_known, has_rdispls)
+
+
+def _all_to_all_v_run(op, srcs, dsts, w, rank, rl, meta, recv_counts_known, has_rdispls):
+    """all_to_all_v's exchange with its metadata ``meta`` already read (``srcs`` read now)."""
+    k = rl.index(rank)
     posts = _meet(w, rank, rl, op, (bool(recv_counts_known), bool(has_rdispls)),
                   (_lnc.read_values(srcs[0]).reshape(-1), meta[0], meta[1]))
     size, pieces, at = int(np.prod(dsts[0].shape)), [], 0
@@ -512,8 +517,13 @@ def all_gather_v(srcs, dsts, replica_group, metadata_tensor, recv_counts_known=F
     op = "all_gather_v"
     _tensor_lists(op, srcs, dsts, hbm_only=True, exactly_one=True)
     w, rank, rl = _rank_list(replica_group, op)
+    meta = _metadata(metadata_tensor, op, _v_rows(recv_counts_known, has_rdispls), len(rl))
+    _all_gather_v_run(op, srcs, dsts, w, rank, rl, meta, recv_counts_known, has_rdispls)
+
+
+def _all_gather_v_run(op, srcs, dsts, w, rank, rl, meta, recv_counts_known, has_rdispls):
+    """all_gather_v's exchange with its metadata ``meta`` already read (``srcs`` read now)."""
     n = len(rl)
-    meta = _metadata(metadata_tensor, op, _v_rows(recv_counts_known, has_rdispls), n)
     src = _lnc.read_values(srcs[0]).reshape(-1)
     cnt, start = int(meta[0][0]), int(meta[1][0])
     if start + cnt > src.size:
@@ -538,6 +548,103 @@ def all_gather_v(srcs, dsts, replica_group, metadata_tensor, recv_counts_known=F
     _write_flat(dsts[0], pieces)
 
 
-__all__ = ["ReplicaGroup", "all_gather", "all_gather_v", "all_reduce", "all_to_all", "all_to_all_v",
+# ---------------------------------------------------------------------------
+# prepare / trigger splits of the variable-length collectives (NKI 0.7.0)
+# ---------------------------------------------------------------------------
+# "A plain all_to_all_v() couples its metadata setup with the execution of the a2a-v collective ...
+# Splitting it into prepare + trigger lets the setup run ahead". "prepare reads metadata_tensor, which must
+# already hold valid data. It does not read the contents of srcs/dsts, so it may be issued before they are
+# filled." "Each prepare must be followed by exactly one [trigger], with no other prepare in between.
+# Prepares share a single slot, so an intervening prepare of any kind is rejected." The trigger "reuses the
+# buffers, replica group, and every other argument from the paired [prepare], so it takes only the prepare
+# instruction" and "is the phase that reads srcs and writes dsts" (nki.collectives.all_to_all_v_prepare /
+# _trigger, all_gather_v_prepare / _trigger pages, Neuron 2.33). The slot belongs to the running program
+# (one per rank); a prepare still waiting for its trigger when the kernel returns is refused
+# (:func:`check_no_pending_prepare`, called as the program finishes).
+class VCollectivePrepare:
+    """The handle a ``*_v_prepare`` call returns: pass it to the paired ``*_v_trigger``."""
+
+    __slots__ = ("op", "args", "meta", "triggered", "where", "name")
+
+    def __init__(self, op, args, meta, where, name):
+        self.op, self.args, self.meta, self.where, self.name = op, args, meta, where, name
+        self.triggered = False
+
+    def __repr__(self):
+        return f"NkiInstruction(nki.collectives.{self.op}_prepare{'' if self.name is None else ' ' + repr(self.name)})"
+
+
+def _prepare(op, srcs, dsts, replica_group, metadata_tensor, recv_counts_known, has_rdispls, name):
+    what = f"{op}_prepare"
+    prog = current_or_none()
+    pending = getattr(prog, "_nki_v_prepare", None) if prog is not None else None
+    if pending is not None and not pending.triggered:
+        raise NKIError("prepare/trigger", f"nki.collectives.{what}: the {pending.op}_prepare made at "
+                       f"{_diag.fmt_where(pending.where)} has not been triggered; prepares share a single slot, so "
+                       f"each prepare must be followed by exactly one trigger with no other prepare in between")
+    _tensor_lists(what, srcs, dsts, hbm_only=True, exactly_one=True)
+    w, rank, rl = _rank_list(replica_group, what)
+    meta = _metadata(metadata_tensor, what, _v_rows(recv_counts_known, has_rdispls), len(rl)).copy()  # read now
+    handle = VCollectivePrepare(op, (srcs, dsts, w, rank, rl, meta, recv_counts_known, has_rdispls), meta,
+                                _diag.where(), name)
+    if prog is not None:
+        prog._nki_v_prepare = handle
+    return handle
+
+
+def _trigger(op, prepare_instr, run):
+    what = f"{op}_trigger"
+    if not isinstance(prepare_instr, VCollectivePrepare):
+        raise NKIError("prepare/trigger", f"nki.collectives.{what}: prepare_instr must be the instruction "
+                       f"nki.collectives.{op}_prepare returned, got {type(prepare_instr).__name__}")
+    if prepare_instr.op != op:
+        raise NKIError("prepare/trigger", f"nki.collectives.{what}: prepare_instr came from "
+                       f"nki.collectives.{prepare_instr.op}_prepare; pair it with {prepare_instr.op}_trigger")
+    if prepare_instr.triggered:
+        raise NKIError("prepare/trigger", f"nki.collectives.{what}: the {op}_prepare made at "
+                       f"{_diag.fmt_where(prepare_instr.where)} was already triggered; each prepare is followed by "
+                       "exactly one trigger")
+    prepare_instr.triggered = True
+    srcs, dsts, w, rank, rl, meta, recv_counts_known, has_rdispls = prepare_instr.args
+    run(op, srcs, dsts, w, rank, rl, meta, recv_counts_known, has_rdispls)
+
+
+def check_no_pending_prepare(prog) -> None:
+    """A program returning with a prepare not yet triggered is refused (each prepare has exactly one trigger)."""
+    pending = getattr(prog, "_nki_v_prepare", None)
+    if pending is not None and not pending.triggered:
+        raise NKIError("prepare/trigger", f"nki.collectives.{pending.op}_prepare made at "
+                       f"{_diag.fmt_where(pending.where)} is never triggered: each prepare must be followed by "
+                       f"exactly one {pending.op}_trigger")
+
+
+def all_to_all_v_prepare(srcs, dsts, replica_group, metadata_tensor, recv_counts_known=False, has_rdispls=False,
+                         priority=None, name=None):
+    """Begin a split :func:`all_to_all_v`: checks the operands and reads ``metadata_tensor`` now (not
+    ``srcs`` / ``dsts``); returns the handle :func:`all_to_all_v_trigger` takes."""
+    return _prepare("all_to_all_v", srcs, dsts, replica_group, metadata_tensor, recv_counts_known, has_rdispls,
+                    name)
+
+
+def all_to_all_v_trigger(prepare_instr, name=None):
+    """Complete a split :func:`all_to_all_v`: the exchange, reading ``srcs`` and writing ``dsts`` now with the
+    metadata its prepare read."""
+    _trigger("all_to_all_v", prepare_instr, _all_to_all_v_run)
+
+
+def all_gather_v_prepare(srcs, dsts, replica_group, metadata_tensor, recv_counts_known=False, has_rdispls=False,
+                         priority=None, name=None):
+    """Begin a split :func:`all_gather_v` (see :func:`all_to_all_v_prepare`)."""
+    return _prepare("all_gather_v", srcs, dsts, replica_group, metadata_tensor, recv_counts_known, has_rdispls,
+                    name)
+
+
+def all_gather_v_trigger(prepare_instr, name=None):
+    """Complete a split :func:`all_gather_v` (see :func:`all_to_all_v_trigger`)."""
+    _trigger("all_gather_v", prepare_instr, _all_gather_v_run)
+
+
+__all__ = ["ReplicaGroup", "all_gather", "all_gather_v", "all_gather_v_prepare", "all_gather_v_trigger",
+           "all_reduce", "all_to_all", "all_to_all_v", "all_to_all_v_prepare", "all_to_all_v_trigger",
            "collective_permute", "collective_permute_implicit", "collective_permute_implicit_current_processing_rank_id",
            "collective_permute_implicit_reduce", "rank_id", "rg_partition_op"]

@@ -113,7 +113,7 @@ def cores_of(grid) -> int:
 # declared so in the registry (registry.sync_names(): sendrecv, sendrecv_compute, core_barrier).
 _COLLECTIVE_NAMES = frozenset({"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "collective_permute",
                                "collective_permute_implicit", "collective_permute_implicit_reduce",
-                               "all_gather_v", "all_to_all_v"})
+                               "all_gather_v", "all_to_all_v", "all_gather_v_trigger", "all_to_all_v_trigger"})
 
 
 def sync_names() -> frozenset:
