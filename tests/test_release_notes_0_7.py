@@ -454,3 +454,61 @@ def test_all_gather_v_prepare_trigger_against_numpy():
 def test_prepare_trigger_pairing_refused(case, match):
     with pytest.raises(NKIError, match=match):
         _a2av_case(case)
+
+
+# --------------------------------------------------------------------------------------------------------
+# 3. The kernel and compiler LNC degrees must match (NCC_EVRF066)
+# --------------------------------------------------------------------------------------------------------
+@nki.jit
+def _double(x):
+    return to_hbm(_twice(to_sbuf(x)))
+
+
+def _twice(t):
+    nisa.tensor_scalar(dst=t, data=t, op0=nl.multiply, operand0=2.0)
+    return t
+
+
+def _launch(bracket):
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    return (_double if bracket is None else _double[bracket])(x), 2 * x
+
+
+@pytest.mark.parametrize("bracket,env,flags,have,want", [
+    (1, "2", None, 1, 2),           # kernel[1] while the compiler uses 2
+    (None, "2", "--lnc=1", 2, 1),   # NEURON_LOGICAL_NC_CONFIG=2 sets the kernel; --lnc=1 overrides the compiler
+    (None, None, "-O1 --lnc 2", 1, 2),  # the kernel's implicit LNC=1
+    (2, None, "--lnc=1", 2, 1),
+])
+def test_lnc_degree_mismatch_refused(bracket, env, flags, have, want, monkeypatch):
+    for var, val in (("NEURON_LOGICAL_NC_CONFIG", env), ("NEURON_CC_FLAGS", flags)):
+        monkeypatch.setenv(var, val) if val is not None else monkeypatch.delenv(var, raising=False)
+    with pytest.raises(NKIError, match=rf"\[LNC degree\] NKI kernel '_double' is configured with LNC={have}, but "
+                                       rf"neuronx-cc is using LNC={want}"):
+        _launch(bracket)
+
+
+@pytest.mark.parametrize("bracket,env,flags", [
+    (None, None, None),             # nothing names the compiler's degree: unchecked
+    (2, "2", None), (None, "1", None), (1, None, "--lnc=1"), (2, "1", "--lnc=2"), (None, "2", None),
+])
+def test_lnc_degree_match_runs(bracket, env, flags, monkeypatch):
+    for var, val in (("NEURON_LOGICAL_NC_CONFIG", env), ("NEURON_CC_FLAGS", flags)):
+        monkeypatch.setenv(var, val) if val is not None else monkeypatch.delenv(var, raising=False)
+    got, want = _launch(bracket)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_first_generation_grid_is_not_an_lnc_degree(monkeypatch):
+    from nki_kernels.simulator import language as gen1_nl
+    from nki_kernels.simulator import nki as gen1_nki
+
+    @gen1_nki.jit
+    def k(x):
+        out = gen1_nl.ndarray(x.shape, x.dtype, buffer=gen1_nl.shared_hbm)
+        gen1_nl.store(out, gen1_nl.multiply(gen1_nl.load(x), 2.0))
+        return out
+
+    monkeypatch.setenv("NEURON_CC_FLAGS", "--lnc=2")
+    x = np.ones((2, 4), np.float32)
+    np.testing.assert_array_equal(k[1](x), 2 * x)  # (an SPMD grid of one program, not LNC=1)

@@ -30,6 +30,7 @@ from . import blas as _blas
 from . import config as _config
 from . import cores as _cores
 from . import diagnostics as _diag
+from . import lnc_degree as _lnc_degree
 from . import shadow as _shadow
 from . import scheduling as _scheduling
 from . import spmd_reduce as _spmd
@@ -342,6 +343,7 @@ def simulate_into(outputs, kernel, grid, *arrays, **static):
     if not isinstance(kernel, Kernel):
         raise TypeError(f"kernel must be an @nki.jit kernel, got {type(kernel).__name__}")
     grid = normalize_grid(grid)
+    _lnc_degree.check(kernel, grid)  # (NKI 0.7.0: the kernel's and the compiler's LNC degrees match)
 
     def launch(arrays, outputs, seed=None):
         args, kw = _bind(kernel, arrays, static)
