@@ -252,20 +252,24 @@ def test_memset_zero_on_x4_packed_dtypes(name):
 
 
 # ---------------------------------------------------------------------------
-# B6. tensor_copy_predicated: "If src is a scalar, the scalar is copied" (an int into a float dst)
+# B6. tensor_copy_predicated with a scalar src. The 2.32 page said only "the scalar is copied"; the
+# 2.33 page: "only the kind must match dst: a Python float requires a float dst dtype and a Python int
+# requires an integer dst dtype" (an int into a float dst is refused since)
 # ---------------------------------------------------------------------------
-def test_copy_predicated_int_scalar_into_float_dst():
+def test_copy_predicated_scalar_src_of_dst_kind():
     x = RNG.standard_normal((4, 5)).astype(np.float32)
     pred = (RNG.random((4, 5)) > 0.5).astype(np.uint8)
 
-    def body(t, p):
+    def body(t, p, value):
         o = _sb((4, 5))
         nisa.tensor_copy(dst=o, src=t)
-        nisa.tensor_copy_predicated(dst=o, src=3, predicate=p)
+        nisa.tensor_copy_predicated(dst=o, src=value, predicate=p)
         return o
 
-    got = _run(body, x, pred, out_shape=(4, 5))
+    got = _run(lambda t, p: body(t, p, 3.0), x, pred, out_shape=(4, 5))
     np.testing.assert_array_equal(got, np.where(pred != 0, np.float32(3.0), x))
+    with pytest.raises(NKIError, match="a Python int src .3. needs an integer dst"):
+        _run(lambda t, p: body(t, p, 3), x, pred, out_shape=(4, 5))
 
 
 # ---------------------------------------------------------------------------

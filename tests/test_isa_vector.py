@@ -158,26 +158,32 @@ def predicated_kernel(src, pred, init, reverse=False, scalar=None):
     return out
 
 
-@pytest.mark.parametrize("reverse", [False, True])
-def test_copy_predicated(reverse):
+def test_copy_predicated():
     src = RNG.standard_normal((64, 40)).astype(np.float32)
     init = RNG.standard_normal((64, 40)).astype(np.float32)
     pred = (RNG.random((64, 40)) > 0.5).astype(np.uint8) * 7
-    got = nki.simulate(predicated_kernel)(src, pred, init, reverse)
-    cond = (pred != 0) != reverse
-    np.testing.assert_array_equal(got, np.where(cond, src, init))
+    got = nki.simulate(predicated_kernel)(src, pred, init)
+    np.testing.assert_array_equal(got, np.where(pred != 0, src, init))
 
 
-def test_copy_predicated_scalar_src():
+@pytest.mark.parametrize("reverse", [False, True])
+def test_copy_predicated_scalar_src(reverse):
     init = RNG.standard_normal((16, 8)).astype(np.float32)
     pred = (RNG.random((16, 8)) > 0.5).astype(np.uint32)
-    got = nki.simulate(predicated_kernel)(init, pred, init, scalar=2.5)
-    np.testing.assert_array_equal(got, np.where(pred != 0, np.float32(2.5), init))
+    got = nki.simulate(predicated_kernel)(init, pred, init, reverse, scalar=2.5)
+    np.testing.assert_array_equal(got, np.where((pred != 0) != reverse, np.float32(2.5), init))
+
+
+def test_copy_predicated_reverse_needs_a_scalar_src():
+    # 2.33 page: "reverse_pred can only be set to true if src is a scalar"
+    x = RNG.standard_normal((16, 8)).astype(np.float32)
+    pred = (RNG.random((16, 8)) > 0.5).astype(np.uint8)
+    with pytest.raises(NKIError, match="reverse_pred can only be set to true if src is a scalar"):
+        nki.simulate(predicated_kernel)(x, pred, x, True)
 
 
 def test_copy_predicated_rejects_float_predicate():
-    # (an int scalar src into a float dst is valid: "If src is a scalar, the scalar is copied";
-    # tests/test_isa_pages.py::test_copy_predicated_int_scalar_into_float_dst)
+    # (a scalar src of dst's kind is valid: tests/test_isa_pages.py::test_copy_predicated_scalar_src_of_dst_kind)
     init = np.zeros((16, 8), np.float32)
     with pytest.raises(NKIError, match="predicate"):
         nki.simulate(predicated_kernel)(init, np.ones((16, 8), np.float32), init)

@@ -12,7 +12,7 @@ import numpy as np
 from .. import dtypes as dt
 from .. import recording as _prof
 from ..core import Tile, psum
-from ..errors import NKIError
+from ..errors import NKIError, NotBatchable
 from .registry import Gen1
 from . import functional as _functional  # the computing forms both generations share
 from .operands import (alu, bitvec_on_integers, check_dst, column, compute_into, engine_name, first_generation,
@@ -221,14 +221,32 @@ def reciprocal(dst, data, name=None):
 
 
 @instruction(engine="Vector", cost=_costs.scalar_tensor_tensor, batched=True)
-def scalar_tensor_tensor(dst, data, op0, operand0, op1, operand1, reverse0=False, reverse1=False, name=None):
+def scalar_tensor_tensor(dst, data, op0, operand0, op1, operand1, reverse0=False, reverse1=False,
+                         reduce_cmd=_reduce_cmd.reset_reduce, reduce_op=..., reduce_res=None, name=None):
     """``dst = (data op0 operand0) op1 operand1`` (Vector engine): ``operand0`` a scalar or a [P, 1]
     tile, ``operand1`` a tile with data's partitions and elements per partition; data and operand1
     not both in PSUM; ``reverse0`` / ``reverse1`` swap an operator's inputs.
-    (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/generated/nki.isa.scalar_tensor_tensor.html)
+    (https://awsdocs-neuron.readthedocs-hosted.com/en/v2.33.0/nki/api/generated/nki.isa.scalar_tensor_tensor.html)
+
+    NKI 0.7.0 (Neuron 2.33) adds ``reduce_cmd`` / ``reduce_op`` / ``reduce_res``. The stored page gives
+    only the signature, so they are read as :func:`tensor_scalar_reduce`'s (its page describes them): with
+    ``reduce_op`` given, the result is reduced over all free axes into the Vector engine's registers per
+    ``reduce_cmd`` (default ``reset_reduce``) and, with ``reduce_res`` ([P, 1]) given, written there.
+    Without ``reduce_op`` (the signature's ``...``) nothing is reduced and the registers are untouched,
+    as before 0.7.0; ``reduce_res`` without ``reduce_op`` is refused.
     """
 
     op = "scalar_tensor_tensor"
+    reducing = reduce_op is not ... and reduce_op is not None
+    if reduce_res is not None and not reducing:
+        raise NKIError("reduce_op", f"nisa.{op}: reduce_res is given but reduce_op is not: name the reduction "
+                       "(nl.add, nl.multiply, nl.max or nl.min)")
+    if reducing:
+        if _core._tls.program is not None and _core._tls.program.nb:
+            raise NotBatchable(f"nisa.{op} reduces into the engine's registers, one program at a time")
+        if v4_operator(reduce_op) is not None or alu(reduce_op) not in (np.add, np.multiply, np.maximum, np.minimum):
+            raise NKIError("reduce_op", f"nisa.{op}: reduce_op {getattr(reduce_op, '__name__', reduce_op)}; the "
+                           "reduce_op can be nl.add, nl.multiply, nl.max or nl.min")
     d = check_dst(dst, op)
     x = tile_operand(data, "data", op)
     o1 = tile_operand(operand1, "operand1", op)
@@ -248,6 +266,8 @@ def scalar_tensor_tensor(dst, data, op0, operand0, op1, operand1, reverse0=False
     out = alu(op1)(other, first) if reverse1 else alu(op1)(first, other)
     _prof.instruction("Vector", out)
     write(d, out if d.nb else np.reshape(out, d.shape) if d.shape[0] == parts else out, op)
+    if reducing:
+        registers.accumulate(op, "Vector", out, parts, reduce_op, reduce_res, reduce_cmd)
 
 
 @instruction(engine="Vector", cost=_costs.engine_default)

@@ -95,9 +95,9 @@ def tensor_copy_predicated(dst, src, predicate, reverse_pred=False, name=None):
 
     src (a tensor), dst and predicate occupy the same partitions and elements per
     partition; predicate is uint8/uint16/uint32; src and dst share a dtype (a
-    scalar src "is copied": an int or a float into a float dst, an int into an integer
-    dst); src and predicate are not both in PSUM.
-    (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/generated/nki.isa.tensor_copy_predicated.html)
+    scalar src of dst's kind: a float into a float dst, an int into an integer dst); src and
+    predicate are not both in PSUM; ``reverse_pred`` only with a scalar src; rank <= 4.
+    (https://awsdocs-neuron.readthedocs-hosted.com/en/v2.33.0/nki/api/generated/nki.isa.tensor_copy_predicated.html)
     """
     copy_predicated(dst, src, predicate, reverse_pred)
 
@@ -112,6 +112,8 @@ def copy_predicated(dst, src, predicate, reverse_pred=False, gen1=False):
         raise NKIError("predicate dtype", f"nisa.{op}: predicate (shape {p.shape}) has dtype {p.dtype}; it must be "
                        f"{'bool, ' if gen1 else ''}uint8, uint16 or uint32")
     same_rows(op, d, "dst", p, "predicate")
+    if not gen1:
+        _v233_rules(op, d, p, src, reverse_pred)
     if isinstance(src, Tile):
         s = tile_operand(src, "src", op)
         same_rows(op, d, "dst", s, "src")
@@ -133,6 +135,26 @@ def copy_predicated(dst, src, predicate, reverse_pred=False, gen1=False):
         cond = ~cond
     _prof.instruction("Vector", d.data)
     write(d, np.where(cond, dt.cast(vals, d.dtype), d.data), op)
+
+
+def _v233_rules(op, d, p, src, reverse_pred):
+    """The current page's rules (NKI 0.7.0, Neuron 2.33,
+    https://awsdocs-neuron.readthedocs-hosted.com/en/v2.33.0/nki/api/generated/nki.isa.tensor_copy_predicated.html):
+    "reverse_pred can only be set to true if src is a scalar"; "dst, predicate, and a tensor src can have
+    at most three free dimensions (maximum rank 4)"; a scalar src: "a Python float requires a float dst
+    dtype and a Python int requires an integer dst dtype". The first generation's page has none of them."""
+    tensor_src = isinstance(src, Tile)
+    if reverse_pred and tensor_src:
+        raise NKIError("reverse_pred", f"nisa.{op}: reverse_pred=True with a tensor src {src.shape}; reverse_pred "
+                       "can only be set to true if src is a scalar")
+    for what, t in (("dst", d), ("predicate", p)) + ((("src", src),) if tensor_src else ()):
+        if len(t.shape) > 4:
+            raise NKIError("rank", f"nisa.{op}: {what} {tuple(t.shape)} has rank {len(t.shape)}; dst, predicate and a "
+                           "tensor src can have at most three free dimensions (maximum rank 4)")
+    if (not tensor_src and isinstance(src, (int, np.integer)) and not isinstance(src, (bool, np.bool_))
+            and dt.is_float(d.dtype)):
+        raise NKIError("dtype", f"nisa.{op}: a Python int src ({src}) needs an integer dst, dst is {d.dtype}; "
+                       "write it as a float for a float dst")
 
 
 # the first generation's entry point: a bool predicate too (see copy_predicated)
