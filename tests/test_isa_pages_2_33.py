@@ -105,3 +105,56 @@ def test_copy_predicated_int_scalar_into_integer_dst():
     pred = (RNG.random((16, 8)) > 0.5).astype(np.uint16)
     got = _predicated(init, pred, init, True, scalar=7)
     np.testing.assert_array_equal(got, np.where(pred == 0, np.int32(7), init))
+
+
+# ---------------------------------------------------------------------------
+# Rank limits the 2.33 pages state ("at most N free dimensions (maximum rank N+1 ...)"): the largest
+# rank runs and matches NumPy, one more is refused
+# ---------------------------------------------------------------------------
+def _shape(rank):
+    return (8,) + (2,) * (rank - 1)
+
+
+def _unary(op_body):
+    @nki.jit
+    def kernel(a):
+        x = to_sbuf(a)
+        o = nl.ndarray(a.shape, dtype=nl.float32, buffer=nl.sbuf)
+        op_body(o, x)
+        return to_hbm(o)
+    return kernel
+
+
+_UNARY = {
+    # name: (limit, body, NumPy reference)
+    "memset": (5, lambda o, x: nisa.memset(dst=o, value=1.5), lambda a: np.full_like(a, 1.5)),
+    "reciprocal": (5, lambda o, x: nisa.reciprocal(dst=o, data=x), lambda a: np.float32(1) / a),
+    "exponential": (4, lambda o, x: nisa.exponential(dst=o, src=x), np.exp),
+    "tensor_scalar_reduce": (4, lambda o, x: nisa.tensor_scalar_reduce(dst=o, data=x, op0=nl.multiply, operand0=3.0,
+                                                                        reduce_op=nl.add),
+                             lambda a: a * np.float32(3)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_UNARY))
+def test_rank_limit(name):
+    limit, body, ref = _UNARY[name]
+    kernel = _unary(body)
+    a = RNG.uniform(0.5, 2.0, _shape(limit)).astype(np.float32)
+    np.testing.assert_allclose(kernel(a), ref(a), rtol=1e-6)
+    with pytest.raises(NKIError, match=f"maximum rank {limit}"):
+        kernel(RNG.uniform(0.5, 2.0, _shape(limit + 1)).astype(np.float32))
+
+
+def test_tensor_partition_reduce_rank_limit():
+    @nki.jit
+    def kernel(a):
+        x = to_sbuf(a)
+        o = nl.ndarray((1,) + a.shape[1:], dtype=nl.float32, buffer=nl.sbuf)
+        nisa.tensor_partition_reduce(dst=o, op=nl.add, data=x)
+        return to_hbm(o)
+
+    a = RNG.standard_normal(_shape(5)).astype(np.float32)
+    np.testing.assert_allclose(kernel(a), a.sum(axis=0, keepdims=True), rtol=1e-5, atol=1e-6)
+    with pytest.raises(NKIError, match="maximum rank 5"):
+        kernel(RNG.standard_normal(_shape(6)).astype(np.float32))

@@ -15,7 +15,7 @@ from ..errors import NKIError
 from ..timing import costs as _costs  # (each instruction's cost, declared with it)
 from .registry import Gen1
 from . import functional as _functional  # the computing forms both generations share
-from .operands import check_dst, instruction, per_partition, rows, tile_operand, write
+from .operands import check_dst, instruction, max_rank, per_partition, rows, tile_operand, write
 from . import target
 from .operands import alu
 from .operands import scratch
@@ -240,6 +240,7 @@ def tensor_partition_reduce(dst, op, data, name=None):
 
     d = check_dst(dst, "tensor_partition_reduce", _SB)
     x = tile_operand(data, "data", "tensor_partition_reduce", _SB)
+    max_rank("tensor_partition_reduce", 5, dst=d, data=x)
     # integer tiles reduce in their own integers (bitwise_and / bitwise_or keep every bit), else in fp32
     exact = d.dtype.kind in "iu" and x.dtype.kind in "iu"
     with scratch():

@@ -171,6 +171,21 @@ class scratch:
         return False
 
 
+def max_rank(op, limit, **operands):
+    """Refuse an operand (by keyword name) of rank over ``limit``, partition axis included: the Neuron 2.33
+    (NKI 0.7.0) ISA pages state a rank limit per instruction ("can have at most three free dimensions
+    (maximum rank 4, including the partition dimension)", nki.isa.tensor_scalar_reduce). Current-API kernels
+    only: the first generation's pages state none."""
+    prog = _tls.program
+    if prog is None or not prog.current_api:
+        return
+    for name, t in operands.items():
+        shape = getattr(t, "shape", None)
+        if shape is not None and len(shape) > limit:
+            raise NKIError("rank", f"nisa.{op}: {name} {tuple(shape)} has rank {len(shape)}; it can have at most "
+                           f"{limit - 1} free dimensions (maximum rank {limit}, including the partition dimension)")
+
+
 def partition_range(tile):
     """``(start, count)``: the partitions of its allocation that a tile (or a view of one) covers."""
     root = root_of(tile)

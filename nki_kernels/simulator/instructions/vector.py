@@ -16,7 +16,7 @@ from ..errors import NKIError, NotBatchable
 from .registry import Gen1
 from . import functional as _functional  # the computing forms both generations share
 from .operands import (alu, bitvec_on_integers, check_dst, column, compute_into, engine_name, first_generation,
-                       identity_of, instruction, is_bitvec, no_gpsimd_psum, one_per_partition, per_partition, rows, same_rows, scratch, tile_operand, values_of, write)
+                       identity_of, instruction, is_bitvec, max_rank, no_gpsimd_psum, one_per_partition, per_partition, rows, same_rows, scratch, tile_operand, values_of, write)
 from .operands import BITVEC as _BITVEC
 from .operators import v4_operator
 from .target import engine as _engine
@@ -213,6 +213,7 @@ def reciprocal(dst, data, name=None):
     """``dst = 1 / data`` element-wise (Vector engine), fp32 compute rounded to ``dst.dtype``."""
     d = check_dst(dst, "reciprocal")
     x = tile_operand(data, "data", "reciprocal")
+    max_rank("reciprocal", 5, dst=d, data=x)
     v = dt.compute_view(x.data).astype(np.float32)
     with np.errstate(divide="ignore"):
         out = np.float32(1.0) / v
@@ -282,6 +283,7 @@ def exponential(dst, src, max_value=0.0, reduce_res=None, reduce_cmd=_reduce_cmd
     target.require(op, target.nc_version.gen4)
     d = check_dst(dst, op)
     x = tile_operand(src, "src", op)
+    max_rank(op, 4, dst=d, src=x)
     same_rows(op, d, "dst", x, "src")
     cmd = command(reduce_cmd)
     if cmd != "load_reduce" and not (isinstance(reduce_init, (int, float)) and float(reduce_init) == 0.0):
@@ -463,6 +465,7 @@ def tensor_scalar_reduce(dst, data, op0, operand0, reduce_op, reduce_res=None, r
 
     d = check_dst(dst, "tensor_scalar_reduce")
     x = _functional._tile(data, "data", "tensor_scalar_reduce")
+    max_rank("tensor_scalar_reduce", 4, dst=d, data=x)
     v4_operators_rule("tensor_scalar_reduce", op0)
     if v4_operator(reduce_op) is not None:  # (NKI 0.4.0 adds them "as op0"; the page's reduce_op list stays)
         raise NKIError("reduce_op", f"nisa.tensor_scalar_reduce: reduce_op nl.{v4_operator(reduce_op)}; the "
@@ -582,6 +585,7 @@ def memset(dst, value, engine=_engine.unknown, name=None):
     """
 
     d = check_dst(dst, "memset")
+    max_rank("memset", 5, dst=d)
     eng = engine_name(engine)
     if eng not in ("Vector", "GpSimd", "unknown"):
         raise NKIError("engine", f"nisa.memset: engine={engine!r}; memset runs on nki.isa.engine.vector or "
@@ -627,6 +631,8 @@ def bn_aggr(dst, data, name=None):
 
     d = check_dst(dst, "bn_aggr")
     x = _functional._tile(data, "data", "bn_aggr")
+    max_rank("bn_aggr", 5, data=x)
+    max_rank("bn_aggr", 3, dst=d)
     if per_partition(x.shape) % 3:
         raise NKIError("bn_aggr", f"nisa.bn_aggr: data (shape {x.shape}) has {per_partition(x.shape)} elements per "
                        "partition; bn_aggr reads (count, mean, variance*count) triples from bn_stats, so the "

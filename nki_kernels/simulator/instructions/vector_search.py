@@ -15,7 +15,7 @@ from ..errors import NKIError
 from ..indexing import _full_mask
 from ..timing import costs as _costs  # (each instruction's cost, declared with it)
 from .operands import (check_dst, first_generation,
-                       instruction, partition_range,
+                       instruction, max_rank, partition_range,
                        per_partition, rows, same_rows, tile_operand, values_of, write)
 
 QUADRANT = 32  # partitions of a Vector Engine cross-partition quadrant
@@ -147,10 +147,7 @@ def _v233_rules(op, d, p, src, reverse_pred):
     if reverse_pred and tensor_src:
         raise NKIError("reverse_pred", f"nisa.{op}: reverse_pred=True with a tensor src {src.shape}; reverse_pred "
                        "can only be set to true if src is a scalar")
-    for what, t in (("dst", d), ("predicate", p)) + ((("src", src),) if tensor_src else ()):
-        if len(t.shape) > 4:
-            raise NKIError("rank", f"nisa.{op}: {what} {tuple(t.shape)} has rank {len(t.shape)}; dst, predicate and a "
-                           "tensor src can have at most three free dimensions (maximum rank 4)")
+    max_rank(op, 4, dst=d, predicate=p, **({"src": src} if tensor_src else {}))
     if (not tensor_src and isinstance(src, (int, np.integer)) and not isinstance(src, (bool, np.bool_))
             and dt.is_float(d.dtype)):
         raise NKIError("dtype", f"nisa.{op}: a Python int src ({src}) needs an integer dst, dst is {d.dtype}; "
