@@ -27,6 +27,7 @@ from collections import namedtuple
 import numpy as np
 
 from . import blas as _blas
+from . import compile_config as _compile_config
 from . import config as _config
 from . import cores as _cores
 from . import diagnostics as _diag
@@ -86,9 +87,13 @@ class Kernel:
         return Launch(self, normalize_grid(grid, self.options.get("lnc_brackets", False)))
 
     def __call__(self, *args, **kwargs):
-        if current_or_none() is not None:
+        prog = current_or_none()
+        if prog is not None:
             # A helper (``@nki.jit(mode='trace')``) called from a running kernel is part of that
             # kernel's program: same program ids, grid, memory and diagnostics, no new launch.
+            top = getattr(getattr(prog, "launch", None), "kernel", None)
+            if isinstance(top, Kernel) and top is not self:
+                _compile_config.check_nested(top, self)
             return self.func(*args, **kwargs)
         return Launch(self, ())(*args, **kwargs)
 

@@ -17,6 +17,7 @@ genuine one does not import.
 
 import importlib as _importlib
 
+from .. import compile_config as _compile_config
 from .. import launch as _launch
 from ..nki import typing
 from . import constants as _constants
@@ -26,11 +27,15 @@ from .simulate import simulate
 __nki_ops_simulator__ = True
 
 
-def jit(fn=None, **options):
+def jit(fn=None, *, compile_config=None, specialization_config=None, **options):
     """Decorate a kernel of the standalone API (``@nki.jit`` / ``@nki.jit(mode=...)``, the page's
-    ``jit(fn=None, **kwargs)``): here ``kernel[n]`` names the number of logical cores (``kernel[2]``
-    is LNC=2), not an SPMD grid."""
-    return _launch.jit(fn, lnc_brackets=True, **options)
+    ``jit(fn=None, *, compile_config=None, specialization_config=None, **kwargs)``, Neuron 2.33): here
+    ``kernel[n]`` names the number of logical cores (``kernel[2]`` is LNC=2), not an SPMD grid.
+    ``compile_config`` / ``specialization_config``: an ``nki.compiler.CompileConfig`` /
+    ``SpecializationConfig`` (see :mod:`nki_kernels.simulator.compile_config`)."""
+    _compile_config.check_jit_arguments(compile_config, specialization_config)
+    return _launch.jit(fn, lnc_brackets=True, compile_config=compile_config,
+                       specialization_config=specialization_config, **options)
 
 # nki.isa.constants and nki.language.dtypes are modules of the official layout; the objects
 # are shared with nki.isa / nki.language.
