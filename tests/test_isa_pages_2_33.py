@@ -158,3 +158,30 @@ def test_tensor_partition_reduce_rank_limit():
     np.testing.assert_allclose(kernel(a), a.sum(axis=0, keepdims=True), rtol=1e-5, atol=1e-6)
     with pytest.raises(NKIError, match="maximum rank 5"):
         kernel(RNG.standard_normal(_shape(6)).astype(np.float32))
+
+
+# ---------------------------------------------------------------------------
+# register_load / register_store: any dtype "except the packed MX x4 types" (2.33 pages)
+# ---------------------------------------------------------------------------
+def test_register_round_trip_and_packed_dtypes_refused():
+    @nki.jit
+    def kernel(a):
+        x = to_sbuf(a)
+        reg = nisa.register_alloc(0)
+        nisa.register_load(reg, x)
+        o = nl.ndarray((1, 1), dtype=nl.int32, buffer=nl.sbuf)
+        nisa.register_store(o, reg)
+        return to_hbm(o)
+
+    np.testing.assert_array_equal(kernel(np.array([[41]], np.int32)), [[41]])
+
+    @nki.jit
+    def packed(a):
+        x = nl.ndarray((1, 1), dtype=nl.float8_e4m3fn_x4, buffer=nl.sbuf)
+        nisa.memset(dst=x, value=0)
+        reg = nisa.register_alloc(0)
+        nisa.register_load(reg, x)
+        return to_hbm(to_sbuf(a))
+
+    with pytest.raises(NKIError, match="packed MX dtype float8_e4m3fn_x4"):
+        packed(np.zeros((1, 1), np.float32))

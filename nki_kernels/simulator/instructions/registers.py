@@ -105,8 +105,17 @@ def register_load(dst, src):
         t = tile_operand(src, "src", "register_load", (sbuf,))
         _one_element(t, "src", "register_load")
         vals = t.data
+    _not_packed(np.asarray(vals).dtype, "src", "register_load")
     v = np.asarray(vals).reshape(-1)[0]
     d.value = int(np.int64(np.rint(v)) if dt.is_float(np.asarray(vals).dtype) else int(v))
+
+
+def _not_packed(dtype, what, op):
+    """The register_load / register_store pages (Neuron 2.33): any NKI dtype "except the packed MX x4 types
+    (nl.float8_e5m2_x4, nl.float8_e4m3fn_x4, nl.float4_e2m1fn_x4)": four values in one element are no scalar."""
+    if dtype in dt.PACKED_X4:
+        raise NKIError("dtype", f"nisa.{op}: {what} has the packed MX dtype {dtype.names[0]}; a register moves one "
+                       "value, and a packed element holds several (use an unpacked dtype)")
 
 
 def register_store(dst, src):
@@ -115,10 +124,12 @@ def register_store(dst, src):
     if isinstance(dst, (Access, HBMTensor)):
         acc = dst if isinstance(dst, Access) else dst[...]
         _one_element(acc, "dst", "register_store")
+        _not_packed(acc.tensor.dtype, "dst", "register_store")
         _transfers.store(acc, np.full(acc.shape, v))
         return
     d = check_dst(dst, "register_store", (sbuf,))
     _one_element(d, "dst", "register_store")
+    _not_packed(d.dtype, "dst", "register_store")
     write(d, np.full(d.shape, v), "register_store")
 
 
