@@ -185,3 +185,38 @@ def test_register_round_trip_and_packed_dtypes_refused():
 
     with pytest.raises(NKIError, match="packed MX dtype float8_e4m3fn_x4"):
         packed(np.zeros((1, 1), np.float32))
+
+
+# ---------------------------------------------------------------------------
+# nl.ndarray(address=) in HBM: "for HBM it is a 1-tuple (free_offset,)" (nki.language.ndarray, 2.33.0)
+# ---------------------------------------------------------------------------
+def _hbm_round_trip(addr_a, addr_b, buffer=None):
+    @nki.jit
+    def kernel(a, b):
+        buf = nl.hbm if buffer is None else buffer
+        ta = nl.ndarray(a.shape, dtype=a.dtype, buffer=buf, address=addr_a, name="ta")
+        tb = nl.ndarray(b.shape, dtype=b.dtype, buffer=buf, address=addr_b, name="tb")
+        nisa.dma_copy(dst=ta, src=to_sbuf(a))
+        nisa.dma_copy(dst=tb, src=to_sbuf(b))
+        x = to_sbuf(ta)
+        y = to_sbuf(tb)
+        o = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
+        nisa.tensor_tensor(dst=o, data1=x, data2=y, op=nl.subtract)
+        return to_hbm(o)
+    return kernel
+
+
+def test_hbm_tensors_placed_apart_keep_their_values():
+    a = RNG.standard_normal((8, 16)).astype(np.float32)
+    b = RNG.standard_normal((8, 16)).astype(np.float32)
+    np.testing.assert_array_equal(_hbm_round_trip((0,), (a.nbytes,))(a, b), a - b)  # adjacent: no overlap
+
+
+def test_hbm_placements_that_overlap_or_are_malformed_are_refused():
+    a = np.ones((8, 16), np.float32)
+    with pytest.raises(NKIError, match="overlaps ta"):
+        _hbm_round_trip((0,), (a.nbytes - 4,))(a, a)
+    with pytest.raises(TypeError, match="an HBM address is a 1-tuple"):
+        _hbm_round_trip((0, 0), (4096,))(a, a)
+    with pytest.raises(TypeError, match="non-negative int"):
+        _hbm_round_trip((-4,), (4096,))(a, a)

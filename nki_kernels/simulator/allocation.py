@@ -56,7 +56,10 @@ def _allocate(shape, dtype, buffer, fill=None, name="", address=None):
         raise NKIError("buffer", f"buffer={buffer!r} is not an NKI memory (nl.sbuf, nl.psum, nl.hbm, "
                        "nl.shared_hbm, nl.private_hbm, or an nki.compiler allocation)")
     if not buffer.on_chip:
-        return allocate_hbm(shape, dtype, buffer, fill, name)
+        t = allocate_hbm(shape, dtype, buffer, fill, name)
+        if placement is not None:  # (an HbmAddress: see placement.check_hbm_address)
+            _memory.check_hbm_address(placement, t.data.nbytes, buffer, name, current_or_none())
+        return t
     prog = current_or_none()
     if placement is not None and prog is not None and "force_auto_alloc" in prog.mem.flags:
         placement = None  # "This will ignore any direct allocation inside the kernel"

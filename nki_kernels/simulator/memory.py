@@ -45,8 +45,8 @@ from .errors import NKIError
 # importable from here (``memory.place``, ``memory.finish`` ...), as the simulator's modules use them.
 from .buffers import (CAPACITY, NAMES, PMAX, PSUM, PSUM_BANK, PSUM_BANKS, PSUM_BYTES, SBUF,  # noqa: F401
                       SBUF_BYTES, SBUF_PLACEABLE, SBUF_RESERVED, _SBUF_BY_VERSION, buffer_index, sbuf_bytes)
-from .placement import (AutoAlloc, Placement, _TracedLoop, _call_alloc, _check_place,  # noqa: F401
-                        _storage, _trace_key, mark_placed, place, resolve_buffer, traced_loop, view,
+from .placement import (AutoAlloc, HbmAddress, Placement, _TracedLoop, _call_alloc, _check_place,  # noqa: F401
+                        _storage, _trace_key, check_hbm_address, mark_placed, place, resolve_buffer, traced_loop, view,
                         whole_block_tensor)
 from .memory_report import (_at, _conflicts, _live_at, _mixed, _problem, _tile_lines,  # noqa: F401
                             _with_lines, _ws_error, finish)

@@ -65,8 +65,44 @@ class AutoAlloc:
         return f"{self.buffer.name}.auto_alloc()"
 
 
+class HbmAddress:
+    """``nl.ndarray(..., buffer=<HBM>, address=(free_offset,))``: "For SBUF/PSUM this is a 2-tuple
+    (partition_offset, free_offset); for HBM it is a 1-tuple (free_offset,)" (nki.language.ndarray, Neuron
+    2.33.0). The simulator keeps every HBM tensor in its own array, so it does not alias placed HBM tensors:
+    :func:`check_hbm_address` refuses two whose bytes overlap in one program rather than give them separate
+    values."""
+
+    def __init__(self, address):
+        try:
+            (free,) = address
+        except (TypeError, ValueError):
+            raise TypeError(f"nl.ndarray: an HBM address is a 1-tuple (free_offset,), got {address!r}") from None
+        if type(free) is not int or free < 0:
+            raise TypeError(f"nl.ndarray: an HBM address's free_offset must be a non-negative int, got {free!r}")
+        self.free = free
+
+    def __repr__(self):
+        return f"address=({self.free},)"
+
+
+def check_hbm_address(address, nbytes, buffer, name, prog) -> None:
+    """Record HBM tensor ``name`` placed at ``address`` (an :class:`HbmAddress`) in ``prog``; an NKIError if
+    its ``nbytes`` overlap an HBM tensor the program placed before in the same memory."""
+    if prog is None:
+        return
+    placed = prog.__dict__.setdefault("hbm_placed", [])
+    lo, hi = address.free, address.free + nbytes
+    for other_buffer, olo, ohi, other in placed:
+        if other_buffer is buffer and lo < ohi and olo < hi:
+            raise NKIError("address", f"{name or 'an HBM tensor'} at {address!r} ({nbytes} B, bytes {lo}..{hi}) "
+                           f"overlaps {other} (bytes {olo}..{ohi}) in {buffer!r}: tensors placed on the same HBM "
+                           "bytes alias on hardware, which the simulator does not model; place them apart")
+    placed.append((buffer, lo, hi, name or f"HBM tensor #{len(placed)}"))
+
+
 def resolve_buffer(buffer, address=None):
-    """``(core buffer, Placement or None)`` for a ``buffer=`` (and standalone ``address=``) argument."""
+    """``(core buffer, Placement, HbmAddress or None)`` for a ``buffer=`` (and standalone ``address=``)
+    argument."""
     if isinstance(buffer, AutoAlloc):
         return buffer.buffer, None
     if isinstance(buffer, Placement):
@@ -77,8 +113,7 @@ def resolve_buffer(buffer, address=None):
     if address is None:
         return buffer, None
     if not getattr(buffer, "on_chip", False):
-        raise NKIError("address", f"address={address!r} places a tensor in {buffer!r}; only SBUF and PSUM "
-                       "tensors are placed by the simulator")
+        return buffer, HbmAddress(address)
     try:
         part, free = (int(a) for a in address)
     except (TypeError, ValueError):
