@@ -560,7 +560,7 @@ def _all_gather_v_run(op, srcs, dsts, w, rank, rl, meta, recv_counts_known, has_
 # instruction" and "is the phase that reads srcs and writes dsts" (nki.collectives.all_to_all_v_prepare /
 # _trigger, all_gather_v_prepare / _trigger pages, Neuron 2.33). The slot belongs to the running program
 # (one per rank); a prepare still waiting for its trigger when the kernel returns is refused
-# (:func:`check_no_pending_prepare`, called as the program finishes).
+# (:meth:`VCollectivePrepare.check_triggered`, called as the program finishes).
 class VCollectivePrepare:
     """The handle a ``*_v_prepare`` call returns: pass it to the paired ``*_v_trigger``."""
 
@@ -569,6 +569,13 @@ class VCollectivePrepare:
     def __init__(self, op, args, meta, where, name):
         self.op, self.args, self.meta, self.where, self.name = op, args, meta, where, name
         self.triggered = False
+
+    def check_triggered(self) -> None:
+        """Called as the program finishes: a prepare never triggered is refused (exactly one trigger each)."""
+        if not self.triggered:
+            raise NKIError("prepare/trigger", f"nki.collectives.{self.op}_prepare made at "
+                           f"{_diag.fmt_where(self.where)} is never triggered: each prepare must be followed by "
+                           f"exactly one {self.op}_trigger")
 
     def __repr__(self):
         return f"NkiInstruction(nki.collectives.{self.op}_prepare{'' if self.name is None else ' ' + repr(self.name)})"
@@ -607,15 +614,6 @@ def _trigger(op, prepare_instr, run):
     prepare_instr.triggered = True
     srcs, dsts, w, rank, rl, meta, recv_counts_known, has_rdispls = prepare_instr.args
     run(op, srcs, dsts, w, rank, rl, meta, recv_counts_known, has_rdispls)
-
-
-def check_no_pending_prepare(prog) -> None:
-    """A program returning with a prepare not yet triggered is refused (each prepare has exactly one trigger)."""
-    pending = getattr(prog, "_nki_v_prepare", None)
-    if pending is not None and not pending.triggered:
-        raise NKIError("prepare/trigger", f"nki.collectives.{pending.op}_prepare made at "
-                       f"{_diag.fmt_where(pending.where)} is never triggered: each prepare must be followed by "
-                       f"exactly one {pending.op}_trigger")
 
 
 def all_to_all_v_prepare(srcs, dsts, replica_group, metadata_tensor, recv_counts_known=False, has_rdispls=False,

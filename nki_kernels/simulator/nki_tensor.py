@@ -156,11 +156,13 @@ class NkiTensor(NKIObject):
                     raise NKIError("vector offset", f"{what}: vector_offset supports indirect_dim=0 only, got {d}")
                 dyn = _Dynamic("vector", vector_offset, stride // ratio_den)
             else:
-                if type(scalar_offset).__name__ == "NkiScalar" and hasattr(scalar_offset, "is_comparison"):
+                if type(scalar_offset).__name__ == "NkiScalar" and hasattr(scalar_offset, "is_comparison") and \
+                        scalar_offset.dtype == np.int64 and \
+                        getattr(getattr(self, "buffer", None), "name", "") in ("sbuf", "psum"):
                     # "on an SBUF or PSUM operand the offset must be nl.int32" (nisa.scalar_load, NKI 0.7.0)
-                    from .instructions.scalars import offset_value
-                    offset_value(scalar_offset, getattr(getattr(self, "buffer", None), "name", "") in ("sbuf", "psum"),
-                                 what)
+                    raise NKIError("dynamic offset", f"{what}: an nl.int64 NkiScalar cannot be the scalar_offset of "
+                                   "an SBUF or PSUM access pattern (on-chip buffers are megabytes; a 64-bit offset is "
+                                   "rejected rather than silently narrowed); use an nl.int32 scalar")
                 dyn = _Dynamic("scalar", scalar_offset, stride // ratio_den)
         out = Layout(lay.root, new, base, nums, steps, dyn, self)
         if vector_offset is not None and getattr(vector_offset, "shape", None) and \

@@ -56,9 +56,9 @@ class Program:
         (:func:`.memory.finish`; ``rerun()`` runs it again to name source lines in a report), then its
         scheduling edges (``kernel.with_schedule``'s names resolved, no cycle)."""
         _memory.finish(self, rerun)
-        if getattr(self, "_nki_v_prepare", None) is not None:  # (a split variable-length collective, NKI 0.7.0)
-            from .collectives import check_no_pending_prepare
-            check_no_pending_prepare(self)
+        pending = getattr(self, "_nki_v_prepare", None)  # (a split variable-length collective, NKI 0.7.0)
+        if pending is not None:
+            pending.check_triggered()
         if self.schedule is not None:
             self.schedule.finish(getattr(getattr(self.launch, "kernel", None), "schedule", ()))
 

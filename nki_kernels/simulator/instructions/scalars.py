@@ -221,13 +221,4 @@ def scalar_store(dst, value):
         _transfers.store(target, vals)
 
 
-def offset_value(x, on_chip: bool, what):
-    """A ``scalar_offset`` NkiScalar's value: either width on HBM, ``nl.int32`` only on SBUF / PSUM."""
-    if on_chip and x.dtype == np.int64:
-        raise NKIError("dynamic offset", f"{what}: an nl.int64 NkiScalar cannot be the scalar_offset of an SBUF or "
-                       "PSUM access pattern (on-chip buffers are megabytes; a 64-bit offset is rejected rather than "
-                       "silently narrowed); use an nl.int32 scalar")
-    return x.value(what)
-
-
 __all__ = ["NkiScalar", "scalar_load", "scalar_store"]
