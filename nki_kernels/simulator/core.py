@@ -14,6 +14,7 @@ deferred values (``fill_sentinel``, ``OutOfBoundsRead``, :mod:`.deferred_values`
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import sys
@@ -55,8 +56,12 @@ _F32 = np.dtype(np.float32)
 _POOL_MIN_BYTES = _pool.MIN_BYTES
 
 
-class psum_tensors_span_banks:
-    """``with``-context in which new PSUM tensors may span all PSUM banks of a partition."""
+class psum_tensors_span_banks(contextlib.ContextDecorator):
+    """``with``-context in which new PSUM tensors may span all PSUM banks of a partition; as a decorator
+    (``psum_tensors_span_banks()(allocate)``), the standalone API's allocators."""
+
+    def _recreate_cm(self):
+        return type(self)()  # (each call saves its own previous value)
 
     def __enter__(self):
         global _psum_tensor_bytes

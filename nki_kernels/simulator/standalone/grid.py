@@ -47,7 +47,12 @@ from ..buffers import Buffer
 from ..errors import NKIError
 from ..nki_object import NKIObject
 from ..nki_tensor import NkiTensor
-from . import language as _nl
+from .. import core as _core
+from .. import language as _gen1
+
+# the current API's nl.ndarray (standalone.language wraps the shared one the same way; importing it here
+# would close an import cycle, as language exports this module's names)
+_ndarray = _core.psum_tensors_span_banks()(_gen1.ndarray)
 
 _PAGES = "https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/generated/nki.language."
 
@@ -444,13 +449,13 @@ def _allocate(tile_shape, block_shape, element_shape, buffer, dtype, address, na
     buf = _buffer(buffer, fn)
     try:
         if not buf.on_chip:
-            base = _nl.ndarray(e, dtype=dtype, buffer=buf, name=name, address=address)
+            base = _ndarray(e, dtype=dtype, buffer=buf, name=name, address=address)
             grid = _from_source(base, t, b, fn)
             return grid
         u = len(e) - len(t)
         counts = list(e[:u]) + [-(-e[u + j] // t[j]) for j in range(len(t))]
         free = math.prod(t[1:])
-        base = _nl.ndarray((t[0], math.prod(counts) * free), dtype=dtype, buffer=buf, name=name, address=address)
+        base = _ndarray((t[0], math.prod(counts) * free), dtype=dtype, buffer=buf, name=name, address=address)
     except NKIError as err:
         if isinstance(err, (_GridTypeError, TypeError)):
             raise

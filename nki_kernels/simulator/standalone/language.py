@@ -28,7 +28,6 @@ Differences from the first generation, per the current reference
 from __future__ import annotations
 
 import builtins as _builtins
-import functools
 
 import numpy as np
 
@@ -254,21 +253,11 @@ _gen1._guard_module(globals(), {"ds", "bypass", "average", "np_function", "softm
                                 "empty_like"}, "nl")
 
 
-def _spanning_psum_banks(allocate):
-    """``allocate`` making PSUM tensors that may span every PSUM bank of a partition: the current
-    ``nl.tile_size`` page says ``psum_fmax`` "does not represent the free-dim size per partition"
-    (it is the bank size); a matmul result still fits one bank (``nisa.nc_matmul``)."""
-
-    @functools.wraps(allocate)
-    def alloc(*args, **kwargs):
-        with _core.psum_tensors_span_banks():
-            return allocate(*args, **kwargs)
-
-    return alloc
-
-
-globals().update({n: _spanning_psum_banks(globals()[n]) for n in ("ndarray", "zeros", "ones", "full",
-                                                                   "zeros_like", "empty_like")})
+# PSUM tensors of the current API may span every PSUM bank of a partition: the current ``nl.tile_size``
+# page says ``psum_fmax`` "does not represent the free-dim size per partition" (it is the bank size); a
+# matmul result still fits one bank (``nisa.nc_matmul``).
+globals().update({n: _core.psum_tensors_span_banks()(globals()[n]) for n in ("ndarray", "zeros", "ones", "full",
+                                                                             "zeros_like", "empty_like")})
 
 # First-generation names the current nki.language reference no longer lists (index expressions,
 # SPMD grids, casts and helpers of the old API): not part of this namespace.
