@@ -19,6 +19,8 @@ import numpy as np
 import pytest
 
 from nki_kernels.simulator import NKIError, install
+from nki_kernels.simulator import config as sim_config
+from nki_kernels.simulator.config import NKIWarning
 from tests.isa_helpers import to_hbm, to_sbuf
 
 install()
@@ -78,10 +80,23 @@ def _loops(x, form):
 
 @pytest.mark.parametrize("form,replacement", [("dynamic_range", r"nl\.fori_loop"),
                                               ("while reg", r"nl\.while_loop")])
-def test_removed_dynamic_loops_are_refused_by_default_naming_the_replacement(form, replacement):
-    with pytest.raises(NKIError, match=rf"\[dynamic loop\].*removed in NKI 0\.7\.0.*use {replacement}.*"
-                                       rf"{ENV}=custom"):
-        _loops(np.zeros((1, 4), np.float32), form)
+def test_removed_dynamic_loops_warn_by_default_and_run_as_before(form, replacement):
+    # the `removed` diagnostic warns by default (kernels written for NKI <= 0.6, nki-library's among
+    # them, keep running), naming the replacement and NKI 0.7.0's refusal
+    x = np.zeros((1, 4), np.float32)
+    with pytest.warns(NKIWarning, match=rf"\[removed\].*removed in NKI 0\.7\.0.*refuses the kernel.*use "
+                                        rf"{replacement}.*{ENV}=custom"):
+        got = _loops(x, form)
+    np.testing.assert_array_equal(got, x + 3)
+
+
+@pytest.mark.parametrize("form,replacement", [("dynamic_range", r"nl\.fori_loop"),
+                                              ("while reg", r"nl\.while_loop")])
+def test_removed_dynamic_loops_are_refused_as_0_7_does_on_request(form, replacement):
+    with sim_config.override(removed="error"):
+        with pytest.raises(NKIError, match=rf"\[removed\].*removed in NKI 0\.7\.0.*use {replacement}.*"
+                                           rf"{ENV}=custom"):
+            _loops(np.zeros((1, 4), np.float32), form)
 
 
 @pytest.mark.parametrize("form", ["fori_loop", "while_loop"])
@@ -109,7 +124,7 @@ def test_frontend_is_read_per_launch(monkeypatch):
     with pytest.warns(DeprecationWarning):
         np.testing.assert_array_equal(_loops(x, "dynamic_range"), x + 3)
     monkeypatch.setenv(ENV, "tracing")  # (any other value is the default specialization)
-    with pytest.raises(NKIError, match=r"\[dynamic loop\]"):
+    with sim_config.override(removed="error"), pytest.raises(NKIError, match=r"\[removed\]"):
         _loops(x, "dynamic_range")
 
 

@@ -7,6 +7,11 @@ Rules (see :mod:`nki_kernels.simulator.diagnostics` for what each checks):
 * ``uninit``: reading an ``nl.ndarray`` tile or HBM output region before anything was written to it.
 * ``capacity``: live SBUF / PSUM bytes per partition of a program exceed the hardware.
 * ``operand``: an op's documented operand rules (memory, dtype, partition broadcasting).
+* ``removed``: a construct the current NKI release removed from current-API kernels (NKI 0.7.0:
+  ``for i in nl.dynamic_range(...)`` and ``while reg:`` loops). ``warn`` by default: kernels written
+  for earlier releases (nki-library's among them) keep running as those releases ran them, with a
+  warning that NKI 0.7.0's compiler refuses them; ``error`` refuses them as that compiler does
+  (see :mod:`.specialization`).
 
 Set them in code::
 
@@ -49,12 +54,13 @@ import contextlib
 import os
 import warnings
 
-RULES = ("race", "loop_carried", "uninit", "capacity", "operand")
+RULES = ("race", "loop_carried", "uninit", "capacity", "operand", "removed")
 MODES = ("error", "warn", "off")
 _ALIASES = {"warning": "warn", "warnings": "warn", "err": "error", "raise": "error", "ignore": "off",
             "none": "off", "0": "off", "1": "error", "on": "error"}
 
 _modes = {r: "error" for r in RULES}
+_modes["removed"] = "warn"  # (see the module docstring)
 thorough = os.environ.get("NKI_SIM_THOROUGH", "") not in ("", "0")
 nan_fill = os.environ.get("NKI_SIM_NAN_FILL", "1").strip().lower() not in ("0", "off", "false", "no")
 vectorize = os.environ.get("NKI_SIM_VECTORIZE", "1").strip().lower() not in ("0", "off", "false", "no")

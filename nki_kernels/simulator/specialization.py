@@ -12,8 +12,11 @@ constructs deprecated in NKI 0.6.0".)
 So, per launch (the environment is read when a program of a current-API kernel starts, see
 :class:`~.program.Program`, or at the call outside a kernel):
 
-* ``tracing`` (the default): ``for i in nl.dynamic_range(...)`` and ``while reg:`` are refused with
-  an NKIError naming the replacement; ``nisa.scalar_load`` / ``scalar_store`` (NkiScalar) work.
+* ``tracing`` (the default): ``for i in nl.dynamic_range(...)`` and ``while reg:`` are the ``removed``
+  diagnostic, naming the replacement: a warning by default (the loop runs as in NKI 0.6, so kernels
+  written for earlier releases, nki-library's among them, keep running), an NKIError, as NKI 0.7.0's
+  compiler gives, with ``NKI_SIM_CHECKS=removed=error``; ``nisa.scalar_load`` / ``scalar_store``
+  (NkiScalar) work.
 * ``custom`` (``NKI_COMPILER_FRONTEND=custom``): the previous (parser) specialization: the two loop
   forms run as in NKI 0.6.0 with its deprecation warning, which also says that the setting itself is
   deprecated; ``scalar_load`` / ``scalar_store`` are refused ("Only the tracer frontend supports this.
@@ -26,6 +29,7 @@ from __future__ import annotations
 import os
 import warnings
 
+from . import config as _config
 from .context import running_program
 from .errors import NKIError
 
@@ -53,14 +57,25 @@ def frontend() -> str:
 
 
 def removed_dynamic_loop(construct: str, replacement: str, stacklevel: int = 2) -> None:
-    """``construct`` (``for i in nl.dynamic_range(...)`` / ``while reg:``) reached: an NKIError under the
-    tracing specialization; the NKI 0.6.0 deprecation warning (at the caller's caller) otherwise."""
+    """``construct`` (``for i in nl.dynamic_range(...)`` / ``while reg:``) reached. Under the tracing
+    specialization, the ``removed`` diagnostic (:mod:`.config`): a warning by default, so kernels written for
+    NKI 0.6 and earlier (nki-library's) keep running as they did then, told that NKI 0.7.0's compiler refuses
+    them; with ``NKI_SIM_CHECKS=removed=error`` an NKIError, as that compiler gives. Otherwise (the previous
+    specialization, or a first-generation kernel) the NKI 0.6.0 deprecation warning, at the caller's caller."""
     f = frontend()
     if f == TRACING:
-        raise NKIError("dynamic loop", f"{construct} loops were removed in NKI 0.7.0 (deprecated in NKI 0.6.0): "
-                       f"the kernel is specialized by tracing it with Python, which cannot turn this loop into a "
-                       f"loop on the device; use {replacement}. To keep the previous specialization while "
-                       f"migrating, set {ENV}=custom (deprecated in Neuron 2.33.0)")
+        err = NKIError("removed", f"{construct} loops were removed in NKI 0.7.0 (deprecated in NKI 0.6.0): the "
+                       f"kernel is specialized by tracing it with Python, which cannot turn this loop into a loop "
+                       f"on the device, so NKI 0.7.0's compiler refuses the kernel; use {replacement}. To keep "
+                       f"the previous specialization while migrating, set {ENV}=custom (deprecated in Neuron "
+                       f"2.33.0). (The simulator runs the loop as NKI 0.6 did; NKI_SIM_CHECKS=removed=error "
+                       f"refuses it as 0.7.0 does)")
+        mode = _config.get("removed")
+        if mode == "error":
+            raise err
+        if mode == "warn":
+            warnings.warn(str(err), _config.NKIWarning, stacklevel=stacklevel + 1)
+        return
     msg = f"{construct} loops are deprecated and will be removed in a future NKI release; use {replacement}"
     if f == CUSTOM:
         msg = f"{construct} loops are deprecated (removed from the default specialization in NKI 0.7.0); use " \
