@@ -22,6 +22,7 @@ from nki_kernels.simulator import NKIError, install
 from nki_kernels.simulator import config as sim_config
 from nki_kernels.simulator.config import NKIWarning
 from tests.isa_helpers import to_hbm, to_sbuf
+from tests.test_current_api_conversions import counted
 
 install()
 import nki  # noqa: E402
@@ -44,38 +45,8 @@ def _i32(v):
 # --------------------------------------------------------------------------------------------------------
 # 1. Specialization by tracing: the dynamic loop constructs deprecated in 0.6.0 are removed
 # --------------------------------------------------------------------------------------------------------
-@nki.jit
-def _loops(x, form):
-    t = to_sbuf(x)
-    n = nisa.register_alloc(3)
-
-    def add(i=None):
-        nisa.tensor_scalar(dst=t, data=t, op0=nl.add, operand0=1.0)
-
-    if form == "dynamic_range":
-        for _ in nl.dynamic_range(n):
-            add()
-    elif form == "while reg":
-        c = nl.ndarray((1, 1), nl.int32, buffer=nl.sbuf)
-        nisa.memset(dst=c, value=3)
-        one = nl.ndarray((1, 1), nl.int32, buffer=nl.sbuf)
-        nisa.memset(dst=one, value=1)
-        while n:
-            add()
-            nisa.tensor_tensor(dst=c, data1=c, data2=one, op=nl.subtract)
-            nisa.register_load(n, c)
-    elif form == "fori_loop":
-        nl.fori_loop(0, n, add)
-    else:  # while_loop
-
-        def body(r):
-            add()
-            nxt = nisa.register_alloc()
-            nisa.register_move(nxt, int(r) - 1)
-            return nxt
-
-        nl.while_loop(n, body)
-    return to_hbm(t)
+# (the kernel counting to 3 with each loop form: tests/test_current_api_conversions.py's)
+_loops = counted
 
 
 @pytest.mark.parametrize("form,replacement", [("dynamic_range", r"nl\.fori_loop"),
@@ -115,7 +86,7 @@ def test_custom_frontend_keeps_the_previous_specialization_deprecated(form, valu
     with pytest.warns(DeprecationWarning, match=rf"deprecated.*{ENV}=custom.*deprecated in Neuron 2\.33\.0") as rec:
         got = _loops(x, form)
     np.testing.assert_array_equal(got, x + 3)
-    assert all(w.filename == __file__ for w in rec if issubclass(w.category, DeprecationWarning))
+    assert all(w.filename == counted.func.__code__.co_filename for w in rec if issubclass(w.category, DeprecationWarning))
 
 
 def test_frontend_is_read_per_launch(monkeypatch):
