@@ -937,3 +937,46 @@ def test_end_of_program_report_on_a_core_names_the_kernel_not_threading():
     msg = str(e.value)
     assert "threading.py" not in msg
     assert f"test_lnc.py:{line_of(two_cores_over_sbuf, '# RETURN')} in two_cores_over_sbuf" in msg
+
+
+def _compute_whole_then_read_back(core1_offset, core1_writes=True):
+    """Both cores compute the whole ``out = x + 1`` (core 1 adds ``core1_offset`` more) and store it,
+    then read ``out`` back and store it again with no barrier between the cores: nki-library's dynamic
+    elementwise add at LNC=2 (each core computes every tile, then its "HBM fence" copy
+    ``dma_copy(dst=result, src=result)``). ``core1_writes=False``: core 1 only reads back."""
+
+    @nki.jit
+    def k(x):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        c = nl.program_id(0)
+        t = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=t, src=x)
+        nisa.tensor_scalar(dst=t, data=t, op0=nl.add, operand0=1.0 + (core1_offset if c == 1 else 0.0))
+        if c == 0 or core1_writes:
+            nisa.dma_copy(dst=out, src=t)
+        back = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=back, src=out)
+        nisa.dma_copy(dst=out, src=back)
+        return out
+
+    return k
+
+
+def test_reading_back_what_both_cores_wrote_identically_is_not_a_race():
+    # Core 1 reads out while core 0 may still be writing it, but core 1 wrote the very same values
+    # there first: whichever store lands last, the read gets them
+    x = rng.standard_normal((16, 8)).astype(np.float32)
+    np.testing.assert_array_equal(_compute_whole_then_read_back(0.0)[2](x), x + np.float32(1))
+
+
+def test_reading_back_when_the_cores_wrote_different_values_is_a_race():
+    x = rng.standard_normal((16, 8)).astype(np.float32)
+    with pytest.raises(NKIError, match=r"\[race\]"):
+        _compute_whole_then_read_back(1.0)[2](x)
+
+
+def test_reading_what_only_the_other_core_writes_is_a_race():
+    # core 1 never wrote out itself: its read can come before or after core 0's store
+    x = rng.standard_normal((16, 8)).astype(np.float32)
+    with pytest.raises(NKIError, match=r"\[race\]"):
+        _compute_whole_then_read_back(0.0, core1_writes=False)[2](x)

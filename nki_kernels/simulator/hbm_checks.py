@@ -24,7 +24,8 @@ from .context import current_or_none
 from .errors import NKIError
 from .index_expr import Mask
 from .indexing import full_mask
-from .lnc_checks import (access_stamp, barrier_ordered, note_write, read_discarded, same_final_values,
+from .lnc_checks import (access_stamp, barrier_ordered, note_write, read_discarded, read_of_own_identical_writes,
+                         same_final_values,
                          write_keeps)
 from .regions import Region, _bitmap_of
 from .source_lines import fmt_where, where
@@ -382,8 +383,10 @@ def _check_races(tensor, reads, writes, state, repeats=()):
             continue
         if not is_w[a]:
             a, b = b, a
-        if not is_w[b] and (_read_discarded(recs[b][0][4]) or _write_keeps(recs[a][0], regions[b])):
-            continue  # the values read were never used, or are the same before and after the write
+        if not is_w[b] and (_read_discarded(recs[b][0][4]) or _write_keeps(recs[a][0], regions[b])
+                            or read_of_own_identical_writes(writes, recs[a][0], recs[b][0], regions[b])):
+            continue  # the values read were never used, or are the same before and after the write, or the
+            # reader's own writes of the same values
         (pa, _, _, wa, sa), (pb, _, _, wb, sb) = recs[a][0], recs[b][0]
         what = "also writes" if is_w[b] else "reads"
         if sa is not None and sb is not None:

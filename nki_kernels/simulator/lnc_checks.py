@@ -8,7 +8,9 @@ ordered or benign overlap:
   :func:`barrier_ordered`);
 * for a DMA read into a tile, which tile took the values (:func:`before_load` / :func:`after_load`),
   so that a read nothing used is not a race (:func:`read_discarded`);
-* for a write, the elements it left as they were (:func:`note_write`, :func:`write_keeps`);
+* for a write, the elements it left as they were (:func:`note_write`, :func:`write_keeps`), and a
+  read of values the reading core itself wrote, identical to the other core's
+  (:func:`read_of_own_identical_writes`);
 * the values each core's last writes left (:class:`CoreFinals`, recorded at the end of each of its
   turns by :func:`_segment_end`): two cores storing the same final values is benign
   (:func:`same_final_values`).
@@ -18,6 +20,8 @@ gives up the turn; the DMA instructions call :func:`before_load` / :func:`after_
 """
 
 from __future__ import annotations
+
+import itertools
 
 import numpy as np
 
@@ -31,11 +35,15 @@ class Stamp:
     tile, that tile's live-range record and the slot the DMA wrote it in (``loaded``); for a
     write, the elements it left as they were (``kept``)."""
 
-    __slots__ = ("core", "epoch", "loaded", "kept")
+    __slots__ = ("core", "epoch", "loaded", "kept", "seq")
 
     def __init__(self, core, epoch):
         self.core, self.epoch, self.loaded = core, epoch, None
         self.kept = None  # for a write: where it stored what was there (bits packed, in the access's shape)
+        self.seq = next(_SEQ)  # the order the simulator made the accesses in (a core's: its program order)
+
+
+_SEQ = itertools.count()
 
 
 def memory_id(tensor) -> int:
@@ -107,6 +115,54 @@ def write_keeps(write_rec, region) -> bool:
     if region.exact:
         return not changed[region.box()].any()
     return not changed.reshape(-1)[region.elements()].any()
+
+
+def _on(region, a):
+    """The elements of tensor-shaped array ``a`` in ``region``."""
+    return a[region.box()] if region.exact else a.reshape(-1)[region.elements()]
+
+
+def _changed(rec, region):
+    """``(written, changed)`` of a logged write over ``region``: which elements it wrote, and which it wrote
+    with a value other than the one there (every written one when no element kept its value)."""
+    _, idx, m = rec[:3]
+    written = np.zeros(idx.shape, bool)
+    idx.write(written, np.True_, m)
+    st = rec[4]
+    if st.kept is None:
+        w = _on(region, written)
+        return w, w
+    packed, shape = st.kept
+    changed = np.zeros(idx.shape, bool)
+    idx.write(changed, ~np.unpackbits(packed, count=int(np.prod(shape))).view(bool).reshape(shape), m)
+    return _on(region, written), _on(region, changed)
+
+
+def read_of_own_identical_writes(writes, write_rec, read_rec, region) -> bool:
+    """Whether core B's read (``read_rec``, of ``region``) overlapping core A's write (``write_rec``), in one
+    barrier interval, sees the same values whichever comes first: B itself wrote every element of
+    ``region`` before the read, after A's write, each time storing the value already there (so A's), and
+    A left its written values there afterwards (its later writes keep them). The read then
+    gets that value in every interleaving: nki-library's dynamic elementwise add has both logical cores
+    compute the whole output, then read it back (its "HBM fence" copy). ``writes``: the tensor's logged
+    writes."""
+    sa, sb = write_rec[4], read_rec[4]
+    if sa is None or sb is None or sa.core == sb.core:
+        return False
+    covered = ok = None
+    for rec in writes:
+        st = rec[4]
+        if st is None or st.seq <= sa.seq:
+            continue
+        if st.core == sb.core and st.seq < sb.seq:
+            written, changed = _changed(rec, region)
+            covered = written if covered is None else covered | written
+            ok = ~(written & changed) if ok is None else ok & ~(written & changed)
+        elif st.core == sa.core:
+            written, changed = _changed(rec, region)
+            if (written & changed).any():
+                return False
+    return covered is not None and bool(covered.all() and ok.all())
 
 
 def read_discarded(stamp) -> bool:
