@@ -442,3 +442,57 @@ def test_grid_indexing_rules():
     r = _run(lambda a: (nl.tiles(a, tile_shape=(2, 2))[-1, -1].element_shape,
                         nl.tiles(a, tile_shape=(1, 1))[::2, ...].shape))
     assert r == ((2, 2), (2, 4))
+
+
+# --------------------------------------------------------------------------------------------------
+# property: any tile / block geometry moves every element to its own place and back (hypothesis)
+# --------------------------------------------------------------------------------------------------
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+def _round_trip(a, tile_shape, block_shape):
+    """HBM ``a`` -> SBUF alloc_tiles (or alloc_blocks) tile by tile (block by block) through nl.tiles
+    (nl.blocks) views, then back into a fresh HBM output the same way: the output must equal ``a``."""
+
+    @nki.jit
+    def k(a):
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        if block_shape is None:
+            src, dst = nl.tiles(a, tile_shape=tile_shape), nl.tiles(out, tile_shape=tile_shape)
+            mid = nl.alloc_tiles(tile_shape=tile_shape, element_shape=a.shape, buffer=nl.sbuf, dtype=a.dtype)
+        else:
+            src = nl.blocks(a, tile_shape=tile_shape, block_shape=block_shape)
+            dst = nl.blocks(out, tile_shape=tile_shape, block_shape=block_shape)
+            mid = nl.alloc_blocks(tile_shape=tile_shape, block_shape=block_shape, element_shape=a.shape,
+                                  buffer=nl.sbuf, dtype=a.dtype)
+        for i in range(src.shape[0]):
+            for j in range(src.shape[1]):
+                cell = mid[i, j]
+                if block_shape is not None:  # a block's tiles, one at a time (block-to-tile transition)
+                    inner_src, inner_mid = nl.tiles(src[i, j]), nl.tiles(cell)
+                    for u in range(inner_src.shape[0]):
+                        for v in range(inner_src.shape[1]):
+                            nisa.dma_copy(dst=inner_mid[u, v].data, src=inner_src[u, v].data)
+                else:
+                    nisa.dma_copy(dst=cell.data, src=src[i, j].data)
+        for i in range(src.shape[0]):
+            for j in range(src.shape[1]):
+                if block_shape is not None:
+                    inner_mid, inner_dst = nl.tiles(mid[i, j]), nl.tiles(dst[i, j])
+                    for u in range(inner_mid.shape[0]):
+                        for v in range(inner_mid.shape[1]):
+                            nisa.dma_copy(dst=inner_dst[u, v].data, src=inner_mid[u, v].data)
+                else:
+                    nisa.dma_copy(dst=dst[i, j].data, src=mid[i, j].data)
+        return out
+
+    return k(a)
+
+
+@settings(max_examples=25, deadline=None)
+@given(rows=st.integers(1, 200), cols=st.integers(1, 200), tp=st.integers(16, 128), tf=st.integers(16, 96),
+       blocks=st.one_of(st.none(), st.tuples(st.integers(1, 3), st.integers(1, 3))))
+def test_any_geometry_round_trips_every_element(rows, cols, tp, tf, blocks):
+    a = np.arange(rows * cols, dtype=np.float32).reshape(rows, cols)
+    np.testing.assert_array_equal(_round_trip(a, (tp, tf), blocks), a)
