@@ -498,3 +498,30 @@ def test_first_generation_grid_is_not_an_lnc_degree(monkeypatch):
     monkeypatch.setenv("NEURON_CC_FLAGS", "--lnc=2")
     x = np.ones((2, 4), np.float32)
     np.testing.assert_array_equal(k[1](x), 2 * x)  # (an SPMD grid of one program, not LNC=1)
+
+
+@nki.jit
+def _half_per_core(x):
+    """Each logical core doubles its half of the rows (nl.program_id / nl.num_programs): the result is
+    2x only where a core ran, so it shows how many cores the launch had."""
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    n, c = nl.num_programs(0), nl.program_id(0)
+    rows = x.shape[0] // n
+    t = nl.ndarray((rows, x.shape[1]), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x[c * rows:(c + 1) * rows, :])
+    nisa.tensor_scalar(dst=t, data=t, op0=nl.multiply, operand0=float(n))
+    nisa.dma_copy(dst=out[c * rows:(c + 1) * rows, :], src=t)
+    return out
+
+
+@pytest.mark.parametrize("env,cores", [(None, 1), ("1", 1), ("2", 2)])
+def test_neuron_logical_nc_config_sets_a_plain_calls_degree(env, cores, monkeypatch):
+    # nki.jit page (2.33.1): "Configure the LNC degree by setting the NEURON_LOGICAL_NC_CONFIG environment
+    # variable to 1 or 2 before invoking the kernel. If the LNC degree is not explicitly set, the default is
+    # LNC=1" -- each core scales by the number of cores it sees, so the values tell the degree
+    monkeypatch.delenv("NEURON_CC_FLAGS", raising=False)
+    monkeypatch.setenv("NEURON_LOGICAL_NC_CONFIG", env) if env else monkeypatch.delenv("NEURON_LOGICAL_NC_CONFIG",
+                                                                                       raising=False)
+    x = np.arange(32, dtype=np.float32).reshape(8, 4)
+    np.testing.assert_array_equal(_half_per_core(x), x * np.float32(cores))
+    np.testing.assert_array_equal(nki.simulate(_half_per_core)(x), x * np.float32(cores))

@@ -348,6 +348,13 @@ def simulate_into(outputs, kernel, grid, *arrays, **static):
     if not isinstance(kernel, Kernel):
         raise TypeError(f"kernel must be an @nki.jit kernel, got {type(kernel).__name__}")
     grid = normalize_grid(grid)
+    if grid == () and kernel.options.get("lnc_brackets"):
+        # "Configure the LNC degree by setting the NEURON_LOGICAL_NC_CONFIG environment variable to 1 or 2
+        # before invoking the kernel. If the LNC degree is not explicitly set, the default is LNC=1" (nki.jit,
+        # Neuron 2.33.1): a current-API kernel called without a bracket runs at the environment's degree
+        degree = _lnc_degree.kernel_degree(())
+        if degree != 1:
+            grid = normalize_grid(degree, True)
     _lnc_degree.check(kernel, grid)  # (NKI 0.7.0: the kernel's and the compiler's LNC degrees match)
 
     def launch(arrays, outputs, seed=None):
