@@ -153,14 +153,36 @@ def addresses_now(lay: Layout, what):
         if vals.size != lay.shape[0]:
             raise NKIError("dynamic offset", f"{what}: the vector offset has {vals.size} values for "
                            f"{lay.shape[0]} partitions")
-        addr = addresses(lay.replace(strides=(0,) + lay.strides[1:]))
-        addr = addr + (vals * lay.dynamic.stride).reshape((-1,) + (1,) * (len(lay.shape) - 1))
+        addr = addresses(lay.replace(strides=(0,) + lay.strides[1:]))  # (a fresh array: added to in place)
+        np.add(addr, (vals * lay.dynamic.stride).reshape((-1,) + (1,) * (len(lay.shape) - 1)), out=addr)
     n = _storage_elems(lay.root, lay.dtype)
     return addr, (addr >= 0) & (addr < n)
 
 
+def _vector_in_bounds(lay: Layout, what):
+    """The partition offsets of a vector-offset view when every address lies inside its storage, told
+    from each partition's lowest and highest address (its offset plus the extent of the static pattern)
+    instead of a test of every element; ``None`` otherwise or where this cannot tell (the caller then
+    tests every element, and reports)."""
+    if lay.dynamic is None or lay.dynamic.kind != "vector" or not lay.shape or any(m < 1 for m in lay.shape):
+        return None
+    vals = _index_value(lay.dynamic.index, what).reshape(-1)
+    if vals.size != lay.shape[0]:
+        return None
+    lo = lay.offset + sum(min(0, (m - 1) * s) for m, s in zip(lay.shape[1:], lay.strides[1:]))
+    hi = lay.offset + sum(max(0, (m - 1) * s) for m, s in zip(lay.shape[1:], lay.strides[1:]))
+    starts = vals * lay.dynamic.stride
+    n = _storage_elems(lay.root, lay.dtype)
+    return vals if int(starts.min()) + lo >= 0 and int(starts.max()) + hi < n else None
+
+
 def vector_addresses(lay: Layout, what) -> np.ndarray:
     """Addresses of a vector-offset view: partition ``p`` starts ``index[p] * stride`` into the storage."""
+    vals = _vector_in_bounds(lay, what)
+    if vals is not None:
+        addr = addresses(lay.replace(strides=(0,) + lay.strides[1:]))
+        np.add(addr, (vals * lay.dynamic.stride).reshape((-1,) + (1,) * (len(lay.shape) - 1)), out=addr)
+        return addr
     addr, ok = addresses_now(lay, what)
     if not ok.all():
         p = int(np.argwhere(~ok)[0][0])

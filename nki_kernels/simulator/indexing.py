@@ -145,6 +145,12 @@ class Index:
         mask = full_mask(mask, self.out_shape)
         if mask is not None:
             arrays = tuple(a[mask] for a in arrays)
+        if len(arrays) == 1 and arrays[0].dtype == np.intp:
+            # a flat index (a vector-offset DMA's addresses into its HBM tensor's storage) is its own flat
+            # index once in bounds: no copy through ravel_multi_index (which still reports one that is not)
+            a = arrays[0].ravel()
+            if not a.size or (int(a.min()) >= 0 and int(a.max()) < self.shape[0]):
+                return a
         return np.ravel_multi_index(tuple(a.ravel() for a in arrays), self.shape)
 
     def arrays(self):
