@@ -460,3 +460,13 @@ def test_replica_group_is_an_nki_object():
     from nki_kernels.simulator.nki_object import NKIObject
 
     assert isinstance(RG([[0, 1]]), NKIObject)
+
+
+def test_star_import_gives_every_name_of_the_collectives_index():
+    # https://awsdocs-neuron.readthedocs-hosted.com/en/latest/nki/api/nki.collectives.html lists these
+    from nki_kernels.simulator import collectives as cc
+
+    documented = {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "collective_permute",
+                  "collective_permute_implicit", "collective_permute_implicit_reduce",
+                  "collective_permute_implicit_current_processing_rank_id", "rank_id", "ReplicaGroup"}
+    assert documented <= set(cc.__all__), sorted(documented - set(cc.__all__))

@@ -645,4 +645,4 @@ def all_gather_v_trigger(prepare_instr, name=None):
 __all__ = ["ReplicaGroup", "all_gather", "all_gather_v", "all_gather_v_prepare", "all_gather_v_trigger",
            "all_reduce", "all_to_all", "all_to_all_v", "all_to_all_v_prepare", "all_to_all_v_trigger",
            "collective_permute", "collective_permute_implicit", "collective_permute_implicit_current_processing_rank_id",
-           "collective_permute_implicit_reduce", "rank_id", "rg_partition_op"]
+           "collective_permute_implicit_reduce", "rank_id", "reduce_scatter", "rg_partition_op"]
