@@ -98,3 +98,12 @@ def test_allow_nested_config_override_warns_and_runs():
     np.testing.assert_array_equal(got, A + 1)
     assert any(issubclass(w.category, NKIWarning) and "allow_nested_config_override" in str(w.message)
                for w in caught)
+
+
+def test_configs_are_in_the_current_namespace_only():
+    # the 2.33.1 nki.compiler page lists them; the first generation's neuronxcc.nki.compiler pages do not
+    from nki_kernels.simulator import compiler as gen1_compiler
+
+    assert {"CompileConfig", "SpecializationConfig", "AddressRotation"} <= set(nki.compiler.__all__)
+    assert not {"CompileConfig", "SpecializationConfig", "AddressRotation"} & set(dir(gen1_compiler))
+    assert nki.compiler.sbuf is gen1_compiler.sbuf  # (the allocation API both share)

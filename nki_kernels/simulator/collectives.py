@@ -564,10 +564,10 @@ def _all_gather_v_run(op, srcs, dsts, w, rank, rl, meta, recv_counts_known, has_
 class VCollectivePrepare:
     """The handle a ``*_v_prepare`` call returns: pass it to the paired ``*_v_trigger``."""
 
-    __slots__ = ("op", "args", "meta", "triggered", "where", "name")
+    __slots__ = ("op", "args", "triggered", "where", "name")
 
-    def __init__(self, op, args, meta, where, name):
-        self.op, self.args, self.meta, self.where, self.name = op, args, meta, where, name
+    def __init__(self, op, args, where, name):
+        self.op, self.args, self.where, self.name = op, args, where, name
         self.triggered = False
 
     def check_triggered(self) -> None:
@@ -584,7 +584,7 @@ class VCollectivePrepare:
 def _prepare(op, srcs, dsts, replica_group, metadata_tensor, recv_counts_known, has_rdispls, name):
     what = f"{op}_prepare"
     prog = current_or_none()
-    pending = getattr(prog, "_nki_v_prepare", None) if prog is not None else None
+    pending = prog.v_prepare if prog is not None else None
     if pending is not None and not pending.triggered:
         raise NKIError("prepare/trigger", f"nki.collectives.{what}: the {pending.op}_prepare made at "
                        f"{_diag.fmt_where(pending.where)} has not been triggered; prepares share a single slot, so "
@@ -592,10 +592,10 @@ def _prepare(op, srcs, dsts, replica_group, metadata_tensor, recv_counts_known, 
     _tensor_lists(what, srcs, dsts, hbm_only=True, exactly_one=True)
     w, rank, rl = _rank_list(replica_group, what)
     meta = _metadata(metadata_tensor, what, _v_rows(recv_counts_known, has_rdispls), len(rl)).copy()  # read now
-    handle = VCollectivePrepare(op, (srcs, dsts, w, rank, rl, meta, recv_counts_known, has_rdispls), meta,
-                                _diag.where(), name)
+    handle = VCollectivePrepare(op, (srcs, dsts, w, rank, rl, meta, recv_counts_known, has_rdispls), _diag.where(),
+                                name)
     if prog is not None:
-        prog._nki_v_prepare = handle
+        prog.v_prepare = handle
     return handle
 
 

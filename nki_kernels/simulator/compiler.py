@@ -225,8 +225,5 @@ def no_reorder():
     return OperationOrderGuard()
 
 
-# NKI 0.7.0's per-kernel config (nki.jit(compile_config=..., specialization_config=...))
-from .compile_config import AddressRotation, CompileConfig, SpecializationConfig  # noqa: E402
-
 __all__ = ["sbuf", "psum", "skip_middle_end_transformations", "enable_stack_allocator", "force_auto_alloc",
-           "multi_buffer", "no_reorder", "AddressRotation", "CompileConfig", "SpecializationConfig"]
+           "multi_buffer", "no_reorder"]

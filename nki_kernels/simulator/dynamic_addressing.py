@@ -27,13 +27,14 @@ from .layout import (
     check_layout,
     strided_array,
 )
+from .scalar_values import NkiScalar
 from .tensor_types import registered as _cls
 
 
 def _index_value(index, what) -> np.ndarray:
     """Integer values of a dynamic index: an SBUF tensor, a VirtualRegister (or a Python int), read now."""
     Tile = _cls.Tile
-    if type(index).__name__ == "NkiScalar" and hasattr(index, "is_comparison"):  # (NKI 0.7.0: instructions.scalars)
+    if isinstance(index, NkiScalar):  # (NKI 0.7.0)
         return np.asarray(index.value(what), dtype=np.int64)
     if isinstance(index, (int, np.integer)) or (hasattr(index, "__index__") and not isinstance(index, Tile)):
         return np.asarray(operator.index(index), dtype=np.int64)

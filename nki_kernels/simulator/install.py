@@ -6,7 +6,7 @@ import importlib
 import sys
 import types
 
-from . import compiler, isa, language, standalone
+from . import isa, language, standalone
 from . import nki as sim_nki
 from .standalone import constants as standalone_constants
 from .standalone import simulator
@@ -92,8 +92,6 @@ def install() -> bool:
         })
         installed = True
     if not genuine_standalone_nki():
-        if not hasattr(standalone, "compiler"):  # nki.compiler's allocation API and decorators
-            standalone.compiler = compiler
         _register("nki", standalone_layout("nki", standalone))
         installed = True
     _register("nki_cpu_simulator", cpu_simulator_layout())
@@ -138,11 +136,7 @@ def cpu_simulator_layout() -> dict:
                                "ISA namespaces kernels reach through the harness's builtins.builtin.")
     builtin.language, builtin.isa = standalone.language, standalone.isa
     nki.builtin = builtin
-    compiler = getattr(standalone, "compiler", None)
-    if compiler is None:
-        compiler = types.ModuleType("nki_cpu_simulator.nki.compiler", "Compiler options: none are modelled by "
-                                    "the simulator (kernels run as Python).")
-    nki.compiler = compiler
+    compiler = nki.compiler = standalone.compiler
     pkg.nki = nki
     mods = standalone_layout("nki_cpu_simulator.nki", nki)
     mods.update({"nki_cpu_simulator": pkg, "nki_cpu_simulator.nki.builtin": builtin,

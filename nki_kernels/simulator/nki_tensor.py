@@ -18,6 +18,7 @@ from .errors import NKIError
 from .instructions import target as _target
 from .layout import Layout, _Dynamic, _free_elems, _label
 from .nki_object import NKIObject
+from .scalar_values import NkiScalar
 from .tensor_types import registered as _cls
 from .view_plans import _plan, _planned_view
 from .views import layout_of, materialize
@@ -156,8 +157,7 @@ class NkiTensor(NKIObject):
                     raise NKIError("vector offset", f"{what}: vector_offset supports indirect_dim=0 only, got {d}")
                 dyn = _Dynamic("vector", vector_offset, stride // ratio_den)
             else:
-                if type(scalar_offset).__name__ == "NkiScalar" and hasattr(scalar_offset, "is_comparison") and \
-                        scalar_offset.dtype == np.int64 and \
+                if isinstance(scalar_offset, NkiScalar) and scalar_offset.dtype == np.int64 and \
                         getattr(getattr(self, "buffer", None), "name", "") in ("sbuf", "psum"):
                     # "on an SBUF or PSUM operand the offset must be nl.int32" (nisa.scalar_load, NKI 0.7.0)
                     raise NKIError("dynamic offset", f"{what}: an nl.int64 NkiScalar cannot be the scalar_offset of "

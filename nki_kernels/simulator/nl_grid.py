@@ -198,8 +198,9 @@ def dynamic_range(start, stop=None, step=1):
     """A loop whose bounds may be registers (``nl.dynamic_range``), read at run time; ``step`` "must be
     a compile-time positive integer (not VirtualRegister)". Deprecated by NKI 0.6.0 ("NKI emits a
     deprecation warning when it encounters ``for i in nl.dynamic_range(...)``") and removed by NKI 0.7.0
-    from the default (tracing) specialization: an NKIError naming nl.fori_loop there, the 0.6.0 warning
-    under ``NKI_COMPILER_FRONTEND=custom`` (see :mod:`.specialization`)."""
+    from the default (tracing) specialization: there the ``removed`` diagnostic naming nl.fori_loop (a
+    warning by default), the 0.6.0 warning under ``NKI_COMPILER_FRONTEND=custom`` (see
+    :mod:`.specialization`)."""
     _specialization.removed_dynamic_loop("for i in nl.dynamic_range(...)", "nl.fori_loop(lower, upper, body_fun)")
     if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step <= 0:
         raise NKIError("dynamic_range step", "nl.dynamic_range: step must be a compile-time positive integer "

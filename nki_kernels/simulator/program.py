@@ -35,6 +35,7 @@ class Program:
     current_api = False  # a kernel of the current (standalone) nki API, not neuronxcc.nki's
     custom_frontend = False  # a current-API kernel launched with NKI_COMPILER_FRONTEND=custom (specialization)
     sbuf_placed_low = None  # lowest byte of an SBUF tensor this program placed (a placement error's hint)
+    v_prepare = None  # the last all_*_v_prepare handle (NKI 0.7.0 prepare / trigger, see collectives)
 
     def __init__(self, launch, pid: tuple):
         self.launch = launch
@@ -56,9 +57,8 @@ class Program:
         (:func:`.memory.finish`; ``rerun()`` runs it again to name source lines in a report), then its
         scheduling edges (``kernel.with_schedule``'s names resolved, no cycle)."""
         _memory.finish(self, rerun)
-        pending = getattr(self, "_nki_v_prepare", None)  # (a split variable-length collective, NKI 0.7.0)
-        if pending is not None:
-            pending.check_triggered()
+        if self.v_prepare is not None:
+            self.v_prepare.check_triggered()
         if self.schedule is not None:
             self.schedule.finish(getattr(getattr(self.launch, "kernel", None), "schedule", ()))
 

@@ -1,6 +1,6 @@
 """The simulator's standalone ``nki`` package (``import nki``), listing the current API only:
 ``jit``, ``simulate`` and the submodules ``language``, ``isa`` (with ``isa.constants``),
-``dtype``, ``tensor`` (also ``meta.tensor``), ``typing`` (and ``collectives`` / ``compiler`` where the simulator has them).
+``dtype``, ``tensor`` (also ``meta.tensor``), ``typing``, ``compiler`` (and ``collectives`` where the simulator has it).
 
 Kernels of this API generation declare their tensors (``nl.ndarray(shape, dtype,
 buffer=nl.sbuf)``), address them through views and access patterns
@@ -21,7 +21,7 @@ from .. import compile_config as _compile_config
 from .. import launch as _launch
 from ..nki import typing
 from . import constants as _constants
-from . import dtype, isa, language, meta, tensor
+from . import compiler, dtype, isa, language, meta, tensor
 from .simulate import simulate
 
 __nki_ops_simulator__ = True
@@ -45,10 +45,10 @@ language.dtypes = dtype
 language = _importlib.import_module("..install", __package__).namespace(language, "nki.language", ("dtypes",))
 del constants  # noqa: F821 - bound by the submodule import; the public name is nki.isa.constants
 
-__all__ = ["dtype", "isa", "jit", "language", "meta", "simulate", "tensor", "typing"]
+__all__ = ["compiler", "dtype", "isa", "jit", "language", "meta", "simulate", "tensor", "typing"]
 
-# Modules other parts of the simulator provide as they land (nki.collectives, nki.compiler).
-for _name, _module in (("collectives", "..collectives"), ("compiler", "..compiler")):
+# Modules other parts of the simulator provide as they land (nki.collectives).
+for _name, _module in (("collectives", "..collectives"),):
     try:
         globals()[_name] = _importlib.import_module(_module, __name__)
         __all__.append(_name)
