@@ -63,9 +63,9 @@ class LaunchLog:
             ent = self.tensors[key] = [tensor, [], []]
         rec = (prog.pid, access.index, mask, wh or where(), _core_stamp(prog, tensor))
         if write and values is not None and rec[4] is not None:
-            note_write(rec[4], tensor, access, mask, values)
+            note_write(rec[4], tensor, access, mask, values, _stored_before(tensor, access, mask, self))
         if write and values is not None and ent[2] and self._may_overlap(key, access, mask, prog.pid, ent[2]) \
-                and _rewrites_same(tensor, access, mask, values):
+                and _rewrites_same(tensor, access, mask, values, _stored_before(tensor, access, mask, self)):
             self.repeats.setdefault(key, set()).add(len(ent[2]))
         if write:
             self._grow_extent(key, access, mask, not ent[2])
@@ -96,13 +96,27 @@ class LaunchLog:
             self.extent[key] = ([min(a, b) for a, b in zip(lo, box[0])], [max(a, b) for a, b in zip(hi, box[1])])
 
 
-def _rewrites_same(tensor, access, mask, values) -> bool:
-    """Whether storing ``values`` at ``access`` leaves ``tensor`` unchanged (NaN equal to NaN)."""
+def _stored_before(tensor, access, mask, log):
+    """Which elements of ``access`` the launch had stored into before (bool, the access's shape), for
+    a tensor allocated uninitialised; ``None`` (all of them) for any other. What an uninitialised
+    tensor holds where nothing was stored is whatever the allocator returned (on hardware and here),
+    so a write is never "storing the value already there" on such an element: counting it would
+    make a race verdict depend on stale memory (an earlier test's array of ones)."""
+    if not tensor.__dict__.get("uninit"):
+        return None
+    return access.index.read(_written_mask(tensor, log), mask)
+
+
+def _rewrites_same(tensor, access, mask, values, stored=None) -> bool:
+    """Whether storing ``values`` at ``access`` leaves ``tensor`` unchanged (NaN equal to NaN);
+    ``stored``: which of its elements were stored before (:func:`_stored_before`)."""
 
     shape = access.index.out_shape
+    m = full_mask(mask, shape)
+    if stored is not None and not (stored if m is None else stored | ~m).all():
+        return False
     old = access.index.read(tensor.data, mask)
     new = np.broadcast_to(np.asarray(values), shape).astype(tensor.dtype)
-    m = full_mask(mask, shape)
     if m is not None:
         new = np.where(m, new, np.zeros((), tensor.dtype))
     if tensor.dtype.fields is not None:  # packed MX elements (a structured dtype): compare their bits
@@ -162,13 +176,19 @@ def _mark_written(tensor, index, mask):
     index.write(tensor.written, np.True_, mask)
 
 
-def _check_hbm_init(tensor, access, mask, log):
+def _written_mask(tensor, log):
+    """The bool mask of ``tensor``'s elements the launch stored into, built from the log on first
+    use and kept up to date by :meth:`LaunchLog.add`."""
     if tensor.__dict__.get("written") is None:
         tensor.written = np.zeros(tensor.shape, dtype=bool)
         ent = log.tensors.get(_tensor_key(tensor))
         for _, idx, m, *_ in (ent[2] if ent else ()):
             _mark_written(tensor, idx, m)
-    got = access.index.read(tensor.written, mask)
+    return tensor.written
+
+
+def _check_hbm_init(tensor, access, mask, log):
+    got = access.index.read(_written_mask(tensor, log), mask)
 
     m = full_mask(mask, access.index.out_shape)
     missing = ~got if m is None else (~got & m)
