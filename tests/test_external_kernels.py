@@ -626,3 +626,278 @@ def test_tensor_reduce_mask_in_the_operand_space():
 
     x = RNG.standard_normal((8, 64)).astype(np.float32)
     np.testing.assert_allclose(k(x), x[:, 32:48].sum(axis=1, keepdims=True), rtol=1e-5)
+
+
+# ---------------------------------------------------------------------------
+# A padded sliding window (nki-samples' contributed MaxPool2D, PR #67): a reduction over a window
+# t[i_p, i_f + i_k - 1] whose mask hides the columns outside the tile. The masked-off elements take
+# no part in the reduction; reads outside the tile that the mask does not hide stay an error.
+# ---------------------------------------------------------------------------
+def _window_reduce(how, lo_guard=True, hi_guard=True, K=3):
+    @nki.jit
+    def k(x):
+        P, N = x.shape
+        out = nl.ndarray((P, N), dtype=x.dtype, buffer=nl.shared_hbm)
+        t = nl.load(x)
+        i_p = nl.arange(P)[:, None, None]
+        i_f = nl.arange(N)[None, :, None]
+        i_k = nl.arange(K)[None, None, :]
+        j = i_f + i_k - 1
+        m = (j >= 0) if lo_guard else (j < N + 5)
+        if hi_guard:
+            m = m & (j < N)
+        if how == "nl.max":
+            r = nl.max(t[i_p, j], axis=[2], mask=m)
+        elif how == "nl.sum":
+            r = nl.sum(t[i_p, j], axis=[2], mask=m)
+        else:
+            r = nisa.tensor_reduce(np.max, t[i_p, j], axis=[2], mask=m)
+        nl.store(out, value=r)
+        return out
+    return k
+
+
+def _padded_window(x, K, fill, fn):
+    xp = np.pad(x, ((0, 0), (1, K - 2)), constant_values=fill)
+    return fn(np.stack([xp[:, s:s + x.shape[1]] for s in range(K)]), axis=0)
+
+
+@pytest.mark.parametrize("how", ["nl.max", "nl.sum", "nisa.tensor_reduce"])
+def test_a_window_reduction_masked_at_the_edges_matches_numpy(how):
+    x = RNG.standard_normal((16, 40)).astype(np.float32)
+    fill, fn = (0.0, np.sum) if how == "nl.sum" else (-np.inf, np.max)
+    np.testing.assert_allclose(_window_reduce(how)(x), _padded_window(x, 3, fill, fn), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("how", ["nl.max", "nisa.tensor_reduce"])
+@pytest.mark.parametrize("guards", [(False, True), (True, False)])
+def test_a_window_reduction_whose_mask_leaves_an_edge_unguarded_is_out_of_bounds(how, guards):
+    x = RNG.standard_normal((16, 40)).astype(np.float32)
+    with pytest.raises(NKIError, match=r"\[out-of-bounds access\] index (-1|40) on axis 1"):
+        _window_reduce(how, *guards)(x)
+
+
+def test_tensor_reduce_under_a_scattered_mask_leaves_a_result_with_nothing_selected_unwritten():
+    @nki.jit
+    def k(x):
+        P, N = x.shape
+        out = nl.ndarray((P, N // 2), dtype=x.dtype, buffer=nl.shared_hbm)
+        t = nl.load(x)
+        i_p = nl.arange(P)[:, None, None]
+        i_g = nl.arange(N // 2)[None, :, None]
+        i_k = nl.arange(2)[None, None, :]
+        res = nl.full((P, N // 2), 7.0, dtype=x.dtype)
+        # odd groups read their first element only; group 0 nothing (i_g * 2 + i_k > 1 is False there)
+        res[...] = nisa.tensor_reduce(np.add, t[i_p, i_g * 2 + i_k], axis=[2],
+                                      mask=(i_g * 2 + i_k > 1) & ((i_g % 2 == 0) | (i_k == 0)))
+        nl.store(out, value=res)
+        return out
+
+    x = RNG.standard_normal((8, 12)).astype(np.float32)
+    pairs = x.reshape(8, 6, 2)
+    want = np.where(np.arange(6) % 2 == 0, pairs.sum(-1), pairs[..., 0])
+    want[:, 0] = 7.0
+    np.testing.assert_allclose(k(x), want, rtol=1e-6)
+
+
+# ---------------------------------------------------------------------------
+# An instruction whose mask= is False for a whole iteration (mask=(k == 0) inside an affine loop,
+# nki-samples' contributed LoRA backward, PR #46) is no instruction in that iteration: it reads and
+# writes nothing, so it is no loop-carried dependency; without the masks the dependency stays an error.
+# ---------------------------------------------------------------------------
+def _first_iteration_only(masked):
+    @nki.jit
+    def k(x):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        t = nl.load(x)
+        acc = nl.zeros(x.shape, dtype=nl.float32, buffer=nl.sbuf)
+        res = nl.zeros(x.shape, dtype=nl.float32, buffer=nl.sbuf)
+        for i in nl.affine_range(3):
+            if masked:
+                acc[...] = nl.loop_reduce(nl.multiply(t, i + 2), op=np.add, loop_indices=[i], mask=(i == 0))
+                res[...] = nl.copy(acc, mask=(i == 0))
+            else:
+                acc[...] = nl.loop_reduce(nl.multiply(t, i + 2), op=np.add, loop_indices=[i])
+                res[...] = nl.copy(acc)
+        nl.store(out, value=res)
+        return out
+    return k
+
+
+def test_a_reduction_masked_to_one_iteration_accumulates_that_iteration_only():
+    x = RNG.standard_normal((128, 64)).astype(np.float32)
+    np.testing.assert_allclose(_first_iteration_only(True)(x), 2 * x, rtol=1e-6)
+
+
+def test_the_same_reduction_unmasked_is_a_loop_carried_dependency():
+    with pytest.raises(NKIError, match=r"\[loop_carried\]"):
+        _first_iteration_only(False)(RNG.standard_normal((128, 64)).astype(np.float32))
+
+
+def test_a_masked_loop_reduce_accumulates_only_the_selected_elements():
+    @nki.jit
+    def k(x):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        t = nl.load(x)
+        i_p, i_f = nl.mgrid[0:x.shape[0], 0:x.shape[1]]
+        acc = nl.zeros(x.shape, dtype=nl.float32, buffer=nl.sbuf)
+        for i in nl.affine_range(4):
+            acc[i_p, i_f] = nl.loop_reduce(t, op=np.add, loop_indices=[i], mask=(i_f < 16 * (i + 1)))
+        nl.store(out, value=acc)
+        return out
+
+    x = RNG.standard_normal((128, 64)).astype(np.float32)
+    times = 4 - np.arange(64) // 16  # column c is accumulated in the iterations with 16 * (i + 1) > c
+    np.testing.assert_allclose(k(x), x * times, rtol=1e-6)
+
+
+# ---------------------------------------------------------------------------
+# Operand masking of the matmul APIs (NKI API Masking: "nl.matmul(lhs_T[i_lhs_f <= 64],
+# rhs[i_rhs_f <= 256], transpose_x=True)"; nki-samples' contributed rmsnorm_quant, PR #86, masks the
+# ragged last tile of its moving operand): only the selected elements are contracted, only the result
+# rows / columns with a selected stationary / moving column are written.
+# ---------------------------------------------------------------------------
+def _operand_masked_matmul(api, m_cols=64, n_cols=256, k_rows=None):
+    @nki.jit
+    def k(lhsT, rhs):
+        out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+        a, b = nl.load(lhsT), nl.load(rhs)
+        i_p = nl.arange(128)[:, None]
+        i_lhs_f = nl.arange(128)[None, :]
+        i_rhs_f = nl.arange(512)[None, :]
+        lhs_mask = (i_lhs_f < m_cols) if k_rows is None else (i_lhs_f < m_cols) & (i_p < k_rows)
+        rhs_mask = (i_rhs_f < n_cols) if k_rows is None else (i_rhs_f < n_cols) & (i_p < k_rows)
+        res = nl.full((128, 512), -5.0, dtype=nl.float32, buffer=nl.psum)
+        if api == "nl.matmul":
+            res[...] = nl.matmul(a[i_p, i_lhs_f][lhs_mask], b[i_p, i_rhs_f][rhs_mask], transpose_x=True)
+        elif api == "nl.matmul untransposed":
+            at = nl.transpose(a)  # [M, K]: the operand mask is over its own (M, K) index variables
+            i_m = nl.arange(128)[:, None]
+            i_k = nl.arange(128)[None, :]
+            at_mask = (i_m < m_cols) if k_rows is None else (i_m < m_cols) & (i_k < k_rows)
+            res[...] = nl.matmul(at[i_m, i_k][at_mask], b[i_p, i_rhs_f][rhs_mask])
+        else:
+            res[...] = nisa.nc_matmul(a[i_p, i_lhs_f][lhs_mask], b[i_p, i_rhs_f][rhs_mask])
+        nl.store(out, value=nl.copy(res))
+        return out
+    return k
+
+
+@pytest.mark.parametrize("api", ["nl.matmul", "nl.matmul untransposed", "nisa.nc_matmul"])
+@pytest.mark.parametrize("k_rows", [None, 96])
+def test_operand_masking_contracts_and_writes_only_the_selection(api, k_rows):
+    a = RNG.standard_normal((128, 128)).astype(np.float32)
+    b = RNG.standard_normal((128, 512)).astype(np.float32)
+    kk = 128 if k_rows is None else k_rows
+    want = np.full((128, 512), -5.0, np.float32)
+    want[:64, :256] = a[:kk, :64].T.astype(np.float64) @ b[:kk, :256]
+    np.testing.assert_allclose(_operand_masked_matmul(api, k_rows=k_rows)(a, b), want, rtol=1e-4, atol=1e-4)
+
+
+def _ragged_moving(masked):
+    @nki.jit
+    def k(ones, g):
+        n = g.shape[1]  # 300: three 128-column tiles, the last reaching 84 columns past the tensor
+        out = nl.ndarray((128, n), dtype=nl.float32, buffer=nl.shared_hbm)
+        o = nl.load(ones)
+        t = nl.load(g)
+        i_k = nl.arange(1)[:, None]
+        i_f = nl.arange(128)[None, :]
+        for j in nl.affine_range(3):
+            src = t[i_k, j * 128 + i_f]
+            r = nisa.nc_matmul(o, src[j * 128 + i_f < n] if masked else src)
+            nl.store(out[nl.arange(128)[:, None], j * 128 + i_f], value=nl.copy(r), mask=(j * 128 + i_f < n))
+        return out
+    return k
+
+
+def test_a_masked_moving_operand_may_reach_past_its_tile_where_masked():
+    ones = np.ones((1, 128), np.float32)
+    g = RNG.standard_normal((1, 300)).astype(np.float32)
+    np.testing.assert_allclose(_ragged_moving(True)(ones, g), np.broadcast_to(g, (128, 300)), rtol=1e-6)
+    with pytest.raises(NKIError, match=r"\[out-of-bounds access\]"):
+        _ragged_moving(False)(ones, g)
+
+
+# ---------------------------------------------------------------------------
+# The first generation's nisa.tensor_scalar with a one-input operator of the "Supported Math
+# Operators" table (nl.abs, nl.rsqrt, nl.reciprocal) and operand0=0.0, as the contributed
+# rmsnorm_quant writes tensor_scalar_reduce(op0=nl.abs, operand0=0.0, ...)
+# ---------------------------------------------------------------------------
+@pytest.mark.parametrize("op, ref", [(nl.abs, np.abs), (nl.rsqrt, lambda v: 1 / np.sqrt(np.abs(v))),
+                                     (nl.reciprocal, np.reciprocal)])
+def test_gen1_tensor_scalar_with_a_unary_operator(op, ref):
+    @nki.jit
+    def k(x):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        t = nl.load(x)
+        v = nl.abs(t) if op is nl.rsqrt else t
+        nl.store(out, value=nisa.tensor_scalar(v, op0=op, operand0=0.0, op1=nl.multiply, operand1=2.0))
+        return out
+
+    x = (RNG.uniform(0.5, 2.0, (128, 64)) * RNG.choice([-1, 1], (128, 64))).astype(np.float32)
+    np.testing.assert_allclose(k(x), 2 * ref(x), rtol=1e-5)
+
+
+def test_gen1_tensor_scalar_reduce_with_abs_and_a_nonzero_operand_is_refused():
+    @nki.jit
+    def k(x, operand0):
+        out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+        r = nl.ndarray((x.shape[0], 1), dtype=nl.float32, buffer=nl.sbuf)
+        y = nisa.tensor_scalar_reduce(data=nl.load(x), op0=nl.abs, operand0=operand0, reduce_op=nl.max, reduce_res=r)
+        nl.store(out, value=y)
+        red = nl.ndarray((x.shape[0], 1), dtype=nl.float32, buffer=nl.shared_hbm)
+        nl.store(red, value=r)
+        return out, red
+
+    x = RNG.standard_normal((128, 64)).astype(np.float32)
+    got, red = k(x, 0.0)
+    np.testing.assert_array_equal(got, np.abs(x))
+    np.testing.assert_array_equal(red, np.abs(x).max(axis=1, keepdims=True))
+    with pytest.raises(NKIError, match="op0=abs is a unary operator, so operand0 must be None or 0; got 1.5"):
+        k(x, 1.5)
+
+
+# ---------------------------------------------------------------------------
+# A transpose's mask= is over its operand's index variables (NKI API Masking: "which range of indices
+# along one of the input tile axes should be valid"; nki-samples' contributed transpose and conv
+# kernels, PR #58/#100, write nc_transpose(t[i, j], mask=(i < B) & (j < N))): result [p, q] is written
+# when operand [q, p] is selected. Before, a square tile took the mask over the result (silently the
+# wrong elements) and a non-square one was refused.
+# ---------------------------------------------------------------------------
+@pytest.mark.parametrize("api", ["nisa.nc_transpose", "nl.transpose"])
+@pytest.mark.parametrize("P, F", [(64, 128), (128, 128), (128, 96)])
+def test_a_transpose_mask_selects_operand_elements(api, P, F):
+    @nki.jit
+    def k(x):
+        out = nl.ndarray((F, P), dtype=x.dtype, buffer=nl.shared_hbm)
+        t = nl.load(x)
+        i = nl.arange(P)[:, None]
+        j = nl.arange(F)[None, :]
+        r = nl.full((F, P), 3.0, dtype=nl.float32)
+        fn = nisa.nc_transpose if api == "nisa.nc_transpose" else nl.transpose
+        r[...] = fn(t[i, j], mask=(i < 40) & (j < F - 8))
+        nl.store(out, value=r)
+        return out
+
+    x = RNG.standard_normal((P, F)).astype(np.float32)
+    want = np.full((F, P), 3.0, np.float32)
+    want[:F - 8, :40] = x[:40, :F - 8].T
+    np.testing.assert_array_equal(k(x), want)
+
+
+def test_a_transpose_mask_that_fits_only_the_result_is_taken_over_the_result():
+    @nki.jit
+    def k(x):
+        out = nl.ndarray((128, 64), dtype=x.dtype, buffer=nl.shared_hbm)
+        p = nl.arange(128)[:, None]
+        q = nl.arange(64)[None, :]
+        r = nl.full((128, 64), 3.0, dtype=nl.float32)
+        r[...] = nisa.nc_transpose(nl.load(x), mask=(p < 100) & (q < 64))
+        nl.store(out, value=r)
+        return out
+
+    x = RNG.standard_normal((64, 128)).astype(np.float32)
+    want = np.full((128, 64), 3.0, np.float32)
+    want[:100] = x.T[:100]
+    np.testing.assert_array_equal(k(x), want)

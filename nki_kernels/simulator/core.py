@@ -35,6 +35,7 @@ from .values import _broadcast_view
 # The one write into a tile (assignments and instructions alike) lives below this module.
 from .tile_writes import write, wrote_whole  # noqa: F401 - (re-exported)
 from .indexing import full_mask
+from .index_expr import Mask
 # The data model's other parts live in their own modules, below this one; their names stay
 # importable from here (``core.Program``, ``core.HBMTensor`` ...), as the simulator's modules use them.
 from .buffers import (Buffer, PMAX, PSUM_BANK_BYTES, PSUM_BYTES_PER_PARTITION,  # noqa: F401
@@ -118,11 +119,17 @@ def _caller_outside_numpy():
 
 
 def read_inside(x, mask):
-    """Operand ``x`` as an instruction with ``mask=`` reads it: itself, unless it is a view reaching
-    outside its tile; then, when ``mask`` (written over the operand's index variables, as the
+    """Operand ``x`` as an instruction with ``mask=`` reads it: nothing (a zero tile of its shape)
+    under a mask that is ``False`` as a whole; itself, unless it is a view reaching outside its
+    tile; then, when ``mask`` (written over the operand's index variables, as the
     layernorm tutorial's ``bn_stats(t[i_p, j * F + i_f], mask=(j * F + i_f < n))``) hides every
     element outside, a tile of its inside values (zero outside: never read); otherwise the view's
     out-of-bounds error."""
+    if type(x) is Tile and (mask is False or mask is np.False_):
+        # A mask that selects nothing (``mask=(k == 0)`` in iteration 1 of an affine loop) disables
+        # the instruction: it reads none of its operands, so it orders nothing against other
+        # iterations (nki-samples contributed LoRA backward's first-iteration-only reductions).
+        return Tile(np.zeros(x.shape, x.dtype), x.buffer)
     outside = x.out_of_bounds() if type(x) is Tile else None
     if outside is None:
         return x
@@ -134,6 +141,29 @@ def read_inside(x, mask):
     if keep is None or (keep & ~outside.inside).any():
         raise outside.error
     return Tile(outside.values, x.buffer, 0, parent=x._parent)
+
+
+class MaskedOperand:
+    """``tile[mask]``: a matmul operand under "operand masking" (NKI API Masking: ``nl.matmul(
+    lhs_T[i_lhs_f <= 64], rhs[i_rhs_f <= 256], transpose_x=True)``; "currently only matmult APIs
+    support operand masking"). ``mask`` is written over the tile's own index variables; the matmul
+    contracts only the selected elements and writes only the result rows / columns whose stationary /
+    moving column has one (:func:`.instructions.functional.unmask_operand`)."""
+
+    __slots__ = ("tile", "mask")
+
+    def __init__(self, tile, mask):
+        self.tile, self.mask = tile, mask
+
+    @property
+    def shape(self):
+        """The masked tile's shape."""
+        return self.tile.shape
+
+    @property
+    def dtype(self):
+        """The masked tile's dtype."""
+        return self.tile.dtype
 
 
 def _out_of_bounds_view(parent, idx, data, err):
@@ -361,6 +391,8 @@ class Tile(NkiTensor):
         return None
 
     def __getitem__(self, key):
+        if isinstance(key, Mask):
+            return MaskedOperand(self, key)
         if type(key) is int and self.pdim == 1 and not self.nb and (self._mem is None or self._mem.tiles is None):
             return self._block(key)
         placed = self._placed_block(key)

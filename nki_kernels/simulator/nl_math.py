@@ -274,6 +274,8 @@ def _make_reduce(name, fn, out_float=False):
             res = _sum_of_products(x, axes, keepdims)
             if res is not None:
                 return _result(res, dt.as_dtype(dtype) or x.dtype, engine="Vector")
+        if mask is not None and isinstance(x, Tile):
+            x = _read_inside(x, mask)  # (a window reaching outside its tile where the mask hides it)
         v = _values(x, "x")
         m = _full_mask(mask, np.shape(v)) if mask is not None else None
         if m is not None:

@@ -19,9 +19,10 @@ from . import memory as _memory
 from . import nl_math as _math
 from . import recording as _prof
 from . import rebound as _rebound
-from .core import PMAX, Tile, current, current_or_none, psum, sbuf
+from .core import PMAX, MaskedOperand, Tile, current, current_or_none, psum, read_inside as _read_inside, sbuf
 from .errors import NKIError
 from .instructions.functional import nc_matmul as _nc_matmul, tensor_copy as _tensor_copy
+from .instructions.functional import transposed_mask as _transposed_mask, unmask_operand as _unmask_operand
 from .index_expr import AffineExpr, BExpr
 from .index_expr import runtime_offset as _runtime_offset
 from .op_functions import _BINARY, np_function
@@ -35,10 +36,17 @@ def matmul(x, y, transpose_x=False, *, mask=None):
     Without ``transpose_x`` x is [M, K] (M <= 128, K <= 128); with it x is
     [K, M]. y is [K, N] with N <= 512: K is the partition (contraction) axis.
     """
-    x = _need_tile(x, "x", "nl.matmul")
-    y = _need_tile(y, "y", "nl.matmul")
-    stationary = x if transpose_x else transpose(x)
-    return _nc_matmul(stationary, y, mask=mask)
+    if isinstance(x, MaskedOperand) and not transpose_x:  # (operand masking: the mask moves with the transpose)
+        t, keep = _unmask_operand(x, "x")
+        t = transpose(t)
+        return _nc_matmul(t if keep is None else MaskedOperand(t, keep.T), _masked_or_tile(y, "y"), mask=mask)
+    return _nc_matmul(_masked_or_tile(x, "x") if transpose_x else transpose(_need_tile(x, "x", "nl.matmul")),
+                      _masked_or_tile(y, "y"), mask=mask)
+
+
+def _masked_or_tile(x, name):
+    """A matmul operand: ``tile[mask]`` (operand masking) as it is, else a checked tile."""
+    return x if isinstance(x, MaskedOperand) else _need_tile(x, name, "nl.matmul")
 
 
 def transpose(x, dtype=None, *, mask=None):
@@ -49,7 +57,10 @@ def transpose(x, dtype=None, *, mask=None):
     if x.shape[1] > PMAX:
         raise NKIError("transpose", f"nl.transpose of a tile of shape {x.shape}: the free size "
                        f"{x.shape[1]} becomes the partition size and must be <= {PMAX}")
-    return _result(np.swapaxes(_values(x, "x"), -1, -2), _out_dtype(dtype, x), mask, engine="Tensor")
+    if mask is not None:
+        x = _read_inside(x, mask)
+    return _result(np.swapaxes(_values(x, "x"), -1, -2), _out_dtype(dtype, x), _transposed_mask(mask, x),
+                   engine="Tensor")
 
 
 def copy(x, dtype=None, *, mask=None):
@@ -118,7 +129,14 @@ def _loop_reduced(name):
     if cls is None:
         def accumulate_into(self, dst):
             self.__class__ = Tile  # from here on an ordinary operand
-            _inplace(name)(dst, self)
+            wrote = self._written
+            if wrote is None:
+                _inplace(name)(dst, self)
+            elif wrote.any():  # under mask=: only the elements the mask selects accumulate
+                res = getattr(_math, name)(dst, self)
+                res._written = wrote
+                dst[...] = res
+            # (a mask that selects nothing, e.g. mask=(k == 0) in iteration 1: no instruction, no write)
 
         cls = _LOOP_REDUCED[name] = type(f"LoopReduced_{name}", (Tile,), {
             "__slots__": (), "_accumulate_into": accumulate_into})

@@ -13,7 +13,8 @@ from .. import config as _config
 from .. import diagnostics as _diag
 from .. import dtypes as _dt
 from .. import memory as _memory
-from ..core import PMAX as _PMAX, Tile as _Tile
+from .. import op_functions as _op_functions
+from ..core import PMAX as _PMAX, MaskedOperand as _MaskedOperand, Tile as _Tile
 from ..core import psum as _psum, sbuf as _sbuf
 from ..context import current_or_none as _current_or_none
 from ..core import read_inside as _read_inside
@@ -31,7 +32,7 @@ def _tile(x, name, op, buffers=(_sbuf, _psum), mask=None):
     if not isinstance(x, _Tile):
         _values(x, name)
         raise _NKIError("operand type", f"nisa.{op}: {name} must be a tile, got {type(x).__name__}")
-    if x._thunk is not None:
+    if x._thunk is not None or mask is False or mask is _np.False_:
         x = _read_inside(x, mask)
     if x.buffer not in buffers:
         allowed = " or ".join(b.name.upper() for b in buffers)
@@ -84,9 +85,36 @@ def nc_matmul(stationary, moving, *, is_stationary_onezero=False, is_moving_onez
     stationary is [K, M], moving is [K, N]: K <= 128 partitions (the contraction),
     M <= 128 (``gemm_stationary_fmax``), N <= 512 (``gemm_moving_fmax``). ``tile_position`` /
     ``tile_size`` (PE-array tiling), ``perf_mode`` and ``name`` do not change results.
+    Either operand may be ``tile[mask]`` (operand masking, :func:`unmask_operand`).
     """
+    stationary, ks = unmask_operand(stationary, "stationary")
+    moving, km = unmask_operand(moving, "moving")
+    if ks is not None or km is not None:
+        m, n = stationary.shape[-1], moving.shape[-1]
+        keep = ((ks.any(axis=0) if ks is not None else _np.ones(m, bool))[:, None]
+                & (km.any(axis=0) if km is not None else _np.ones(n, bool))[None, :])
+        full = _full_mask(mask, (m, n)) if mask is not None else None
+        mask = keep if full is None else keep & full
     return _result(_matmul_product(stationary, moving, perf_mode), _dt.float32, mask, buffer=_psum,
                        engine="Tensor")
+
+
+def unmask_operand(x, name):
+    """``(tile, keep)`` for a matmul operand: a plain tile as it is (``keep`` None); a ``tile[mask]``
+    (:class:`..core.MaskedOperand`) as a tile holding its selected elements, zero elsewhere (so they
+    add nothing to the contraction), and the 2-D bool ``keep`` of the selected elements. The mask may
+    hide elements of a view that reach outside its tile (a ragged last tile, as nki-samples'
+    contributed rmsnorm_quant masks its gamma columns); those are never read."""
+    if not isinstance(x, _MaskedOperand):
+        return x, None
+    t = _tile(x.tile, name, "nc_matmul", (_sbuf, _psum), mask=x.mask)
+    keep = _full_mask(x.mask, tuple(t.shape))
+    if keep is None:
+        return t, None
+    if t.nb or len(t.shape) != 2:
+        raise _NKIError("mask", f"nc_matmul: operand masking ({name}[mask]) needs a 2-D tile, got shape {t.shape}")
+    vals = _np.where(keep, t.data, _np.zeros((), t.dtype))
+    return _Tile(vals, t.buffer), _np.array(keep)
 
 
 def _matmul_product(stationary, moving, perf_mode=None, moving_fmax=None):
@@ -190,8 +218,23 @@ def nc_transpose(data, *, mask=None, dtype=None, engine=engine.unknown, name=Non
         raise _NKIError("transpose", f"nc_transpose on the {'Vector' if on_vector else 'Tensor'} engine takes "
                        f"at most {limit}x{limit}, got {x.shape}")
     out_dtype = _out_dtype(dtype, x)
-    return _result(_np.swapaxes(_values(x, "data"), -1, -2), out_dtype, mask,
+    return _result(_np.swapaxes(_values(x, "data"), -1, -2), out_dtype, transposed_mask(mask, x),
                        buffer=_sbuf if on_vector else _psum, engine="Vector" if on_vector else "Tensor")
+
+
+def transposed_mask(mask, x):
+    """The result mask of a transpose of tile ``x`` under ``mask=``. NKI API Masking: "Each comparison
+    expression should indicate which range of indices along one of the input tile axes should be
+    valid", so the mask is laid over the operand (the contributed transpose and conv kernels write
+    ``nc_transpose(t[i, j], mask=(i < B) & (j < N))``) and transposed with it; a mask that fits only the
+    result's shape is taken as written over the result."""
+    if mask is None or x.nb:
+        return mask
+    try:
+        keep = _full_mask(mask, tuple(x.shape))
+    except _NKIError:
+        return mask
+    return None if keep is None else _np.swapaxes(keep, -1, -2)
 
 
 def _per_partition(v, x, name, op):
@@ -266,11 +309,40 @@ def tensor_reduce(op, data, axis, *, mask=None, dtype=None, negate=False, keepdi
     axes = tuple(a + x.nb for a in _axes(x, axis, "tensor_reduce"))
     red = {a - x.nb for a in axes}
     out_shape = tuple(1 if i in red else n for i, n in enumerate(x.shape) if keepdims or i not in red)
-    x, mask = _reading_mask(x, mask, out_shape, "tensor_reduce")
-    res = _reducer(op)(_values(x, "data"), axis=axes, keepdims=keepdims)
+    keep = _scattered_reading_mask(x, mask, out_shape)
+    if keep is not None:
+        # A padded window's mask (``t[i_p, i_f + i_k - 1]`` with ``mask=(i_f + i_k - 1 >= 0) & ...``,
+        # the contributed MaxPool2D): the masked-off elements take no part, as the operator's identity;
+        # a result element none of whose elements is selected is not written.
+        vals = _np.where(keep, _values(x, "data"), _ops.identity_of(op))
+        written = keep.any(axis=tuple(a - x.nb for a in axes), keepdims=keepdims)
+        mask = None if written.all() else written
+    else:
+        x, mask = _reading_mask(x, mask, out_shape, "tensor_reduce")
+        vals = _values(x, "data")
+    res = _reducer(op)(vals, axis=axes, keepdims=keepdims)
     if negate:
         res = -res
     return _result(res, _out_dtype(dtype, x), mask)
+
+
+def _scattered_reading_mask(x, mask, out_shape):
+    """For a reduction: the bool mask (the operand's shape) of a ``mask`` written over the operand's
+    index space that is no box of it (:func:`_reading_mask` takes the others), else ``None``."""
+    if mask is None or x.nb or not isinstance(mask, Mask):
+        return None
+    try:
+        if _np.broadcast_shapes(_np.shape(mask), tuple(out_shape)) == tuple(out_shape):
+            return None
+    except ValueError:
+        pass
+    try:
+        keep = _full_mask(mask, tuple(x.shape))
+    except _NKIError:
+        return None
+    if keep is None or mask_box(mask, tuple(x.shape)) is not None:
+        return None
+    return keep
 
 
 def tensor_partition_reduce(op, data, *, mask=None, dtype=None, name=None):
@@ -314,15 +386,38 @@ def tensor_tensor(data1, data2, op, *, dtype=None, mask=None, engine=engine.unkn
     return _result(fn(va, vb), _out_dtype(dtype, a, b), mask)
 
 
+def _is_unary(op) -> bool:
+    """Whether ``op`` is a one-input operator (``nl.abs``, ``nl.exp``, ``nl.copy`` ...)."""
+
+    return getattr(op, "__name__", None) in (*_op_functions._UNARY, "copy", "bypass")
+
+
+def _unary_operand(opname, op0, operand0, what="operand0"):
+    """Whether ``op0`` is a one-input operator (``nl.abs``, ``nl.rsqrt`` ...: the "Supported Math
+    Operators" table lists them as ``op``); its ``operand0`` "must be None or 0 when op0 is a unary
+    operator" (the tensor_scalar page), else an error."""
+    if not _is_unary(op0):
+        return False
+    if operand0 is not None and (isinstance(operand0, _Tile) or float(operand0) != 0.0):
+        shown = f"a tile of shape {operand0.shape}" if isinstance(operand0, _Tile) else repr(operand0)
+        raise _NKIError(what, f"nisa.{opname}: {what.replace('operand', 'op')}={getattr(op0, '__name__', op0)} is a "
+                        f"unary operator, so {what} must be None or 0; got {shown}")
+    return True
+
+
 def tensor_scalar(data, op0, operand0, reverse0=False, *, op1=None, operand1=None, reverse1=False,
                   dtype=None, mask=None, engine=engine.unknown, name=None):
-    """``(data op0 operand0) op1 operand1`` with scalar or [P, 1] operands (Vector/Scalar/GpSimd)."""
+    """``(data op0 operand0) op1 operand1`` with scalar or [P, 1] operands (Vector/Scalar/GpSimd); a
+    one-input operator (``nl.abs``, ``nl.rsqrt``, ``nl.reciprocal`` ...) with its operand None or 0
+    applies to the data alone (:func:`_unary_operand`)."""
     x = _tile(data, "data", "tensor_scalar", mask=mask)
     _ops.no_gpsimd_psum(engine, "tensor_scalar", x, operand0, operand1)
     v = _values(x, "data")
 
     def apply(v, op, operand, reverse, name):
         fn = _ops.alu(op)
+        if _unary_operand("tensor_scalar", op, operand, name):
+            return fn(v)
         o = _per_partition(operand, x, name, "tensor_scalar")
         return fn(o, v) if reverse else fn(v, o)
 

@@ -15,6 +15,7 @@ from ..core import Tile, psum
 from ..errors import NKIError, NotBatchable
 from .registry import Gen1
 from . import functional as _functional  # the computing forms both generations share
+from .functional import _is_unary, _unary_operand
 from .operands import (alu, bitvec_on_integers, check_dst, column, compute_into, engine_name, first_generation,
                        identity_of, instruction, is_bitvec, max_rank, no_gpsimd_psum, one_per_partition, per_partition, rows, same_rows, scratch, tile_operand, values_of, write)
 from .operands import BITVEC as _BITVEC
@@ -23,7 +24,6 @@ from .target import engine as _engine
 from .target import reduce_cmd as _reduce_cmd
 from . import registers, target
 from .target import command
-from .. import op_functions as _op_functions
 from .. import tile_ops as _tile_ops
 from .. import core as _core
 from ..timing import costs as _costs  # (each instruction's cost, declared with it)
@@ -308,12 +308,6 @@ def _compute_dtype(dst, *tiles):
     return dt.float32
 
 
-def _is_unary(op) -> bool:
-    """Whether ``op`` is a one-input operator (``nl.abs``, ``nl.exp``, ``nl.copy`` ...)."""
-
-    return getattr(op, "__name__", None) in (*_op_functions._UNARY, "copy", "bypass")
-
-
 @instruction(engine="Vector", cost=_costs.copy_like, batched=True, gen1=Gen1(batched=True))
 def tensor_copy(dst, src, engine=_engine.unknown, name=None, *, dtype=None):
     """Copy ``src`` (SBUF/PSUM) into ``dst`` (SBUF/PSUM), casting to ``dst.dtype``.
@@ -371,18 +365,6 @@ def tensor_tensor(dst, data1, data2, op, engine=_engine.unknown, name=None):
             b = Tile(b.data.reshape(a.shape), b.buffer)
         res = _functional.tensor_tensor(a, b, op, dtype=_compute_dtype(d, a, b))
     write(d, res.data, "tensor_tensor")
-
-
-def _unary_operand(opname, op0, operand0):
-    """Whether ``op0`` is a one-input operator (``nl.abs``, ``nl.exp`` ...); its ``operand0`` "must be
-    None or 0 when op0 is a unary operator" (the tensor_scalar page), else an error."""
-    if not _is_unary(op0):
-        return False
-    if operand0 is not None and (isinstance(operand0, Tile) or float(operand0) != 0.0):
-        what = f"a tile of shape {operand0.shape}" if isinstance(operand0, Tile) else repr(operand0)
-        raise NKIError("operand0", f"nisa.{opname}: op0={getattr(op0, '__name__', op0)} is a unary operator, so "
-                       f"operand0 must be None or 0; got {what}")
-    return True
 
 
 _V4_NAMES = {}  # operator -> v4_operator's answer
