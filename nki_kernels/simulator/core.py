@@ -129,7 +129,9 @@ def read_inside(x, mask):
         # A mask that selects nothing (``mask=(k == 0)`` in iteration 1 of an affine loop) disables
         # the instruction: it reads none of its operands, so it orders nothing against other
         # iterations (nki-samples contributed LoRA backward's first-iteration-only reductions).
-        return Tile(np.zeros(x.shape, x.dtype), x.buffer)
+        # (a view of x, not an allocation of its own: a kernel placing its SBUF tensors by hand, as
+        # nki-samples' allocated rmsnorm_qkv masks the iterations past seqlen, has no automatic tile)
+        return Tile(np.zeros(x.shape, x.dtype), x.buffer, x.pdim, parent=x)
     outside = x.out_of_bounds() if type(x) is Tile else None
     if outside is None:
         return x
