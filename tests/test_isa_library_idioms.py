@@ -246,3 +246,32 @@ def test_broadcast_view_of_a_psum_tensor_is_not_an_allocation():
     x = _f32(16, 8)
     np.testing.assert_allclose(centre(x)[:, 0, :], np.repeat(x.astype(np.float64).sum(1, keepdims=True), 600, 1),
                                rtol=1e-5)
+
+
+# ---------------------------------------------------------------------------
+# An output written through access patterns, then read whole (nki-library's experimental dynamic
+# elementwise add stores its tiles with result.ap(...) and ends with an "HBM fence",
+# dma_copy(dst=result, src=result)): the read sees every store, whichever view made it.
+# ---------------------------------------------------------------------------
+def _ap_writes_then_whole_read(rows_written):
+    @nki.jit
+    def k(a):
+        M, H = a.shape
+        result = nl.ndarray((M, H), dtype=a.dtype, buffer=nl.shared_hbm)
+        for m in range(rows_written // 128):
+            t = nl.ndarray((128, H), dtype=a.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=a.ap(pattern=[[H, 128], [1, H]], offset=m * 128 * H))
+            nisa.dma_copy(dst=result.ap(pattern=[[H, 128], [1, H]], offset=m * 128 * H), src=t)
+        nisa.dma_copy(dst=result, src=result)
+        return result
+    return k
+
+
+def test_a_tensor_written_through_access_patterns_reads_back_whole():
+    a = _f32(256, 64)
+    np.testing.assert_array_equal(_ap_writes_then_whole_read(256)(a), a)
+
+
+def test_a_whole_read_of_a_tensor_half_written_through_access_patterns_is_uninit():
+    with pytest.raises(NKIError, match=r"\[uninit\] nl.load reads 8192 element\(s\) of out0 \(256, 64\)"):
+        _ap_writes_then_whole_read(128)(_f32(256, 64))

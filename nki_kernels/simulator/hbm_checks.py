@@ -7,8 +7,8 @@ were written are analysed: accesses become boxes (exact for basic slices and rag
 bounding boxes otherwise) and a sort-and-sweep over the boxes finds overlapping pairs from different
 programs; pairs whose bounding boxes overlap but are not exact compare element indices. Accesses by
 different cores of a multi-core launch are judged with :mod:`.lnc_checks`. Loads from an HBM tensor
-allocated uninitialised (``nl.ndarray`` in HBM) build a bool "written" mask on first use, replaying
-the launch's writes; a returned output left partly unwritten is filled with the NaN sentinel.
+allocated uninitialised (``nl.ndarray`` in HBM) build a bool "written" mask of its storage on first
+use, replaying the launch's writes through it and every view of it; a returned output left partly unwritten is filled with the NaN sentinel.
 """
 
 from __future__ import annotations
@@ -63,16 +63,19 @@ class LaunchLog:
             ent = self.tensors[key] = [tensor, [], []]
         rec = (prog.pid, access.index, mask, wh or where(), _core_stamp(prog, tensor))
         if write and values is not None and rec[4] is not None:
-            note_write(rec[4], tensor, access, mask, values, _stored_before(tensor, access, mask, self))
+            note_write(rec[4], tensor, access, mask, values)
         if write and values is not None and ent[2] and self._may_overlap(key, access, mask, prog.pid, ent[2]) \
-                and _rewrites_same(tensor, access, mask, values, _stored_before(tensor, access, mask, self)):
+                and _rewrites_same(tensor, access, mask, values):
             self.repeats.setdefault(key, set()).add(len(ent[2]))
         if write:
             self._grow_extent(key, access, mask, not ent[2])
             self.writers.setdefault(key, set()).add(prog.pid)
         ent[2 if write else 1].append(rec)
-        if write and tensor.__dict__.get("written") is not None:
-            _mark_written(tensor, access.index, mask)
+        if write:
+            root = tensor.__dict__.get("_storage_root", tensor)
+            bits = root.__dict__.get("written_bits")
+            if bits is not None:
+                access.index.write(_element_view(bits, root, tensor), np.True_, mask)
 
 
     def _may_overlap(self, key, access, mask, pid, writes) -> bool:
@@ -96,27 +99,13 @@ class LaunchLog:
             self.extent[key] = ([min(a, b) for a, b in zip(lo, box[0])], [max(a, b) for a, b in zip(hi, box[1])])
 
 
-def _stored_before(tensor, access, mask, log):
-    """Which elements of ``access`` the launch had stored into before (bool, the access's shape), for
-    a tensor allocated uninitialised; ``None`` (all of them) for any other. What an uninitialised
-    tensor holds where nothing was stored is whatever the allocator returned (on hardware and here),
-    so a write is never "storing the value already there" on such an element: counting it would
-    make a race verdict depend on stale memory (an earlier test's array of ones)."""
-    if not tensor.__dict__.get("uninit"):
-        return None
-    return access.index.read(_written_mask(tensor, log), mask)
-
-
-def _rewrites_same(tensor, access, mask, values, stored=None) -> bool:
-    """Whether storing ``values`` at ``access`` leaves ``tensor`` unchanged (NaN equal to NaN);
-    ``stored``: which of its elements were stored before (:func:`_stored_before`)."""
+def _rewrites_same(tensor, access, mask, values) -> bool:
+    """Whether storing ``values`` at ``access`` leaves ``tensor`` unchanged (NaN equal to NaN)."""
 
     shape = access.index.out_shape
-    m = full_mask(mask, shape)
-    if stored is not None and not (stored if m is None else stored | ~m).all():
-        return False
     old = access.index.read(tensor.data, mask)
     new = np.broadcast_to(np.asarray(values), shape).astype(tensor.dtype)
+    m = full_mask(mask, shape)
     if m is not None:
         new = np.where(m, new, np.zeros((), tensor.dtype))
     if tensor.dtype.fields is not None:  # packed MX elements (a structured dtype): compare their bits
@@ -172,23 +161,24 @@ def _same_final_values(tensor, state, ra, rb, rec_a, rec_b) -> bool:
     return same_final_values(_tensor_key(tensor), state.diag, ra, rb, rec_a[4], rec_b[4])
 
 
-def _mark_written(tensor, index, mask):
-    index.write(tensor.written, np.True_, mask)
-
-
-def _written_mask(tensor, log):
-    """The bool mask of ``tensor``'s elements the launch stored into, built from the log on first
-    use and kept up to date by :meth:`LaunchLog.add`."""
-    if tensor.__dict__.get("written") is None:
-        tensor.written = np.zeros(tensor.shape, dtype=bool)
-        ent = log.tensors.get(_tensor_key(tensor))
-        for _, idx, m, *_ in (ent[2] if ent else ()):
-            _mark_written(tensor, idx, m)
-    return tensor.written
+def _written_bits(root, log):
+    """One bool per element of ``root``'s storage (C order): which the launch stored into, through
+    ``root`` or any view of it (a ``.ap()`` pattern, a reshape). Built from the log on first use,
+    then kept up to date by :meth:`LaunchLog.add`."""
+    bits = root.__dict__.get("written_bits")
+    if bits is None:
+        bits = root.written_bits = np.zeros(root.data.size, dtype=bool)
+        for t, _, writes in log.tensors.values():
+            if writes and (t.__dict__.get("_storage_root") is root or _same_memory(t, root)):
+                view = _element_view(bits, root, t)
+                for _, idx, m, *_ in writes:
+                    idx.write(view, np.True_, m)
+    return bits
 
 
 def _check_hbm_init(tensor, access, mask, log):
-    got = access.index.read(_written_mask(tensor, log), mask)
+    root = tensor.__dict__.get("_storage_root", tensor)
+    got = access.index.read(_element_view(_written_bits(root, log), root, tensor), mask)
 
     m = full_mask(mask, access.index.out_shape)
     missing = ~got if m is None else (~got & m)

@@ -83,11 +83,9 @@ def after_load(dst) -> None:
         st.loaded = (rec, max(rec.last, rec.lastc))
 
 
-def note_write(stamp, tensor, access, mask, values, stored=None) -> None:
+def note_write(stamp, tensor, access, mask, values) -> None:
     """A core is about to store ``values`` at ``access``: remember which elements keep the value
-    they hold (bit for bit), for :func:`write_keeps`. ``stored`` (bool, the access's shape, or
-    ``None`` for all): the elements stored into before; any other keeps nothing, whatever stale
-    bits the allocator left there."""
+    they hold (bit for bit), for :func:`write_keeps`."""
     old = access.index.read(tensor.data, mask)
     new = np.asarray(values)
     if new.shape != old.shape:
@@ -98,8 +96,6 @@ def note_write(stamp, tensor, access, mask, values, stored=None) -> None:
         return  # (packed MX records: counted as changed everywhere)
     bits = np.dtype(f"u{size}")
     kept = np.ascontiguousarray(old).view(bits) == np.ascontiguousarray(new).view(bits)
-    if stored is not None:
-        kept &= stored
     if kept.any():
         stamp.kept = (np.packbits(kept, axis=None), kept.shape)  # 1 bit an element: kept for the launch
 
