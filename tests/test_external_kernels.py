@@ -901,3 +901,106 @@ def test_a_transpose_mask_that_fits_only_the_result_is_taken_over_the_result():
     want = np.full((128, 64), 3.0, np.float32)
     want[:100] = x.T[:100]
     np.testing.assert_array_equal(k(x), want)
+
+
+# ---------------------------------------------------------------------------
+# From the Neuron team's contributed kernels (nki-samples PR #104, contributed/neuron-team-kernels)
+# ---------------------------------------------------------------------------
+def test_a_store_between_equal_dtypes_copies_bytes():
+    # rmsnorm_quant packs an fp32 scale into 4 fp8 elements (.view) and stores them: a DMA copies bytes,
+    # so fp8 NaN encodings (0x79..0x7f, 0xf9..0xff in float8_e4m3) and the packed scale come back as
+    # they were (through fp32 they were canonicalised to 0x7c / 0xfc).
+    import ml_dtypes
+
+    @nki.jit
+    def copy(a):
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        nl.store(out, value=nl.load(a))
+        return out
+
+    @nki.jit
+    def pack(s):
+        out = nl.ndarray((128, 4), dtype=nl.float8_e4m3, buffer=nl.shared_hbm)
+        nl.store(out, value=nl.load(s).view(nl.float8_e4m3))
+        return out
+
+    raw = np.arange(256, dtype=np.uint8).reshape(128, 2)
+    a = raw.view(ml_dtypes.float8_e4m3)
+    np.testing.assert_array_equal(np.ascontiguousarray(copy(a)).view(np.uint8), raw)
+    s = (RNG.uniform(1, 4, (128, 1)) / 240).astype(np.float32)
+    s[0, 0] = np.frombuffer(bytes.fromhex("9a99793c"), np.float32)[0]  # a byte in the fp8 NaN range
+    np.testing.assert_array_equal(np.ascontiguousarray(pack(s)).view(np.uint8), s.view(np.uint8))
+
+
+def test_a_store_into_another_dtype_still_rounds():
+    @nki.jit
+    def k(a):
+        out = nl.ndarray(a.shape, dtype=nl.bfloat16, buffer=nl.shared_hbm)
+        nl.store(out, value=nl.load(a))
+        return out
+
+    import ml_dtypes
+    a = RNG.standard_normal((128, 64)).astype(np.float32)
+    np.testing.assert_array_equal(np.asarray(k(a)).astype(np.float32), a.astype(ml_dtypes.bfloat16).astype(np.float32))
+
+
+def test_view_of_a_block_tile_reinterprets_its_bytes():
+    @nki.jit
+    def k(a):
+        out = nl.ndarray((128, 4), dtype=nl.uint8, buffer=nl.shared_hbm)
+        t = nl.ndarray((2, nl.par_dim(128), 1), dtype=nl.float32, buffer=nl.sbuf)
+        t[1, :, :] = nl.load(a)
+        nl.store(out, value=t.view(nl.uint8)[1, :, :4])
+        return out
+
+    a = RNG.standard_normal((128, 1)).astype(np.float32)
+    np.testing.assert_array_equal(k(a), a.view(np.uint8))
+
+
+def test_view_of_a_block_tile_into_a_wider_dtype_needs_whole_elements():
+    @nki.jit
+    def k(a):
+        t = nl.ndarray((2, nl.par_dim(128), 3), dtype=nl.uint8, buffer=nl.sbuf)
+        t[0, :, :] = nl.load(a)
+        t.view(nl.float32)
+        return a
+
+    with pytest.raises(NKIError, match=r"\[view\] NkiTensor.view: a sbuf tile of shape \(2, 128, 3\) uint8 cannot be "
+                                       r"reinterpreted as float32"):
+        k(np.zeros((128, 3), np.uint8))
+
+
+def test_an_in_place_accumulation_of_another_shape_names_both_shapes():
+    @nki.jit
+    def k(a, b):
+        out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+        ps = nl.zeros((nl.par_dim(128), 512), dtype=nl.float32, buffer=nl.psum)
+        ps[...] += nisa.nc_matmul(nl.load(a), nl.load(b))
+        nl.store(out, value=ps)
+        return out
+
+    with pytest.raises(NKIError, match=r"\[shape mismatch\] tile add in place .*\(128, 128\) does not fit the "
+                                       r"destination psum tile of shape \(128, 512\)"):
+        k(np.ones((128, 128), np.float32), np.ones((128, 128), np.float32))
+
+
+def test_load_and_store_take_mode_oob_error_and_refuse_other_modes():
+    from nki_kernels.simulator.instructions.target import oob_mode
+
+    def make(mode):
+        @nki.jit
+        def k(a, idx):
+            out = nl.ndarray((4, 64), dtype=a.dtype, buffer=nl.shared_hbm)
+            i = nl.load(idx)
+            t = nl.load(a[i[nl.arange(4)[:, None], 0], nl.arange(64)[None, :]], mode=mode)
+            nl.store(out, value=t, mode=oob_mode.error)
+            return out
+        return k
+
+    a = RNG.standard_normal((8, 64)).astype(np.float32)
+    idx = np.array([[3], [0], [7], [1]], np.int32)
+    np.testing.assert_array_equal(make(oob_mode.error)(a, idx), a[idx[:, 0]])
+    with pytest.raises(NKIError, match=r"\[mode\] nl.load: mode=.*skip.*only oob_mode.error"):
+        make(oob_mode.skip)(a, idx)
+    with pytest.raises(NKIError, match=r"\[out-of-bounds access\]"):
+        make(oob_mode.error)(a, np.array([[3], [0], [9], [1]], np.int32))

@@ -28,7 +28,7 @@ from . import diagnostics as _diag
 from . import memory as _memory
 from . import indexing as _indexing
 from .context import _tls, current_or_none, set_current  # noqa: F401 - the running program (re-exported)
-from .nki_tensor import NkiTensor
+from .nki_tensor import NkiTensor, _dtype as _view_dtype
 from .errors import NKIError, OutOfBoundsNKIError, NotBatchable
 from .indexing import resolve, tile_view
 from .values import _broadcast_view
@@ -587,6 +587,33 @@ class Tile(NkiTensor):
         view._review = lambda d, full=self.data.shape[:self.nb] + shape: np.reshape(d, full, copy=False)
         if self._diag is not None or _tls.loops:
             _diag.on_view(self, view, resolve(self.shape, ..., self.buffer.tile_label))
+        return view
+
+    def view(self, dtype):
+        """The storage reinterpreted as ``dtype`` (``NkiTensor.view``: "NO copy will occur"). A tile of a
+        first-generation tensor with leading block dimensions (``(B, par_dim(P), F)``, which the
+        NkiTensor layouts do not take) reinterprets its NumPy storage along the last axis, as the
+        Neuron team's contributed rmsnorm_quant views its fp32 scale block as fp8; any other tile
+        as :meth:`.nki_tensor.NkiTensor.view`."""
+        root = self
+        while root._parent is not None:
+            root = root._parent
+        if not root.pdim or self.nb:
+            return super().view(dtype)
+        new = _view_dtype(dtype)
+        root.own()  # views write into the root's memory: it must be private and writeable
+        if self is not root and self._review is not None and not np.may_share_memory(self._raw(), root._raw()):
+            self.own()  # a view made before its root took its private copy: derived again from the copy
+        try:
+            data = self.data.view(new)
+        except ValueError as e:
+            raise NKIError("view", f"NkiTensor.view: a {self.buffer.name} tile of shape {self.shape} {self.dtype} "
+                           f"cannot be reinterpreted as {new}: {e}") from None
+        view = Tile(data, self.buffer, self.pdim, parent=self)
+        view._review = lambda d, new=new: d.view(new)
+        # (no diagnostics region of its own: the element sizes differ, so a region of the view is no
+        # region of the root; its reads are not checked for uninitialised elements, and writes through
+        # it do not count as the root's)
         return view
 
     def __repr__(self):

@@ -27,7 +27,7 @@ from .index_expr import AffineExpr, BExpr
 from .index_expr import runtime_offset as _runtime_offset
 from .op_functions import _BINARY, np_function
 from .tile_ops import _need_tile, _out_dtype, _result, _values
-from .values import _broadcast_view
+from .values import _broadcast_view, _fit
 
 
 def matmul(x, y, transpose_x=False, *, mask=None):
@@ -213,6 +213,8 @@ def _inplace(opname):
                 _memory.in_place(self._mem)
             return self
         vals = _values(other, "other")
+        if np.shape(vals) != cur.shape:
+            vals = _fit(vals, cur.shape, f"tile {opname} in place (+=, -=, ...)", f"{self.buffer.name} tile")
         if fresh is not None:
             # PSUM accumulation group start: the first result into never-written elements
             # overwrites them (an nl.ndarray PSUM tile holds garbage, or NaN here, before).

@@ -39,6 +39,17 @@ def _values(x, name: str):
     return _host_values(x, name)
 
 
+def _dma_values(x, dtype, name: str):
+    """The values a DMA moves from operand ``x`` into memory of ``dtype``: a tile of that dtype as it is
+    (a DMA between equal dtypes copies bytes; through fp32 an fp8 NaN encoding, or the bytes of an fp32
+    scale packed into fp8 elements with ``.view``, as nki-samples' contributed rmsnorm_quant stores it,
+    would come back canonicalised), else :func:`_values`."""
+    if isinstance(x, Tile) and x.dtype == dtype:
+        _diag.read(x)
+        return x.data
+    return _values(x, name)
+
+
 def _dtype_of(x):
     return x.dtype if isinstance(x, Tile) else dt.scalar_dtype(x)
 

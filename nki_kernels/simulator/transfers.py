@@ -18,8 +18,9 @@ from . import vectorize as _vec
 from .core import Access, HBMTensor, Tile, current_or_none, sbuf
 from .core import fill_sentinel as _fill_sentinel
 from .errors import NKIError
+from .instructions.target import oob_mode as _oob
 from .indexing import _full_mask
-from .tile_ops import _compute_into, _loaded_tile, _values
+from .tile_ops import _compute_into, _dma_values, _loaded_tile
 from .values import _fit
 
 
@@ -34,8 +35,22 @@ def _as_access(x, name, op):
     raise NKIError("operand type", f"{op}: {name} must be an HBM tensor, got {type(x).__name__}")
 
 
-def load(src, dtype=None, *, mask=None):
-    """DMA an HBM region into a new SBUF tile (``nl.load``); masked-off elements are not read."""
+def _oob_mode(mode, op):
+    """``mode=`` of ``nl.load`` / ``nl.store``: not on their pages (``**kwargs``), but the Neuron team's
+    contributed kernels pass ``mode=oob_mode.error`` (nki-samples' blockwise_mm), what a DMA here does
+    anyway: an out-of-bounds index is an error. Any other mode is refused, naming the instruction that
+    documents skipping."""
+    if mode is None or mode is _oob.error:
+        return
+    raise NKIError("mode", f"{op}: mode={mode!r}; only oob_mode.error (the default: an out-of-bounds index is an "
+                   "error) is known for nl.load / nl.store; nisa.dma_copy(..., oob_mode=oob_mode.skip) skips "
+                   "out-of-bounds rows of an indirect DMA")
+
+
+def load(src, dtype=None, *, mask=None, mode=None):
+    """DMA an HBM region into a new SBUF tile (``nl.load``); masked-off elements are not read.
+    ``mode``: ``oob_mode.error`` only (:func:`_oob_mode`)."""
+    _oob_mode(mode, "nl.load")
     acc = _as_access(src, "src", "nl.load")
     mask = acc.local_mask(mask)
     prog = current_or_none()
@@ -49,8 +64,10 @@ def load(src, dtype=None, *, mask=None):
     return tile
 
 
-def store(dst, value, *, mask=None):
-    """DMA an SBUF/PSUM tile (or scalar) into an HBM region, rounding to its dtype (``nl.store``)."""
+def store(dst, value, *, mask=None, mode=None):
+    """DMA an SBUF/PSUM tile (or scalar) into an HBM region, rounding to its dtype (``nl.store``).
+    ``mode``: ``oob_mode.error`` only (:func:`_oob_mode`)."""
+    _oob_mode(mode, "nl.store")
     if isinstance(dst, Tile):
         raise NKIError("store destination", f"nl.store destination is a {dst.buffer.name} tile of shape "
                        f"{dst.shape}; stores write HBM tensors only (assign tiles with t[...] = value)")
@@ -67,8 +84,8 @@ def store(dst, value, *, mask=None):
         return _vec.store_batched(prog, acc, value, mask)
     if isinstance(value, Tile) and value._thunk is not None and _store_deferred(acc, value, mask):
         return
-    vals = _fit(_values(value, "value"), acc.shape, "nl.store", f"{acc.tensor.name}{list(acc.shape)}")
     t = acc.tensor
+    vals = _fit(_dma_values(value, t.dtype, "value"), acc.shape, "nl.store", f"{acc.tensor.name}{list(acc.shape)}")
     if t._borrowers:
         t.materialize_borrowers()
     _prof.dma(t, np.broadcast_to(vals, acc.shape), "write", acc, mask)

@@ -44,7 +44,7 @@ from . import recording as _prof
 from .core import Program, Tile, set_current
 from .errors import NotBatchable
 from .index_expr import Mask
-from .tile_ops import _compute_into, _loaded_tile, _values
+from .tile_ops import _compute_into, _dma_values, _loaded_tile
 from .values import _fit
 
 # Accounted SBUF+PSUM of the programs of one batch (per-program peak x programs): bounds the
@@ -129,7 +129,7 @@ def store_batched(prog, acc, value, mask):
             and tuple(value._thunk[2]) == full:
         _compute_into(t, value, view)
     else:
-        vals = _fit(_values(value, "value"), full, "nl.store", f"{t.name}{list(acc.shape)}")
+        vals = _fit(_dma_values(value, t.dtype, "value"), full, "nl.store", f"{t.name}{list(acc.shape)}")
         if t._borrowers:
             t.materialize_borrowers()
         view[...] = dt.cast(vals, t.dtype)
