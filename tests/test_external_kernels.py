@@ -5,6 +5,7 @@ one still gets the rule's message."""
 
 import sys
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -906,18 +907,19 @@ def test_a_transpose_mask_that_fits_only_the_result_is_taken_over_the_result():
 # ---------------------------------------------------------------------------
 # From the Neuron team's contributed kernels (nki-samples PR #104, contributed/neuron-team-kernels)
 # ---------------------------------------------------------------------------
+def _load_store(out_dtype=None):
+    @nki.jit
+    def k(a):
+        out = nl.ndarray(a.shape, dtype=out_dtype or a.dtype, buffer=nl.shared_hbm)
+        nl.store(out, value=nl.load(a))
+        return out
+    return k
+
+
 def test_a_store_between_equal_dtypes_copies_bytes():
     # rmsnorm_quant packs an fp32 scale into 4 fp8 elements (.view) and stores them: a DMA copies bytes,
     # so fp8 NaN encodings (0x79..0x7f, 0xf9..0xff in float8_e4m3) and the packed scale come back as
     # they were (through fp32 they were canonicalised to 0x7c / 0xfc).
-    import ml_dtypes
-
-    @nki.jit
-    def copy(a):
-        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
-        nl.store(out, value=nl.load(a))
-        return out
-
     @nki.jit
     def pack(s):
         out = nl.ndarray((128, 4), dtype=nl.float8_e4m3, buffer=nl.shared_hbm)
@@ -925,23 +927,17 @@ def test_a_store_between_equal_dtypes_copies_bytes():
         return out
 
     raw = np.arange(256, dtype=np.uint8).reshape(128, 2)
-    a = raw.view(ml_dtypes.float8_e4m3)
-    np.testing.assert_array_equal(np.ascontiguousarray(copy(a)).view(np.uint8), raw)
+    np.testing.assert_array_equal(np.ascontiguousarray(_load_store()(raw.view(ml_dtypes.float8_e4m3))).view(np.uint8),
+                                  raw)
     s = (RNG.uniform(1, 4, (128, 1)) / 240).astype(np.float32)
     s[0, 0] = np.frombuffer(bytes.fromhex("9a99793c"), np.float32)[0]  # a byte in the fp8 NaN range
     np.testing.assert_array_equal(np.ascontiguousarray(pack(s)).view(np.uint8), s.view(np.uint8))
 
 
 def test_a_store_into_another_dtype_still_rounds():
-    @nki.jit
-    def k(a):
-        out = nl.ndarray(a.shape, dtype=nl.bfloat16, buffer=nl.shared_hbm)
-        nl.store(out, value=nl.load(a))
-        return out
-
-    import ml_dtypes
     a = RNG.standard_normal((128, 64)).astype(np.float32)
-    np.testing.assert_array_equal(np.asarray(k(a)).astype(np.float32), a.astype(ml_dtypes.bfloat16).astype(np.float32))
+    np.testing.assert_array_equal(np.asarray(_load_store(nl.bfloat16)(a)).astype(np.float32),
+                                  a.astype(ml_dtypes.bfloat16).astype(np.float32))
 
 
 def test_view_of_a_block_tile_reinterprets_its_bytes():
