@@ -1000,3 +1000,47 @@ def test_load_and_store_take_mode_oob_error_and_refuse_other_modes():
         make(oob_mode.skip)(a, idx)
     with pytest.raises(NKIError, match=r"\[out-of-bounds access\]"):
         make(oob_mode.error)(a, np.array([[3], [0], [9], [1]], np.int32))
+
+
+@pytest.mark.parametrize("rows", ["prefix", "middle"])
+def test_a_partition_mask_on_one_matmul_operand_leaves_those_rows_out_of_both(rows):
+    # The blockwise MoE kernel (PR #104) masks the moving rows past I of a ragged last K tile; the
+    # stationary rows there were never written (NaN here): they must not reach the result.
+    K = 72
+
+    @nki.jit
+    def k(a, b):
+        out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+        ip = nl.arange(128)[:, None]
+        jf = nl.arange(128)[None, :]
+        st = nl.ndarray((nl.par_dim(128), 128), dtype=nl.float32, buffer=nl.sbuf)
+        sel = (ip < K) if rows == "prefix" else (ip >= 16) & (ip < 16 + K)
+        st[ip, jf] = nl.load(a[ip, jf], mask=sel)
+        mv = nl.load(b)
+        ps = nl.zeros((128, 512), dtype=nl.float32, buffer=nl.psum)
+        ps[...] += nisa.nc_matmul(st[0:128, 0:128], mv[ip, nl.arange(512)[None, :]][sel])
+        nl.store(out, value=nl.copy(ps))
+        return out
+
+    a = RNG.standard_normal((128, 128)).astype(np.float32)
+    b = RNG.standard_normal((128, 512)).astype(np.float32)
+    r = np.arange(128) < K if rows == "prefix" else (np.arange(128) >= 16) & (np.arange(128) < 16 + K)
+    np.testing.assert_allclose(k(a, b), a[r].T.astype(np.float64) @ b[r], rtol=1e-4, atol=1e-4)
+
+
+def test_a_one_element_index_tile_broadcasts_with_the_other_index_expressions():
+    # The blockwise MoE kernel (PR #104) loads one expert's weights with w[e[0, 0], i_p, i_f]: the
+    # one-element tile broadcasts with i_p [P, 1] and i_f [1, F] to a [P, F] tile, as the nl.load page's
+    # gathers (data_tensor[idx_tile[i_p, 0], i_f]); it was [1, P, F], 128 times too large for SBUF at F=4096.
+    @nki.jit
+    def k(w, e):
+        out = nl.ndarray(w.shape[1:], dtype=w.dtype, buffer=nl.shared_hbm)
+        be = nl.load(e[0])
+        ip, jf = nl.mgrid[0:w.shape[1], 0:w.shape[2]]
+        t = nl.load(w[be[0, 0], ip, jf])
+        assert t.shape == w.shape[1:]
+        nl.store(out[ip, jf], value=t)
+        return out
+
+    w = RNG.standard_normal((3, 128, 4096)).astype(np.float16)
+    np.testing.assert_array_equal(k(w, np.array([[2], [0]], np.int32)), w[2])

@@ -1,6 +1,8 @@
 """The first generation's ``neuronxcc.nki.language`` as its reference pages list it, and the names
 added from those pages (``nl.atomic_rmw``), against float64 NumPy with a planted-bug test per rule."""
 
+import types
+
 import numpy as np
 import pytest
 
@@ -275,6 +277,28 @@ def test_all_reduce_from_a_module_level_helper():
         out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
         i = nl.program_id(0)
         nl.store(out[i], _helper_reducing(nl.load(a[i])))
+        return out
+
+    np.testing.assert_allclose(k[2](x), np.broadcast_to(x.astype(np.float64).sum(0), x.shape), rtol=1e-6)
+
+
+# A kernel's helper module reached as module.attr (the Neuron team's blockwise_mm is called as
+# M.blockwise_mm(...), PR #104): the launcher finds the all_reduce there too.
+_HELPERS = types.ModuleType("kernel_helpers_of_a_test")
+exec("import numpy as np\n"
+     "from nki_kernels.simulator import language as nl\n"
+     "def reduce_programs(t):\n"
+     "    return nl.all_reduce(t, op=np.add, program_axes=0)\n", _HELPERS.__dict__)
+
+
+def test_all_reduce_from_a_helper_called_as_module_attribute():
+    x = RNG.standard_normal((2, 8, 4)).astype(np.float32)
+
+    @nki.jit
+    def k(a):
+        out = nl.ndarray(a.shape, a.dtype, buffer=nl.shared_hbm)
+        i = nl.program_id(0)
+        nl.store(out[i], _HELPERS.reduce_programs(nl.load(a[i])))
         return out
 
     np.testing.assert_allclose(k[2](x), np.broadcast_to(x.astype(np.float64).sum(0), x.shape), rtol=1e-6)

@@ -343,7 +343,10 @@ def _resolve(shape, key, what) -> Index:
 
     # Slices mixed with expressions: each slice takes its own axis among the non-int positions.
     nonint = [i for i, c in enumerate(comps) if not isinstance(c, int)]
-    rank = max([e.ndim for e in exprs] + [len(nonint)])
+    # (a slice takes an axis of its own; without slices the expressions broadcast together, as the
+    # nl.load page's gathers do: w[e[0, 0], i_p, i_f] with a one-element index tile is [P, F])
+    has_slice = any(isinstance(c, slice) for c in comps)
+    rank = max([e.ndim for e in exprs] + ([len(nonint)] if has_slice else []))
     for j, i in enumerate(nonint):
         c = comps[i]
         if isinstance(c, slice):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import types
 
 import numpy as np
 
@@ -53,7 +54,15 @@ def _calls_all_reduce(func) -> bool:
             return True
         glob = getattr(f, "__globals__", {})
         todo += [getattr(glob[n], "func", glob[n]) for n in names if callable(glob.get(n))]
+        # functions of the kernel's own modules called as module.attr (the Neuron team's blockwise_mm
+        # kernel is called as M.blockwise_mm(...)); the library's modules are not searched
+        for mod in {id(v): v for n in names if isinstance(v := glob.get(n), types.ModuleType)}.values():
+            if mod.__name__.split(".")[0] not in _LIBRARIES:
+                todo += [getattr(a, "func", a) for n in names if callable(a := getattr(mod, n, None))]
     return False
+
+
+_LIBRARIES = frozenset({"nki_kernels", "neuronxcc", "nki", "numpy", "ml_dtypes", "math", "torch", "jax"})
 
 
 def run_programs_together(kernel, grid, args, kwargs, state):

@@ -95,8 +95,29 @@ def nc_matmul(stationary, moving, *, is_stationary_onezero=False, is_moving_onez
                 & (km.any(axis=0) if km is not None else _np.ones(n, bool))[None, :])
         full = _full_mask(mask, (m, n)) if mask is not None else None
         mask = keep if full is None else keep & full
+        stationary, moving = _contracted_rows(stationary, moving, ks, km)
     return _result(_matmul_product(stationary, moving, perf_mode), _dt.float32, mask, buffer=_psum,
                        engine="Tensor")
+
+
+def _contracted_rows(stationary, moving, ks, km):
+    """The operands of a matmul under operand masking, cut to the contraction (partition) rows both
+    select: a row one operand's mask leaves out is contracted by neither (the blockwise MoE kernel
+    masks the moving rows past I of a ragged last K tile, whose stationary rows were never written;
+    0 * NaN would otherwise reach the result). A prefix of rows is a view of each operand (so only
+    those rows count as read); other row sets zero the rows left out."""
+    rows = _np.ones(stationary.shape[0], bool)
+    for keep in (ks, km):
+        if keep is not None:
+            rows &= keep.any(axis=1)
+    if rows.all() or stationary.nb or moving.nb:
+        return stationary, moving
+    k = int(rows.sum())
+    if k and rows[:k].all():
+        return stationary[0:k], moving[0:k]
+    return tuple(_Tile(_np.where(rows.reshape((-1,) + (1,) * (t.ndim - 1)), t.data, _np.zeros((), t.dtype)), t.buffer)
+                 for t in (_tile(stationary, "stationary", "nc_matmul", (_sbuf, _psum)),
+                           _tile(moving, "moving", "nc_matmul", (_sbuf, _psum))))
 
 
 def unmask_operand(x, name):
