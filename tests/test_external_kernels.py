@@ -1044,3 +1044,28 @@ def test_a_one_element_index_tile_broadcasts_with_the_other_index_expressions():
 
     w = RNG.standard_normal((3, 128, 4096)).astype(np.float16)
     np.testing.assert_array_equal(k(w, np.array([[2], [0]], np.int32)), w[2])
+
+
+@pytest.mark.parametrize("n", [128, 256])
+def test_an_instruction_mask_that_restates_an_operand_mask_restricts_that_operand(n):
+    # The blockwise MoE kernel's gate/up projection of a ragged I tile: nc_matmul(w[i_p, idx][idx < I],
+    # x, mask=(idx < I)) with idx over the stationary's free axis (the result's rows). Laid over the
+    # result, the [1, 128] mask cut the moving operand's columns (the tokens) instead.
+    I = 72
+
+    @nki.jit
+    def k(w, x):
+        out = nl.ndarray((128, n), dtype=nl.float32, buffer=nl.shared_hbm)
+        ip = nl.arange(128)[:, None]
+        idx = nl.arange(128)[None, :]
+        a, b = nl.load(w), nl.load(x)
+        ps = nl.full((128, n), 9.0, dtype=nl.float32, buffer=nl.psum)
+        ps[...] = nisa.nc_matmul(a[ip, idx][idx < I], b, mask=(idx < I))
+        nl.store(out, value=nl.copy(ps))
+        return out
+
+    w = RNG.standard_normal((128, 128)).astype(np.float32)
+    x = RNG.standard_normal((128, n)).astype(np.float32)
+    want = np.full((128, n), 9.0, np.float32)
+    want[:I] = (w.T.astype(np.float64) @ x)[:I]
+    np.testing.assert_allclose(k(w, x), want, rtol=1e-4, atol=1e-4)

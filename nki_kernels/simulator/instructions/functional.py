@@ -93,11 +93,31 @@ def nc_matmul(stationary, moving, *, is_stationary_onezero=False, is_moving_onez
         m, n = stationary.shape[-1], moving.shape[-1]
         keep = ((ks.any(axis=0) if ks is not None else _np.ones(m, bool))[:, None]
                 & (km.any(axis=0) if km is not None else _np.ones(n, bool))[None, :])
+        if mask is not None and _same_selection(mask, stationary, ks, moving, km):
+            # `nc_matmul(w[..., idx][idx < I], x, mask=(idx < I))` (the blockwise MoE kernel): the
+            # instruction's mask restates an operand's, over that operand's axes; laid over the result
+            # instead, a [1, M] mask would cut the moving operand's columns
+            mask = None
         full = _full_mask(mask, (m, n)) if mask is not None else None
         mask = keep if full is None else keep & full
         stationary, moving = _contracted_rows(stationary, moving, ks, km)
     return _result(_matmul_product(stationary, moving, perf_mode), _dt.float32, mask, buffer=_psum,
                        engine="Tensor")
+
+
+def _same_selection(mask, stationary, ks, moving, km) -> bool:
+    """Whether instruction ``mask`` selects exactly the elements an operand mask (``ks`` / ``km``)
+    selects, laid over that operand."""
+    for t, keep in ((stationary, ks), (moving, km)):
+        if keep is None:
+            continue
+        try:
+            m = _full_mask(mask, tuple(t.shape))
+        except _NKIError:
+            continue
+        if m is not None and _np.array_equal(m, keep):
+            return True
+    return False
 
 
 def _contracted_rows(stationary, moving, ks, km):
