@@ -167,3 +167,28 @@ def test_error_is_valueerror_subclass_and_exported():
     import nki_kernels.simulator as sim
 
     assert issubclass(sim.NKIError, ValueError)
+
+
+def test_psum_bank_rule_holds_while_another_thread_allocates_standalone_psum_tensors():
+    # The cores of a multi-core launch run as threads; the standalone API's allocators let a PSUM tensor
+    # span banks for the duration of the call. That allowance was process-wide, so a core leaving it
+    # could leave it raised for everyone (an intermittent CI failure of the test above).
+    import threading
+
+    from nki_kernels.simulator import core
+
+    entered, release = threading.Event(), threading.Event()
+
+    def standalone_allocation():
+        with core.psum_tensors_span_banks():
+            entered.set()
+            release.wait(10)
+
+    t = threading.Thread(target=standalone_allocation)
+    t.start()
+    try:
+        assert entered.wait(10)
+        test_psum_tile_wider_than_a_bank()
+    finally:
+        release.set()
+        t.join()

@@ -18,6 +18,7 @@ import contextlib
 import math
 import os
 import sys
+import threading
 import weakref
 
 import numpy as np
@@ -52,7 +53,10 @@ _WHOLE_INDEX = _indexing._WHOLE_INDEX
 # (nl.tile_size.psum_fmax); the standalone API's nl.ndarray may span banks (its tile_size says
 # psum_fmax "does not represent the free-dim size per partition"), while each matmul result still
 # fits one bank. The standalone allocators raise this with psum_tensors_span_banks().
-_psum_tensor_bytes = PSUM_BANK_BYTES
+# Per thread: the cores of a multi-core launch run as threads, and one core's allocation leaving
+# the context must not reset (or leave raised) another's. A process-wide value did, so a later
+# first-generation kernel's too-wide PSUM tile went unrefused (an intermittent CI failure).
+_psum_span = threading.local()
 _F32 = np.dtype(np.float32)
 _POOL_MIN_BYTES = _pool.MIN_BYTES
 
@@ -65,12 +69,11 @@ class psum_tensors_span_banks(contextlib.ContextDecorator):
         return type(self)()  # (each call saves its own previous value)
 
     def __enter__(self):
-        global _psum_tensor_bytes
-        self.saved, _psum_tensor_bytes = _psum_tensor_bytes, PSUM_BYTES_PER_PARTITION
+        self.saved = getattr(_psum_span, "bytes", PSUM_BANK_BYTES)
+        _psum_span.bytes = PSUM_BYTES_PER_PARTITION
 
     def __exit__(self, *exc):
-        global _psum_tensor_bytes
-        _psum_tensor_bytes = self.saved
+        _psum_span.bytes = self.saved
 
 
 class par_dim:
@@ -240,7 +243,8 @@ class Tile(NkiTensor):
                 f"{shape[pdim]} > {PMAX} (nl.tile_size.pmax)",
             )
         # (an allocation's rule: a view -- a broadcast with zero strides included -- takes no PSUM of its own)
-        if buffer is psum and parent is None and self.bytes_per_partition() // self.blocks() > _psum_tensor_bytes:
+        if buffer is psum and parent is None and self.bytes_per_partition() // self.blocks() > (
+                _psum_tensor_bytes := getattr(_psum_span, "bytes", PSUM_BANK_BYTES)):
             if _psum_tensor_bytes == PSUM_BANK_BYTES:
                 room = f"more than one {PSUM_BANK_BYTES} B bank (at most 512 fp32 elements; nl.tile_size.psum_fmax)"
             else:
